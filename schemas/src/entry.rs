@@ -1,0 +1,272 @@
+//! Log entries (leaves) and receipts, docs/protocol.md §7–§8.
+//!
+//! An entry is the record as received plus what the witness adds: the log
+//! index and the witness's receive time. Its canonical bytes are the leaf, so
+//! a checkpoint commits to the nonce, the agent's time and the witness's time
+//! of every record beneath it.
+
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+
+use crate::canonical::{self, CanonicalError, Limits};
+use crate::hash::{leaf_hash, Hash};
+use crate::limits::{MAX_ENTRY_BYTES, MAX_PROOF_HASHES};
+use crate::note::{open_checkpoint, Checkpoint, NoteError, NoteVerifier};
+use crate::record::{check_version, Nonce, Record, RecordError};
+use crate::time::UnixMillis;
+use crate::tree::{verify_inclusion, LeafIndex, ProofError};
+
+/// The entry format version.
+pub const ENTRY_VERSION: u64 = 1;
+/// The receipt format version.
+pub const RECEIPT_VERSION: u64 = 1;
+
+/// Why an entry was refused.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum EntryError {
+    /// Not strict JSON.
+    #[error(transparent)]
+    Canonical(#[from] CanonicalError),
+    /// A format version this build does not read.
+    #[error("entry format version {found} is not supported (this build reads version {ENTRY_VERSION})")]
+    UnsupportedVersion {
+        /// The `v` field as written.
+        found: String,
+    },
+    /// Fields missing, unknown or of the wrong type.
+    #[error("entry does not match the v1 schema: {message}")]
+    Schema {
+        /// What is wrong.
+        message: String,
+    },
+    /// The record inside is not valid.
+    #[error("entry's record: {0}")]
+    Record(#[from] RecordError),
+    /// The canonical entry does not fit a C2SP entry bundle.
+    #[error("entry is {size} bytes in canonical form, more than the limit of {max}")]
+    TooLarge {
+        /// Canonical size.
+        size: usize,
+        /// The limit.
+        max: usize,
+    },
+}
+
+#[derive(Serialize)]
+struct EntryWire<'a> {
+    v: u64,
+    index: LeafIndex,
+    received: UnixMillis,
+    record: &'a Record,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct EntryWireIn {
+    #[allow(dead_code)] // checked before this struct is decoded
+    v: u64,
+    index: LeafIndex,
+    received: UnixMillis,
+    record: Value,
+}
+
+/// A log entry: `{"v":1,"index":…,"received":…,"record":{…}}`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Entry {
+    index: LeafIndex,
+    received: UnixMillis,
+    record: Record,
+    canonical: Vec<u8>,
+}
+
+impl Entry {
+    /// Builds the entry the witness appends for `record`.
+    ///
+    /// # Errors
+    /// [`EntryError::TooLarge`] when it would not fit an entry bundle.
+    pub fn new(index: LeafIndex, received: UnixMillis, record: Record) -> Result<Self, EntryError> {
+        let canonical = canonical::canonicalize(&EntryWire {
+            v: ENTRY_VERSION,
+            index,
+            received,
+            record: &record,
+        })?;
+        if canonical.len() > MAX_ENTRY_BYTES {
+            return Err(EntryError::TooLarge {
+                size: canonical.len(),
+                max: MAX_ENTRY_BYTES,
+            });
+        }
+        Ok(Self {
+            index,
+            received,
+            record,
+            canonical,
+        })
+    }
+
+    /// Parses an entry from bytes (a tile's entry bundle holds canonical ones).
+    ///
+    /// # Errors
+    /// [`EntryError`] naming the first rule broken.
+    pub fn from_json(bytes: &[u8]) -> Result<Self, EntryError> {
+        Self::from_value(canonical::parse_strict(bytes, Limits::WIRE)?)
+    }
+
+    /// Parses an entry from a strictly parsed JSON value.
+    ///
+    /// # Errors
+    /// [`EntryError`] naming the first rule broken.
+    pub fn from_value(value: Value) -> Result<Self, EntryError> {
+        check_version(&value, ENTRY_VERSION, |found| EntryError::UnsupportedVersion { found })
+            .map_err(|e| e.unwrap_or_else(|message| EntryError::Schema { message }))?;
+        let wire: EntryWireIn = serde_json::from_value(value).map_err(|e| EntryError::Schema {
+            message: e.to_string(),
+        })?;
+        Self::new(wire.index, wire.received, Record::from_value(wire.record)?)
+    }
+
+    /// The log index.
+    #[must_use]
+    pub fn index(&self) -> LeafIndex {
+        self.index
+    }
+
+    /// The witness's receive time.
+    #[must_use]
+    pub fn received(&self) -> UnixMillis {
+        self.received
+    }
+
+    /// The record.
+    #[must_use]
+    pub fn record(&self) -> &Record {
+        &self.record
+    }
+
+    /// The canonical bytes: the leaf data.
+    #[must_use]
+    pub fn canonical_bytes(&self) -> &[u8] {
+        &self.canonical
+    }
+
+    /// `SHA-256(0x00 ‖ canonical bytes)`.
+    #[must_use]
+    pub fn leaf_hash(&self) -> Hash {
+        leaf_hash(&self.canonical)
+    }
+}
+
+impl Serialize for Entry {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        EntryWire {
+            v: ENTRY_VERSION,
+            index: self.index,
+            received: self.received,
+            record: &self.record,
+        }
+        .serialize(s)
+    }
+}
+
+/// What the witness returns for an admitted record: proof that the record's
+/// entry is in a checkpoint signed after the entry was durably committed.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Receipt {
+    /// Format version, 1.
+    pub v: u64,
+    /// The record hash this receipt is for.
+    pub record_hash: Hash,
+    /// The record's nonce, echoed.
+    pub nonce: Nonce,
+    /// The entry's log index.
+    pub index: LeafIndex,
+    /// The witness's receive time, as written in the entry.
+    pub received: UnixMillis,
+    /// The signed checkpoint note the entry is proven in.
+    pub checkpoint: String,
+    /// RFC 9162 inclusion proof of the entry in that checkpoint.
+    pub inclusion: Vec<Hash>,
+}
+
+/// Why a receipt was not accepted for a record.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum ReceiptError {
+    /// A format version this build does not read.
+    #[error("receipt format version {found} is not supported (this build reads version {RECEIPT_VERSION})")]
+    UnsupportedVersion {
+        /// The version.
+        found: u64,
+    },
+    /// The receipt names another record.
+    #[error("receipt is for record {receipt}, not {record}")]
+    RecordMismatch {
+        /// Hash named by the receipt.
+        receipt: Hash,
+        /// Hash of the record.
+        record: Hash,
+    },
+    /// The receipt echoes another nonce.
+    #[error("receipt echoes nonce {receipt}, the record's is {record}")]
+    NonceMismatch {
+        /// Nonce in the receipt.
+        receipt: Nonce,
+        /// Nonce of the record.
+        record: Nonce,
+    },
+    /// The checkpoint does not verify with the trusted log key.
+    #[error("receipt checkpoint: {0}")]
+    Checkpoint(#[from] NoteError),
+    /// The proof has more hashes than any tree needs.
+    #[error("inclusion proof has {0} hashes, more than {MAX_PROOF_HASHES}")]
+    ProofTooLong(usize),
+    /// The entry is not proven in the checkpoint.
+    #[error("inclusion proof: {0}")]
+    Inclusion(#[from] ProofError),
+    /// The entry cannot be rebuilt.
+    #[error("entry: {0}")]
+    Entry(#[from] EntryError),
+}
+
+impl Receipt {
+    /// Checks this receipt for `record` under the trusted log key: the
+    /// receipt names the record's hash and nonce, the checkpoint is signed by
+    /// `log_key`, and the rebuilt entry is proven in it.
+    ///
+    /// Freshness (witness time against the local clock) and key retirement
+    /// are the caller's policy, so they are not checked here.
+    ///
+    /// # Errors
+    /// [`ReceiptError`] saying which binding failed.
+    pub fn verify(&self, record: &Record, log_key: &NoteVerifier) -> Result<(Checkpoint, Entry), ReceiptError> {
+        if self.v != RECEIPT_VERSION {
+            return Err(ReceiptError::UnsupportedVersion { found: self.v });
+        }
+        if self.record_hash != record.hash() {
+            return Err(ReceiptError::RecordMismatch {
+                receipt: self.record_hash,
+                record: record.hash(),
+            });
+        }
+        if self.nonce != record.nonce {
+            return Err(ReceiptError::NonceMismatch {
+                receipt: self.nonce.clone(),
+                record: record.nonce.clone(),
+            });
+        }
+        if self.inclusion.len() > MAX_PROOF_HASHES {
+            return Err(ReceiptError::ProofTooLong(self.inclusion.len()));
+        }
+        let checkpoint = open_checkpoint(&self.checkpoint, log_key)?;
+        let entry = Entry::new(self.index, self.received, record.clone())?;
+        verify_inclusion(
+            self.index,
+            checkpoint.size,
+            &entry.leaf_hash(),
+            &self.inclusion,
+            &checkpoint.root,
+        )?;
+        Ok((checkpoint, entry))
+    }
+}

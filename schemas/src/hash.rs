@@ -1,0 +1,159 @@
+//! SHA-256 hashes and the hash constructions of docs/protocol.md §3 and §6.
+//!
+//! RFC 6962/9162 §2.1.1 domain-separates leaves (`0x00`) from interior nodes
+//! (`0x01`); record hashes and salted content hashes are plain SHA-256 over
+//! bytes that are already unambiguous (canonical JSON, or a fixed-size salt).
+
+use std::fmt;
+
+use serde::{Deserialize, Deserializer, Serialize, Serializer};
+use sha2::{Digest, Sha256};
+
+/// Length in bytes of every hash in tally.
+pub const HASH_LEN: usize = 32;
+
+/// A SHA-256 value. On the wire: 64 lowercase hex digits.
+#[derive(Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Default)]
+pub struct Hash([u8; HASH_LEN]);
+
+/// A hash string that is not 64 lowercase hex digits.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("a hash must be 64 lowercase hex digits, got {got:?}")]
+pub struct HashParseError {
+    /// The offending text, cut to 80 characters.
+    pub got: String,
+}
+
+impl Hash {
+    /// Wraps raw bytes.
+    #[must_use]
+    pub const fn from_bytes(bytes: [u8; HASH_LEN]) -> Self {
+        Self(bytes)
+    }
+
+    /// The raw bytes.
+    #[must_use]
+    pub const fn as_bytes(&self) -> &[u8; HASH_LEN] {
+        &self.0
+    }
+
+    /// SHA-256 of `data`.
+    #[must_use]
+    pub fn sha256(data: &[u8]) -> Self {
+        Self(Sha256::digest(data).into())
+    }
+
+    /// Lowercase hex, the wire form.
+    #[must_use]
+    pub fn to_hex(&self) -> String {
+        hex::encode(self.0)
+    }
+
+    /// Parses the wire form: exactly 64 lowercase hex digits.
+    ///
+    /// # Errors
+    /// [`HashParseError`] for any other text, including uppercase hex, which
+    /// would give one hash two spellings.
+    pub fn from_hex(text: &str) -> Result<Self, HashParseError> {
+        let err = || HashParseError {
+            got: text.chars().take(80).collect(),
+        };
+        if text.len() != 2 * HASH_LEN || !text.bytes().all(|b| matches!(b, b'0'..=b'9' | b'a'..=b'f')) {
+            return Err(err());
+        }
+        let mut out = [0u8; HASH_LEN];
+        hex::decode_to_slice(text, &mut out).map_err(|_| err())?;
+        Ok(Self(out))
+    }
+}
+
+impl fmt::Display for Hash {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.to_hex())
+    }
+}
+
+impl fmt::Debug for Hash {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "Hash({})", self.to_hex())
+    }
+}
+
+impl Serialize for Hash {
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.serialize_str(&self.to_hex())
+    }
+}
+
+impl<'de> Deserialize<'de> for Hash {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        let text = <std::borrow::Cow<'de, str>>::deserialize(d)?;
+        Self::from_hex(&text).map_err(serde::de::Error::custom)
+    }
+}
+
+/// RFC 9162 §2.1.1: the hash of a leaf, `SHA-256(0x00 ‖ entry)`.
+#[must_use]
+pub fn leaf_hash(entry: &[u8]) -> Hash {
+    let mut h = Sha256::new();
+    h.update([0x00]);
+    h.update(entry);
+    Hash(h.finalize().into())
+}
+
+/// RFC 9162 §2.1.1: the hash of an interior node, `SHA-256(0x01 ‖ left ‖ right)`.
+#[must_use]
+pub fn node_hash(left: &Hash, right: &Hash) -> Hash {
+    let mut h = Sha256::new();
+    h.update([0x01]);
+    h.update(left.0);
+    h.update(right.0);
+    Hash(h.finalize().into())
+}
+
+/// Length in bytes of the salt of a salted content hash.
+pub const SALT_LEN: usize = 16;
+
+/// A salted content hash, docs/protocol.md §6: `SHA-256(salt ‖ canonical content)`.
+///
+/// The 16 random salt bytes keep a guessable content (a short tool input, say)
+/// from being confirmed by hashing candidates; the salt stays with the agent.
+#[must_use]
+pub fn salted_hash(salt: &[u8; SALT_LEN], canonical_content: &[u8]) -> Hash {
+    let mut h = Sha256::new();
+    h.update(salt);
+    h.update(canonical_content);
+    Hash(h.finalize().into())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn hex_round_trip_and_rejects_other_spellings() {
+        let h = Hash::sha256(b"abc");
+        assert_eq!(
+            h.to_hex(),
+            "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad"
+        );
+        assert_eq!(Hash::from_hex(&h.to_hex()), Ok(h));
+        assert!(Hash::from_hex(&h.to_hex().to_uppercase()).is_err());
+        assert!(Hash::from_hex("ab").is_err());
+        assert!(Hash::from_hex(&format!("{}0", h.to_hex())).is_err());
+    }
+
+    #[test]
+    fn leaf_and_node_hashes_match_rfc6962_empty_leaf() {
+        // SHA-256(0x00) is the leaf hash of the empty entry (RFC 6962 test data).
+        assert_eq!(
+            leaf_hash(b"").to_hex(),
+            "6e340b9cffb37a989ca544e6bb780a2c78901d3fb33738768511a30617afa01d"
+        );
+        let l = leaf_hash(b"");
+        let mut buf = vec![1u8];
+        buf.extend_from_slice(l.as_bytes());
+        buf.extend_from_slice(l.as_bytes());
+        assert_eq!(node_hash(&l, &l), Hash::sha256(&buf));
+    }
+}

@@ -1,0 +1,347 @@
+//! Ed25519 keys, signatures and key ids, docs/protocol.md §4.
+//!
+//! Verification is always `verify_strict` (ed25519-dalek): it refuses
+//! small-order public keys and non-canonical `R`/`S` encodings, so a record has
+//! one valid signature per key and message, and every verifier of tally agrees
+//! on which signatures are good.
+
+use std::fmt;
+
+use base64::engine::general_purpose::STANDARD as BASE64;
+use base64::Engine as _;
+use ed25519_dalek::{Signer as _, SigningKey, VerifyingKey};
+use rand_core::CryptoRngCore;
+use serde::{Deserialize, Deserializer, Serialize, Serializer};
+use sha2::{Digest, Sha256};
+
+/// Domain separation for the key id of an agent key.
+pub const KEY_ID_DOMAIN: &[u8] = b"tally/key-id/v1\n";
+
+/// Bad key or signature text.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum KeyError {
+    /// Not standard padded base64 of the right length.
+    #[error("{what} must be standard base64 of {len} bytes")]
+    Encoding {
+        /// What was being parsed.
+        what: &'static str,
+        /// The expected length in bytes.
+        len: usize,
+    },
+    /// The 32 bytes are not a valid Ed25519 point.
+    #[error("public key is not a valid Ed25519 point")]
+    InvalidPoint,
+    /// A key id that is not 16 lowercase hex digits.
+    #[error("a key id must be 16 lowercase hex digits, got {got:?}")]
+    KeyId {
+        /// The offending text, cut to 80 characters.
+        got: String,
+    },
+}
+
+/// A signature that does not verify.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+#[error("Ed25519 signature does not verify (strict)")]
+pub struct BadSignature;
+
+fn decode_fixed<const N: usize>(text: &str, what: &'static str) -> Result<[u8; N], KeyError> {
+    let bytes = BASE64
+        .decode(text)
+        .map_err(|_| KeyError::Encoding { what, len: N })?;
+    // Refuse non-canonical base64 (stray low bits in the last character), so a
+    // value has one spelling.
+    if BASE64.encode(&bytes) != text {
+        return Err(KeyError::Encoding { what, len: N });
+    }
+    bytes.try_into().map_err(|_| KeyError::Encoding { what, len: N })
+}
+
+/// An Ed25519 public key. On the wire: standard base64 of its 32 bytes.
+#[derive(Clone, Copy, PartialEq, Eq)]
+pub struct PublicKey(VerifyingKey);
+
+impl PublicKey {
+    /// Parses 32 bytes.
+    ///
+    /// # Errors
+    /// [`KeyError::InvalidPoint`] when the bytes do not decode to a curve point.
+    pub fn from_bytes(bytes: &[u8; 32]) -> Result<Self, KeyError> {
+        VerifyingKey::from_bytes(bytes)
+            .map(Self)
+            .map_err(|_| KeyError::InvalidPoint)
+    }
+
+    /// Parses the wire form.
+    ///
+    /// # Errors
+    /// [`KeyError`] for bad base64 or an invalid point.
+    pub fn from_base64(text: &str) -> Result<Self, KeyError> {
+        Self::from_bytes(&decode_fixed::<32>(text, "public key")?)
+    }
+
+    /// The 32 bytes.
+    #[must_use]
+    pub fn to_bytes(&self) -> [u8; 32] {
+        self.0.to_bytes()
+    }
+
+    /// The wire form.
+    #[must_use]
+    pub fn to_base64(&self) -> String {
+        BASE64.encode(self.0.as_bytes())
+    }
+
+    /// The key id of this key, docs/protocol.md §4.2.
+    #[must_use]
+    pub fn key_id(&self) -> KeyId {
+        let mut h = Sha256::new();
+        h.update(KEY_ID_DOMAIN);
+        h.update(self.0.as_bytes());
+        let digest = h.finalize();
+        let mut id = [0u8; 8];
+        id.copy_from_slice(&digest[..8]);
+        KeyId(id)
+    }
+
+    /// Strict Ed25519 verification of `signature` over `domain ‖ message`.
+    ///
+    /// # Errors
+    /// [`BadSignature`] when it does not verify under `verify_strict`.
+    pub fn verify(&self, domain: &[u8], message: &[u8], signature: &Signature) -> Result<(), BadSignature> {
+        let mut signed = Vec::with_capacity(domain.len() + message.len());
+        signed.extend_from_slice(domain);
+        signed.extend_from_slice(message);
+        self.verify_raw(&signed, signature)
+    }
+
+    /// Strict Ed25519 verification over `signed` exactly as given.
+    ///
+    /// # Errors
+    /// [`BadSignature`] when it does not verify under `verify_strict`.
+    pub fn verify_raw(&self, signed: &[u8], signature: &Signature) -> Result<(), BadSignature> {
+        self.0
+            .verify_strict(signed, &ed25519_dalek::Signature::from_bytes(&signature.0))
+            .map_err(|_| BadSignature)
+    }
+
+    /// The underlying dalek key.
+    #[must_use]
+    pub fn as_dalek(&self) -> &VerifyingKey {
+        &self.0
+    }
+}
+
+impl fmt::Debug for PublicKey {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "PublicKey({})", self.to_base64())
+    }
+}
+
+impl Serialize for PublicKey {
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.serialize_str(&self.to_base64())
+    }
+}
+
+impl<'de> Deserialize<'de> for PublicKey {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        let text = <std::borrow::Cow<'de, str>>::deserialize(d)?;
+        Self::from_base64(&text).map_err(serde::de::Error::custom)
+    }
+}
+
+/// An Ed25519 signature. On the wire: standard base64 of its 64 bytes.
+#[derive(Clone, Copy, PartialEq, Eq)]
+pub struct Signature([u8; 64]);
+
+impl Signature {
+    /// Wraps raw bytes.
+    #[must_use]
+    pub const fn from_bytes(bytes: [u8; 64]) -> Self {
+        Self(bytes)
+    }
+
+    /// The raw bytes.
+    #[must_use]
+    pub const fn as_bytes(&self) -> &[u8; 64] {
+        &self.0
+    }
+
+    /// Parses the wire form.
+    ///
+    /// # Errors
+    /// [`KeyError::Encoding`] for anything but canonical base64 of 64 bytes.
+    pub fn from_base64(text: &str) -> Result<Self, KeyError> {
+        decode_fixed::<64>(text, "signature").map(Self)
+    }
+
+    /// The wire form.
+    #[must_use]
+    pub fn to_base64(&self) -> String {
+        BASE64.encode(self.0)
+    }
+}
+
+impl fmt::Debug for Signature {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "Signature({})", self.to_base64())
+    }
+}
+
+impl Serialize for Signature {
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.serialize_str(&self.to_base64())
+    }
+}
+
+impl<'de> Deserialize<'de> for Signature {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        let text = <std::borrow::Cow<'de, str>>::deserialize(d)?;
+        Self::from_base64(&text).map_err(serde::de::Error::custom)
+    }
+}
+
+/// The id of an agent key: the first 8 bytes of
+/// `SHA-256("tally/key-id/v1\n" ‖ public key)`, as 16 lowercase hex digits.
+/// An id names a key; it is never trusted in place of the key.
+#[derive(Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct KeyId([u8; 8]);
+
+impl KeyId {
+    /// Parses the wire form.
+    ///
+    /// # Errors
+    /// [`KeyError::KeyId`] for anything but 16 lowercase hex digits.
+    pub fn from_hex(text: &str) -> Result<Self, KeyError> {
+        let err = || KeyError::KeyId {
+            got: text.chars().take(80).collect(),
+        };
+        if text.len() != 16 || !text.bytes().all(|b| matches!(b, b'0'..=b'9' | b'a'..=b'f')) {
+            return Err(err());
+        }
+        let mut id = [0u8; 8];
+        hex::decode_to_slice(text, &mut id).map_err(|_| err())?;
+        Ok(Self(id))
+    }
+
+    /// The wire form.
+    #[must_use]
+    pub fn to_hex(&self) -> String {
+        hex::encode(self.0)
+    }
+}
+
+impl fmt::Display for KeyId {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.to_hex())
+    }
+}
+
+impl fmt::Debug for KeyId {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "KeyId({})", self.to_hex())
+    }
+}
+
+impl Serialize for KeyId {
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.serialize_str(&self.to_hex())
+    }
+}
+
+impl<'de> Deserialize<'de> for KeyId {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        let text = <std::borrow::Cow<'de, str>>::deserialize(d)?;
+        Self::from_hex(&text).map_err(serde::de::Error::custom)
+    }
+}
+
+/// An Ed25519 private key (an agent's, or the log's).
+#[derive(Clone)]
+pub struct SecretKey(SigningKey);
+
+impl SecretKey {
+    /// A fresh key from `rng`.
+    pub fn generate<R: CryptoRngCore + ?Sized>(rng: &mut R) -> Self {
+        let mut seed = [0u8; 32];
+        rng.fill_bytes(&mut seed);
+        Self(SigningKey::from_bytes(&seed))
+    }
+
+    /// The key with this 32-byte seed (RFC 8032 private key).
+    #[must_use]
+    pub fn from_seed(seed: &[u8; 32]) -> Self {
+        Self(SigningKey::from_bytes(seed))
+    }
+
+    /// The 32-byte seed; keep it secret.
+    #[must_use]
+    pub fn seed(&self) -> [u8; 32] {
+        self.0.to_bytes()
+    }
+
+    /// The public half.
+    #[must_use]
+    pub fn public_key(&self) -> PublicKey {
+        PublicKey(self.0.verifying_key())
+    }
+
+    /// Signs `domain ‖ message`.
+    #[must_use]
+    pub fn sign(&self, domain: &[u8], message: &[u8]) -> Signature {
+        let mut signed = Vec::with_capacity(domain.len() + message.len());
+        signed.extend_from_slice(domain);
+        signed.extend_from_slice(message);
+        self.sign_raw(&signed)
+    }
+
+    /// Signs `signed` exactly as given.
+    #[must_use]
+    pub fn sign_raw(&self, signed: &[u8]) -> Signature {
+        Signature(self.0.sign(signed).to_bytes())
+    }
+
+    /// The underlying dalek key.
+    #[must_use]
+    pub fn as_dalek(&self) -> &SigningKey {
+        &self.0
+    }
+}
+
+impl fmt::Debug for SecretKey {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "SecretKey(public {})", self.public_key().to_base64())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn sign_verify_and_domain_separation() {
+        let k = SecretKey::from_seed(&[7u8; 32]);
+        let sig = k.sign(b"tally/test/v1\n", b"hello");
+        let pk = k.public_key();
+        assert!(pk.verify(b"tally/test/v1\n", b"hello", &sig).is_ok());
+        assert!(pk.verify(b"tally/other/v1\n", b"hello", &sig).is_err());
+        assert!(pk.verify(b"tally/test/v1\n", b"hellO", &sig).is_err());
+        assert_eq!(PublicKey::from_base64(&pk.to_base64()), Ok(pk));
+        assert_eq!(Signature::from_base64(&sig.to_base64()), Ok(sig));
+        assert_eq!(KeyId::from_hex(&pk.key_id().to_hex()).unwrap(), pk.key_id());
+    }
+
+    #[test]
+    fn non_canonical_base64_is_refused() {
+        let pk = SecretKey::from_seed(&[1u8; 32]).public_key();
+        let text = pk.to_base64();
+        // The last character before '=' carries 2 unused bits; set one.
+        let mut chars: Vec<char> = text.chars().collect();
+        let i = chars.len() - 2;
+        let alphabet = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+        let pos = alphabet.find(chars[i]).unwrap();
+        chars[i] = alphabet.chars().nth(pos ^ 1).unwrap();
+        let tweaked: String = chars.into_iter().collect();
+        assert!(PublicKey::from_base64(&tweaked).is_err());
+    }
+}

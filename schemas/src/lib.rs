@@ -1,0 +1,39 @@
+//! # tally-schemas
+//!
+//! The shared core of tally: every object that is hashed, signed or parsed by
+//! more than one part of the system, and the math to check it. Its contract
+//! is docs/protocol.md; each module names the section it implements.
+//!
+//! - [`canonical`]: strict JSON and RFC 8785 canonicalisation.
+//! - [`hash`], [`keys`]: SHA-256 constructions, Ed25519 keys and key ids.
+//! - [`record`], [`tools`]: records, bodies, tool-definition digests.
+//! - [`entry`]: log entries (leaves) and receipts.
+//! - [`note`]: C2SP checkpoints and signed notes.
+//! - [`tree`]: RFC 9162 inclusion and consistency proof checking.
+//! - [`pack`], [`report`]: packs, agent-keys.json, head.json, the report.
+//! - [`limits`]: every numeric limit.
+//!
+//! It does no I/O: no files, no sockets, no clocks except through the
+//! injected [`time::Clock`]. `cargo tree -p tally-schemas -e normal` shows no
+//! tokio, axum or redb.
+
+pub mod canonical;
+pub mod entry;
+pub mod hash;
+pub mod keys;
+pub mod limits;
+pub mod note;
+pub mod pack;
+pub mod record;
+pub mod report;
+pub mod time;
+pub mod tools;
+pub mod tree;
+
+pub use entry::{Entry, Receipt};
+pub use hash::Hash;
+pub use keys::{KeyId, PublicKey, SecretKey, Signature};
+pub use note::{Checkpoint, NoteSigner, NoteVerifier};
+pub use record::{AgentName, Body, Nonce, Record, RecordKind, Seq, UnsignedRecord};
+pub use time::UnixMillis;
+pub use tree::{LeafIndex, TreeSize};

@@ -1,0 +1,66 @@
+//! Every numeric limit of the protocol, docs/protocol.md §10. Each one is a
+//! named constant so that the docs, the schemas and the code cite one place.
+
+/// Maximum size of a record's canonical form, in bytes. Chosen so that an
+/// entry (record plus witness fields) always fits a C2SP entry bundle, whose
+/// uint16 length prefix caps an entry at 65,535 bytes.
+pub const MAX_RECORD_BYTES: usize = 32_768;
+
+/// Maximum size of an entry's canonical form (C2SP tlog-tiles entry bundles).
+pub const MAX_ENTRY_BYTES: usize = 65_535;
+
+/// Maximum size of any other JSON wire object (receipt, pack line, head,
+/// agent keys), and of an HTTP request body, in bytes.
+pub const MAX_WIRE_OBJECT_BYTES: usize = 131_072;
+
+/// Maximum nesting depth of arrays and objects in any wire object.
+pub const MAX_DEPTH: usize = 16;
+
+/// Maximum nesting depth accepted when canonicalising a tool definition,
+/// whose input schema is the MCP server's and may nest deeply.
+pub const MAX_TOOL_DEFINITION_DEPTH: usize = 128;
+
+/// Maximum size of one tool definition, in bytes, before it is digested.
+pub const MAX_TOOL_DEFINITION_BYTES: usize = 1_048_576;
+
+/// Maximum number of tools in one `tools` record.
+pub const MAX_TOOLS_PER_RECORD: usize = 48;
+
+/// Maximum number of parts (records) one tool list spans.
+pub const MAX_TOOL_LIST_PARTS: u32 = 64;
+
+/// Maximum number of tools in a tool list (all parts together).
+pub const MAX_TOOLS_PER_LIST: usize = MAX_TOOLS_PER_RECORD * MAX_TOOL_LIST_PARTS as usize;
+
+/// Maximum length of an agent name, in bytes.
+pub const MAX_AGENT_NAME_BYTES: usize = 64;
+
+/// Maximum length of a tool name, call id or list id, in bytes.
+pub const MAX_NAME_BYTES: usize = 256;
+
+/// Maximum length of a note's text, in bytes.
+pub const MAX_NOTE_TEXT_BYTES: usize = 4096;
+
+/// Minimum and maximum nonce length, in bytes.
+pub const MIN_NONCE_BYTES: usize = 16;
+/// See [`MIN_NONCE_BYTES`].
+pub const MAX_NONCE_BYTES: usize = 64;
+
+/// Largest sequence number, log index or tree size: 2^53 − 1, so every
+/// integer on the wire is exact in a double.
+pub const MAX_COUNTER: u64 = crate::canonical::MAX_SAFE_INTEGER;
+
+/// Maximum number of records in one pack.
+pub const MAX_RECORDS_PER_PACK: u64 = 16_777_216;
+
+/// Maximum number of agents in one pack, and in one agent-keys file.
+pub const MAX_AGENTS_PER_PACK: usize = 4096;
+
+/// Maximum number of keys listed for one agent in agent-keys.json.
+pub const MAX_KEYS_PER_AGENT: usize = 64;
+
+/// Maximum number of hashes in one proof (a tree of 2^63 leaves needs 63).
+pub const MAX_PROOF_HASHES: usize = 64;
+
+/// Default bound on |witness time − agent time|, in milliseconds.
+pub const DEFAULT_MAX_SKEW_MS: u64 = 300_000;

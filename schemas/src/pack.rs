@@ -1,0 +1,372 @@
+//! Packs, agent-keys.json and head.json, docs/protocol.md §9.
+//!
+//! A pack is JSON Lines so that it can be written and verified as a stream:
+//! a `header` line (the pack's checkpoint first, so every later line can be
+//! checked as it arrives), `checkpoint` lines (the checkpoints receipts were
+//! issued under, each with a consistency proof to the pack's checkpoint),
+//! `record` lines in log order, and an `end` line whose counts catch a
+//! truncated file.
+
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+
+use crate::canonical::{self, CanonicalError, Limits};
+use crate::hash::Hash;
+use crate::keys::{KeyId, PublicKey};
+use crate::record::{check_version, AgentName, Nonce, Record, RecordError, Seq};
+use crate::time::UnixMillis;
+use crate::tree::{LeafIndex, TreeSize};
+
+/// The pack, agent-keys and head format version.
+pub const PACK_VERSION: u64 = 1;
+
+/// Why a pack line, agent-keys file or head file was refused.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum PackError {
+    /// Not strict JSON, or out of bounds.
+    #[error(transparent)]
+    Canonical(#[from] CanonicalError),
+    /// A format version this build does not read.
+    #[error("{what} format version {found} is not supported (this build reads version {PACK_VERSION}); upgrade tally")]
+    UnsupportedVersion {
+        /// Which document.
+        what: &'static str,
+        /// The `v` field as written.
+        found: String,
+    },
+    /// A line whose `type` is not one of the four.
+    #[error("unknown pack line type {0:?}")]
+    UnknownLineType(String),
+    /// Fields missing, unknown or of the wrong type.
+    #[error("{what} does not match the v1 schema: {message}")]
+    Schema {
+        /// Which document.
+        what: &'static str,
+        /// What is wrong.
+        message: String,
+    },
+    /// A record inside is not valid.
+    #[error("record: {0}")]
+    Record(#[from] RecordError),
+}
+
+/// What the pack covers for one agent.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct PackAgent {
+    /// The agent.
+    pub agent: AgentName,
+    /// Seq of the agent's first record in the pack. When above 0, that record
+    /// is the chain's anchor: proven in the log, its `prev` not followed.
+    pub first_seq: Seq,
+    /// Seq of the agent's last record in the pack.
+    pub last_seq: Seq,
+}
+
+/// First line of a pack.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct PackHeader {
+    /// Format version, 1.
+    pub v: u64,
+    /// The log's origin (its checkpoint key name).
+    pub origin: String,
+    /// The pack's checkpoint: every record entry is proven in it.
+    pub checkpoint: String,
+    /// When the pack was made (witness clock).
+    pub created: UnixMillis,
+    /// The agents in the pack, each once, sorted by name.
+    pub agents: Vec<PackAgent>,
+}
+
+/// A checkpoint a receipt was issued under.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct PackCheckpoint {
+    /// The signed checkpoint note.
+    pub checkpoint: String,
+    /// Consistency proof from this checkpoint to the pack's checkpoint
+    /// (empty when the sizes are equal).
+    pub consistency: Vec<Hash>,
+}
+
+/// Where a record sits in the log.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Witnessed {
+    /// The entry's log index.
+    pub index: LeafIndex,
+    /// The witness's receive time, as in the entry.
+    pub received: UnixMillis,
+    /// Inclusion proof of the entry in the pack's checkpoint.
+    pub inclusion: Vec<Hash>,
+}
+
+/// The receipt the witness issued, with its checkpoint named by tree size
+/// (a `checkpoint` line of the pack). Its inclusion proof is not repeated:
+/// the entry is proven in the pack's checkpoint, and the receipt's checkpoint
+/// is proven a prefix of it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct PackReceipt {
+    /// The record hash the receipt named.
+    pub record_hash: Hash,
+    /// The nonce the receipt echoed.
+    pub nonce: Nonce,
+    /// The index the receipt gave.
+    pub index: LeafIndex,
+    /// Size of the checkpoint the receipt was issued under.
+    pub tree_size: TreeSize,
+}
+
+/// One record of the pack.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct PackRecord {
+    /// The record.
+    pub record: Record,
+    /// Its place in the log; `None` for a record not yet witnessed (pending).
+    pub witnessed: Option<Witnessed>,
+    /// Its receipt; `None` when none was issued yet (pending).
+    pub receipt: Option<PackReceipt>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct PackRecordIn {
+    record: Value,
+    witnessed: Option<Witnessed>,
+    receipt: Option<PackReceipt>,
+}
+
+/// Last line of a pack.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct PackEnd {
+    /// Number of `checkpoint` lines.
+    pub checkpoints: u64,
+    /// Number of `record` lines.
+    pub records: u64,
+}
+
+/// One line of a pack.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum PackLine {
+    /// `{"type":"header",…}`.
+    Header(PackHeader),
+    /// `{"type":"checkpoint",…}`.
+    Checkpoint(PackCheckpoint),
+    /// `{"type":"record",…}`.
+    Record(Box<PackRecord>),
+    /// `{"type":"end",…}`.
+    End(PackEnd),
+}
+
+impl PackLine {
+    /// Parses one line (without its newline).
+    ///
+    /// # Errors
+    /// [`PackError`] naming the first rule broken.
+    pub fn from_json(line: &[u8]) -> Result<Self, PackError> {
+        let mut value = canonical::parse_strict(line, Limits::WIRE)?;
+        let schema = |message: String| PackError::Schema {
+            what: "pack line",
+            message,
+        };
+        let obj = value
+            .as_object_mut()
+            .ok_or_else(|| schema("expected a JSON object".into()))?;
+        let kind = match obj.remove("type") {
+            Some(Value::String(s)) => s,
+            _ => return Err(schema("missing string field `type`".into())),
+        };
+        let de = |e: serde_json::Error| schema(format!("{kind} line: {e}"));
+        Ok(match kind.as_str() {
+            "header" => {
+                check_version(&value, PACK_VERSION, |found| PackError::UnsupportedVersion { what: "pack", found })
+                    .map_err(|e| e.unwrap_or_else(schema))?;
+                Self::Header(serde_json::from_value(value).map_err(de)?)
+            }
+            "checkpoint" => Self::Checkpoint(serde_json::from_value(value).map_err(de)?),
+            "record" => {
+                let raw: PackRecordIn = serde_json::from_value(value).map_err(de)?;
+                Self::Record(Box::new(PackRecord {
+                    record: Record::from_value(raw.record)?,
+                    witnessed: raw.witnessed,
+                    receipt: raw.receipt,
+                }))
+            }
+            "end" => Self::End(serde_json::from_value(value).map_err(de)?),
+            _ => return Err(PackError::UnknownLineType(kind)),
+        })
+    }
+
+    /// The line's JSON (canonical, no trailing newline).
+    ///
+    /// # Errors
+    /// Only if a value cannot be canonicalised, which the types prevent.
+    pub fn to_json(&self) -> Result<Vec<u8>, CanonicalError> {
+        #[derive(Serialize)]
+        struct Tagged<'a, T: Serialize> {
+            #[serde(rename = "type")]
+            kind: &'static str,
+            #[serde(flatten)]
+            inner: &'a T,
+        }
+        match self {
+            Self::Header(h) => canonical::canonicalize(&Tagged { kind: "header", inner: h }),
+            Self::Checkpoint(c) => canonical::canonicalize(&Tagged {
+                kind: "checkpoint",
+                inner: c,
+            }),
+            Self::Record(r) => canonical::canonicalize(&Tagged { kind: "record", inner: r }),
+            Self::End(e) => canonical::canonicalize(&Tagged { kind: "end", inner: e }),
+        }
+    }
+}
+
+/// One key of an agent, with the time range it may sign in.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct AgentKey {
+    /// The key id (must match `public_key`).
+    pub key_id: KeyId,
+    /// The public key.
+    pub public_key: PublicKey,
+    /// First instant the key may sign.
+    pub not_before: UnixMillis,
+    /// First instant the key may no longer sign; `None` while it is active.
+    pub not_after: Option<UnixMillis>,
+}
+
+impl AgentKey {
+    /// Whether the key may sign at `time`.
+    #[must_use]
+    pub fn active_at(&self, time: UnixMillis) -> bool {
+        time >= self.not_before && self.not_after.is_none_or(|end| time < end)
+    }
+}
+
+/// The keys of one agent.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct AgentKeyList {
+    /// The agent.
+    pub agent: AgentName,
+    /// Its keys, current and retired.
+    pub keys: Vec<AgentKey>,
+}
+
+/// agent-keys.json: the trusted agent keys an auditor gets from the operator.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct AgentKeys {
+    /// Format version, 1.
+    pub v: u64,
+    /// The log origin these agents post to.
+    pub origin: String,
+    /// Agents and their keys.
+    pub agents: Vec<AgentKeyList>,
+}
+
+/// An agent's latest record in head.json.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct HeadAgent {
+    /// The record.
+    pub record: Record,
+    /// Its place in the log, proven in the head checkpoint.
+    pub witnessed: Witnessed,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct HeadAgentIn {
+    record: Value,
+    witnessed: Witnessed,
+}
+
+/// head.json: a newer checkpoint and each agent's latest record, to show
+/// that nothing was cut from the end of a pack.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct Head {
+    /// Format version, 1.
+    pub v: u64,
+    /// The newer checkpoint note.
+    pub checkpoint: String,
+    /// Size of the older checkpoint the consistency proof starts from (the
+    /// pack's).
+    pub from_size: TreeSize,
+    /// Consistency proof from `from_size` to the head checkpoint.
+    pub consistency: Vec<Hash>,
+    /// Each agent's latest record.
+    pub agents: Vec<HeadAgent>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct HeadIn {
+    #[allow(dead_code)] // checked before this struct is decoded
+    v: u64,
+    checkpoint: String,
+    from_size: TreeSize,
+    consistency: Vec<Hash>,
+    agents: Vec<HeadAgentIn>,
+}
+
+fn parse_document<T: serde::de::DeserializeOwned>(bytes: &[u8], what: &'static str) -> Result<T, PackError> {
+    let value = canonical::parse_strict(bytes, Limits::WIRE)?;
+    check_version(&value, PACK_VERSION, |found| PackError::UnsupportedVersion { what, found }).map_err(|e| {
+        e.unwrap_or_else(|message| PackError::Schema { what, message })
+    })?;
+    serde_json::from_value(value).map_err(|e| PackError::Schema {
+        what,
+        message: e.to_string(),
+    })
+}
+
+impl AgentKeys {
+    /// Parses agent-keys.json.
+    ///
+    /// # Errors
+    /// [`PackError`] naming the first rule broken.
+    pub fn from_json(bytes: &[u8]) -> Result<Self, PackError> {
+        let keys = parse_document::<Self>(bytes, "agent-keys")?;
+        for list in &keys.agents {
+            for k in &list.keys {
+                if k.public_key.key_id() != k.key_id {
+                    return Err(PackError::Schema {
+                        what: "agent-keys",
+                        message: format!("agent {}: key_id {} is not the id of its public_key", list.agent, k.key_id),
+                    });
+                }
+            }
+        }
+        Ok(keys)
+    }
+}
+
+impl Head {
+    /// Parses head.json.
+    ///
+    /// # Errors
+    /// [`PackError`] naming the first rule broken.
+    pub fn from_json(bytes: &[u8]) -> Result<Self, PackError> {
+        let raw = parse_document::<HeadIn>(bytes, "head")?;
+        let agents = raw
+            .agents
+            .into_iter()
+            .map(|a| {
+                Ok(HeadAgent {
+                    record: Record::from_value(a.record)?,
+                    witnessed: a.witnessed,
+                })
+            })
+            .collect::<Result<_, PackError>>()?;
+        Ok(Self {
+            v: PACK_VERSION,
+            checkpoint: raw.checkpoint,
+            from_size: raw.from_size,
+            consistency: raw.consistency,
+            agents,
+        })
+    }
+}

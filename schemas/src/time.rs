@@ -1,0 +1,199 @@
+//! Timestamps: `UnixMillis`, and its wire form, RFC 3339 in UTC with exactly
+//! millisecond precision (`2026-11-30T08:00:00.123Z`), docs/protocol.md §2.
+//!
+//! One spelling per instant: a time with another offset, fewer or more
+//! fractional digits, or a lowercase `t`/`z` is refused, so the canonical bytes
+//! that are signed have one form.
+
+use std::fmt;
+
+use serde::{Deserialize, Deserializer, Serialize, Serializer};
+
+/// Milliseconds since the Unix epoch, UTC.
+#[derive(Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Default)]
+pub struct UnixMillis(i64);
+
+/// The earliest time tally accepts (1970-01-01T00:00:00.000Z).
+pub const MIN_TIME: UnixMillis = UnixMillis(0);
+/// The latest time tally accepts (9999-12-31T23:59:59.999Z).
+pub const MAX_TIME: UnixMillis = UnixMillis(253_402_300_799_999);
+
+/// A time string that is not in tally's one RFC 3339 form.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("a time must look like 2026-11-30T08:00:00.123Z (UTC, milliseconds, years 1970-9999), got {got:?}")]
+pub struct TimeParseError {
+    /// The offending text, cut to 80 characters.
+    pub got: String,
+}
+
+impl UnixMillis {
+    /// Wraps a count of milliseconds.
+    #[must_use]
+    pub const fn new(millis: i64) -> Self {
+        Self(millis)
+    }
+
+    /// The count of milliseconds.
+    #[must_use]
+    pub const fn as_millis(self) -> i64 {
+        self.0
+    }
+
+    /// The current time from the system clock. Callers that need a testable
+    /// clock take a [`Clock`] instead.
+    #[must_use]
+    pub fn now() -> Self {
+        let d = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap_or_default();
+        Self(i64::try_from(d.as_millis()).unwrap_or(i64::MAX))
+    }
+
+    /// The absolute difference in milliseconds.
+    #[must_use]
+    pub fn abs_diff(self, other: Self) -> u64 {
+        self.0.abs_diff(other.0)
+    }
+
+    /// The wire form.
+    #[must_use]
+    pub fn to_rfc3339(self) -> String {
+        let clamped = self.0.clamp(MIN_TIME.0, MAX_TIME.0);
+        let secs = clamped.div_euclid(1000);
+        let ms = clamped.rem_euclid(1000);
+        // In range by the clamp above, so the conversion cannot fail.
+        let dt = time::OffsetDateTime::from_unix_timestamp(secs)
+            .unwrap_or(time::OffsetDateTime::UNIX_EPOCH);
+        format!(
+            "{:04}-{:02}-{:02}T{:02}:{:02}:{:02}.{:03}Z",
+            dt.year(),
+            u8::from(dt.month()),
+            dt.day(),
+            dt.hour(),
+            dt.minute(),
+            dt.second(),
+            ms
+        )
+    }
+
+    /// Parses the wire form.
+    ///
+    /// # Errors
+    /// [`TimeParseError`] unless the text is exactly `YYYY-MM-DDTHH:MM:SS.mmmZ`
+    /// naming a real instant between 1970 and 9999.
+    pub fn parse_rfc3339(text: &str) -> Result<Self, TimeParseError> {
+        let err = || TimeParseError {
+            got: text.chars().take(80).collect(),
+        };
+        let b = text.as_bytes();
+        let shape_ok = b.len() == 24
+            && b.iter().enumerate().all(|(i, c)| match i {
+                4 | 7 => *c == b'-',
+                10 => *c == b'T',
+                13 | 16 => *c == b':',
+                19 => *c == b'.',
+                23 => *c == b'Z',
+                _ => c.is_ascii_digit(),
+            });
+        if !shape_ok {
+            return Err(err());
+        }
+        let num = |r: std::ops::Range<usize>| -> i64 {
+            text[r].bytes().fold(0i64, |acc, d| acc * 10 + i64::from(d - b'0'))
+        };
+        let year = i32::try_from(num(0..4)).map_err(|_| err())?;
+        let month = time::Month::try_from(u8::try_from(num(5..7)).map_err(|_| err())?)
+            .map_err(|_| err())?;
+        let date = time::Date::from_calendar_date(year, month, u8::try_from(num(8..10)).map_err(|_| err())?)
+            .map_err(|_| err())?;
+        let clock = time::Time::from_hms(
+            u8::try_from(num(11..13)).map_err(|_| err())?,
+            u8::try_from(num(14..16)).map_err(|_| err())?,
+            u8::try_from(num(17..19)).map_err(|_| err())?,
+        )
+        .map_err(|_| err())?;
+        let secs = date.with_time(clock).assume_utc().unix_timestamp();
+        let millis = secs * 1000 + num(20..23);
+        if !(MIN_TIME.0..=MAX_TIME.0).contains(&millis) {
+            return Err(err());
+        }
+        Ok(Self(millis))
+    }
+}
+
+impl fmt::Display for UnixMillis {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.to_rfc3339())
+    }
+}
+
+impl fmt::Debug for UnixMillis {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "UnixMillis({})", self.to_rfc3339())
+    }
+}
+
+impl Serialize for UnixMillis {
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.serialize_str(&self.to_rfc3339())
+    }
+}
+
+impl<'de> Deserialize<'de> for UnixMillis {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        let text = <std::borrow::Cow<'de, str>>::deserialize(d)?;
+        Self::parse_rfc3339(&text).map_err(serde::de::Error::custom)
+    }
+}
+
+/// A source of the current time, injected so that skew and expiry are testable.
+pub trait Clock: Send + Sync {
+    /// The current time.
+    fn now(&self) -> UnixMillis;
+}
+
+/// The system clock.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct SystemClock;
+
+impl Clock for SystemClock {
+    fn now(&self) -> UnixMillis {
+        UnixMillis::now()
+    }
+}
+
+/// A clock that always says the same time, for tests.
+#[derive(Debug, Clone, Copy)]
+pub struct FixedClock(pub UnixMillis);
+
+impl Clock for FixedClock {
+    fn now(&self) -> UnixMillis {
+        self.0
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn round_trips_and_rejects_other_spellings() {
+        let t = UnixMillis::parse_rfc3339("2026-11-30T08:00:00.123Z").unwrap();
+        assert_eq!(t.as_millis(), 1_796_025_600_123);
+        assert_eq!(t.to_rfc3339(), "2026-11-30T08:00:00.123Z");
+        for bad in [
+            "2026-11-30T08:00:00Z",
+            "2026-11-30T08:00:00.1234Z",
+            "2026-11-30T08:00:00.123+00:00",
+            "2026-11-30t08:00:00.123z",
+            "2026-02-30T08:00:00.123Z",
+            "2026-11-30T24:00:00.123Z",
+            "1969-12-31T23:59:59.999Z",
+            "",
+        ] {
+            assert!(UnixMillis::parse_rfc3339(bad).is_err(), "{bad}");
+        }
+        assert_eq!(MAX_TIME.to_rfc3339(), "9999-12-31T23:59:59.999Z");
+        assert_eq!(MIN_TIME.to_rfc3339(), "1970-01-01T00:00:00.000Z");
+    }
+}

@@ -1,0 +1,3 @@
+//! One module per subcommand (or group of subcommands).
+
+pub mod canon;

@@ -1,0 +1,42 @@
+//! `tally`: the command-line entry point. It wires the crates together and
+//! nothing else; each subcommand's arguments and work live in `cmd/`.
+
+mod cmd;
+
+use std::process::ExitCode;
+
+use clap::{Parser, Subcommand};
+
+/// tally: a transparency log for what AI agents do.
+///
+/// Agents sign a record of every tool call they decide to make and of what
+/// came back; a witness appends each record to an append-only Merkle log and
+/// returns a receipt; auditors verify exported packs offline.
+#[derive(Debug, Parser)]
+#[command(name = "tally", version, propagate_version = true)]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Debug, Subcommand)]
+enum Command {
+    /// Print the RFC 8785 canonical form of a JSON file (or - for stdin), as
+    /// tally hashes and signs it. Refuses duplicate keys, integers beyond
+    /// 2^53-1 and invalid UTF-8.
+    Canon(cmd::canon::Args),
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    let result = match cli.command {
+        Command::Canon(args) => cmd::canon::run(&args),
+    };
+    match result {
+        Ok(code) => code,
+        Err(e) => {
+            eprintln!("tally: error: {e:#}");
+            ExitCode::from(2)
+        }
+    }
+}

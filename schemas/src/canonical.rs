@@ -82,6 +82,22 @@ pub enum CanonicalError {
     },
 }
 
+impl CanonicalError {
+    /// A stable, snake_case code for this error, used in API error bodies.
+    #[must_use]
+    pub const fn code(&self) -> &'static str {
+        match self {
+            Self::TooLarge { .. } => "too_large",
+            Self::TooDeep { .. } => "too_deep",
+            Self::InvalidUtf8 { .. } => "invalid_utf8",
+            Self::DuplicateKey { .. } => "duplicate_key",
+            Self::IntegerOutOfRange { .. } => "integer_out_of_range",
+            Self::NonFinite => "non_finite_number",
+            Self::Syntax { .. } => "malformed_json",
+        }
+    }
+}
+
 const DUPLICATE_KEY_MARK: &str = "\u{1}duplicate key:";
 
 /// Parses `bytes` as one JSON value under tally's strict rules.
@@ -175,7 +191,9 @@ fn prescan(b: &[u8], max_depth: usize) -> Result<(), CanonicalError> {
             b'}' | b']' => depth = depth.saturating_sub(1),
             b'-' | b'0'..=b'9' => {
                 let start = i;
-                while i + 1 < b.len() && matches!(b[i + 1], b'-' | b'+' | b'.' | b'e' | b'E' | b'0'..=b'9') {
+                while i + 1 < b.len()
+                    && matches!(b[i + 1], b'-' | b'+' | b'.' | b'e' | b'E' | b'0'..=b'9')
+                {
                     i += 1;
                 }
                 check_integer_literal(&b[start..=i])?;
@@ -266,7 +284,10 @@ impl<'de> Visitor<'de> for StrictVisitor {
         while let Some(key) = map.next_key::<String>()? {
             match seen.entry(key) {
                 Entry::Occupied(e) => {
-                    return Err(de::Error::custom(format!("{DUPLICATE_KEY_MARK}{}", e.key())));
+                    return Err(de::Error::custom(format!(
+                        "{DUPLICATE_KEY_MARK}{}",
+                        e.key()
+                    )));
                 }
                 Entry::Vacant(slot) => {
                     let StrictValue(v) = map.next_value()?;
@@ -274,7 +295,9 @@ impl<'de> Visitor<'de> for StrictVisitor {
                 }
             }
         }
-        Ok(StrictValue(Value::Object(seen.into_iter().collect::<Map<_, _>>())))
+        Ok(StrictValue(Value::Object(
+            seen.into_iter().collect::<Map<_, _>>(),
+        )))
     }
 }
 
@@ -305,7 +328,10 @@ mod tests {
         ));
         assert!(parse_strict(b"9007199254740991", lim()).is_ok());
         assert!(parse_strict(b"-9007199254740991", lim()).is_ok());
-        assert_eq!(parse_strict(b"1e400", lim()), Err(CanonicalError::NonFinite));
+        assert_eq!(
+            parse_strict(b"1e400", lim()),
+            Err(CanonicalError::NonFinite)
+        );
         assert_eq!(
             parse_strict(b"\"\xff\"", lim()),
             Err(CanonicalError::InvalidUtf8 { offset: 1 })

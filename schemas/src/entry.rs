@@ -28,7 +28,9 @@ pub enum EntryError {
     #[error(transparent)]
     Canonical(#[from] CanonicalError),
     /// A format version this build does not read.
-    #[error("entry format version {found} is not supported (this build reads version {ENTRY_VERSION})")]
+    #[error(
+        "entry format version {found} is not supported (this build reads version {ENTRY_VERSION})"
+    )]
     UnsupportedVersion {
         /// The `v` field as written.
         found: String,
@@ -118,8 +120,10 @@ impl Entry {
     /// # Errors
     /// [`EntryError`] naming the first rule broken.
     pub fn from_value(value: Value) -> Result<Self, EntryError> {
-        check_version(&value, ENTRY_VERSION, |found| EntryError::UnsupportedVersion { found })
-            .map_err(|e| e.unwrap_or_else(|message| EntryError::Schema { message }))?;
+        check_version(&value, ENTRY_VERSION, |found| {
+            EntryError::UnsupportedVersion { found }
+        })
+        .map_err(|e| e.unwrap_or_else(|message| EntryError::Schema { message }))?;
         let wire: EntryWireIn = serde_json::from_value(value).map_err(|e| EntryError::Schema {
             message: e.to_string(),
         })?;
@@ -239,7 +243,11 @@ impl Receipt {
     ///
     /// # Errors
     /// [`ReceiptError`] saying which binding failed.
-    pub fn verify(&self, record: &Record, log_key: &NoteVerifier) -> Result<(Checkpoint, Entry), ReceiptError> {
+    pub fn verify(
+        &self,
+        record: &Record,
+        log_key: &NoteVerifier,
+    ) -> Result<(Checkpoint, Entry), ReceiptError> {
         if self.v != RECEIPT_VERSION {
             return Err(ReceiptError::UnsupportedVersion { found: self.v });
         }

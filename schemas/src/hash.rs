@@ -58,7 +58,9 @@ impl Hash {
         let err = || HashParseError {
             got: text.chars().take(80).collect(),
         };
-        if text.len() != 2 * HASH_LEN || !text.bytes().all(|b| matches!(b, b'0'..=b'9' | b'a'..=b'f')) {
+        if text.len() != 2 * HASH_LEN
+            || !text.bytes().all(|b| matches!(b, b'0'..=b'9' | b'a'..=b'f'))
+        {
             return Err(err());
         }
         let mut out = [0u8; HASH_LEN];

@@ -53,7 +53,9 @@ fn decode_fixed<const N: usize>(text: &str, what: &'static str) -> Result<[u8; N
     if BASE64.encode(&bytes) != text {
         return Err(KeyError::Encoding { what, len: N });
     }
-    bytes.try_into().map_err(|_| KeyError::Encoding { what, len: N })
+    bytes
+        .try_into()
+        .map_err(|_| KeyError::Encoding { what, len: N })
 }
 
 /// An Ed25519 public key. On the wire: standard base64 of its 32 bytes.
@@ -107,7 +109,12 @@ impl PublicKey {
     ///
     /// # Errors
     /// [`BadSignature`] when it does not verify under `verify_strict`.
-    pub fn verify(&self, domain: &[u8], message: &[u8], signature: &Signature) -> Result<(), BadSignature> {
+    pub fn verify(
+        &self,
+        domain: &[u8],
+        message: &[u8],
+        signature: &Signature,
+    ) -> Result<(), BadSignature> {
         let mut signed = Vec::with_capacity(domain.len() + message.len());
         signed.extend_from_slice(domain);
         signed.extend_from_slice(message);

@@ -82,17 +82,23 @@ fn note_key_id(name: &str, public: &PublicKey) -> u32 {
 
 fn split_key(text: &str, what: &'static str) -> Result<(String, u32, [u8; 32]), NoteError> {
     let bad = |reason| NoteError::KeyFormat { what, reason };
-    let mut parts = text.rsplitn(3, '+');
-    let (Some(b64), Some(hexid), Some(name)) = (parts.next(), parts.next(), parts.next()) else {
+    // Names never contain '+', base64 may: split from the left.
+    let mut parts = text.splitn(3, '+');
+    let (Some(name), Some(hexid), Some(b64)) = (parts.next(), parts.next(), parts.next()) else {
         return Err(bad("expected name+keyid+key"));
     };
     if !is_valid_key_name(name) {
         return Err(bad("invalid key name"));
     }
-    if hexid.len() != 8 || !hexid.bytes().all(|b| matches!(b, b'0'..=b'9' | b'a'..=b'f')) {
+    if hexid.len() != 8
+        || !hexid
+            .bytes()
+            .all(|b| matches!(b, b'0'..=b'9' | b'a'..=b'f'))
+    {
         return Err(bad("key id must be 8 lowercase hex digits"));
     }
-    let id = u32::from_str_radix(hexid, 16).map_err(|_| bad("key id must be 8 lowercase hex digits"))?;
+    let id =
+        u32::from_str_radix(hexid, 16).map_err(|_| bad("key id must be 8 lowercase hex digits"))?;
     let raw = BASE64.decode(b64).map_err(|_| bad("key is not base64"))?;
     if raw.len() != 33 {
         return Err(bad("key must be 33 bytes: algorithm byte and 32 key bytes"));
@@ -201,7 +207,9 @@ impl signed_note::Verifier for NoteVerifier {
         let Ok(bytes) = <[u8; 64]>::try_from(sig) else {
             return false;
         };
-        self.key.verify_raw(msg, &Signature::from_bytes(bytes)).is_ok()
+        self.key
+            .verify_raw(msg, &Signature::from_bytes(bytes))
+            .is_ok()
     }
 }
 
@@ -238,10 +246,12 @@ impl NoteSigner {
     /// [`NoteError::KeyFormat`] when it is malformed or its key id does not
     /// match the key.
     pub fn from_skey(skey: &str) -> Result<Self, NoteError> {
-        let rest = skey.strip_prefix("PRIVATE+KEY+").ok_or(NoteError::KeyFormat {
-            what: "skey",
-            reason: "must start with PRIVATE+KEY+",
-        })?;
+        let rest = skey
+            .strip_prefix("PRIVATE+KEY+")
+            .ok_or(NoteError::KeyFormat {
+                what: "skey",
+                reason: "must start with PRIVATE+KEY+",
+            })?;
         let (name, id, seed) = split_key(rest, "skey")?;
         let signer = Self::from_secret(&name, SecretKey::from_seed(&seed))?;
         if signer.verifier.id != id {
@@ -277,7 +287,8 @@ impl NoteSigner {
     /// # Errors
     /// [`NoteError::NoteFormat`] when `text` is not valid note text.
     pub fn sign_note(&self, text: &str) -> Result<String, NoteError> {
-        let mut note = signed_note::Note::new(text.as_bytes(), &[]).map_err(|_| NoteError::NoteFormat)?;
+        let mut note =
+            signed_note::Note::new(text.as_bytes(), &[]).map_err(|_| NoteError::NoteFormat)?;
         note.add_sigs(&[self]).map_err(|_| NoteError::NoteFormat)?;
         String::from_utf8(note.to_bytes()).map_err(|_| NoteError::NoteFormat)
     }
@@ -363,9 +374,14 @@ impl Checkpoint {
     /// [`NoteError::CheckpointFormat`] naming the first rule broken.
     pub fn from_body(text: &str) -> Result<Self, NoteError> {
         let bad = |reason| NoteError::CheckpointFormat { reason };
-        let body = text.strip_suffix('\n').ok_or(bad("must end with a newline"))?;
+        let body = text
+            .strip_suffix('\n')
+            .ok_or(bad("must end with a newline"))?;
         let mut lines = body.split('\n');
-        let origin = lines.next().filter(|o| !o.is_empty()).ok_or(bad("empty origin"))?;
+        let origin = lines
+            .next()
+            .filter(|o| !o.is_empty())
+            .ok_or(bad("empty origin"))?;
         let size_text = lines.next().ok_or(bad("missing size line"))?;
         let canonical_decimal = !size_text.is_empty()
             && size_text.bytes().all(|b| b.is_ascii_digit())
@@ -373,7 +389,9 @@ impl Checkpoint {
         if !canonical_decimal {
             return Err(bad("size must be a decimal number without leading zeros"));
         }
-        let size = size_text.parse::<u64>().map_err(|_| bad("size out of range"))?;
+        let size = size_text
+            .parse::<u64>()
+            .map_err(|_| bad("size out of range"))?;
         let root_text = lines.next().ok_or(bad("missing root hash line"))?;
         let root = BASE64
             .decode(root_text)
@@ -404,7 +422,8 @@ pub fn open_checkpoint(note: &str, key: &NoteVerifier) -> Result<Checkpoint, Not
     if note.len() > MAX_CHECKPOINT_NOTE_BYTES {
         return Err(NoteError::NoteFormat);
     }
-    let parsed = signed_note::Note::from_bytes(note.as_bytes()).map_err(|_| NoteError::NoteFormat)?;
+    let parsed =
+        signed_note::Note::from_bytes(note.as_bytes()).map_err(|_| NoteError::NoteFormat)?;
     let trusted = signed_note::VerifierList::new(vec![Box::new(key.clone())]);
     match parsed.verify(&trusted) {
         Ok(_) => {}
@@ -433,7 +452,8 @@ pub fn open_checkpoint(note: &str, key: &NoteVerifier) -> Result<Checkpoint, Not
 /// # Errors
 /// [`NoteError`] when the note or body is malformed.
 pub fn peek_checkpoint(note: &str) -> Result<Checkpoint, NoteError> {
-    let parsed = signed_note::Note::from_bytes(note.as_bytes()).map_err(|_| NoteError::NoteFormat)?;
+    let parsed =
+        signed_note::Note::from_bytes(note.as_bytes()).map_err(|_| NoteError::NoteFormat)?;
     Checkpoint::from_body(std::str::from_utf8(parsed.text()).map_err(|_| NoteError::NoteFormat)?)
 }
 
@@ -443,17 +463,25 @@ mod tests {
 
     #[test]
     fn sign_open_and_refuse_other_keys() {
-        let signer = NoteSigner::from_secret("log.example/a", SecretKey::from_seed(&[3; 32])).unwrap();
+        let signer =
+            NoteSigner::from_secret("log.example/a", SecretKey::from_seed(&[3; 32])).unwrap();
         let cp = Checkpoint::new("log.example/a", TreeSize::new(5), Hash::sha256(b"x"));
         let note = signer.sign_checkpoint(&cp).unwrap();
         assert_eq!(open_checkpoint(&note, signer.verifier()), Ok(cp.clone()));
-        let other = NoteSigner::from_secret("log.example/a", SecretKey::from_seed(&[4; 32])).unwrap();
+        let other =
+            NoteSigner::from_secret("log.example/a", SecretKey::from_seed(&[4; 32])).unwrap();
         assert!(matches!(
             open_checkpoint(&note, other.verifier()),
             Err(NoteError::NotSignedByKey { .. })
         ));
-        assert_eq!(NoteSigner::from_skey(&signer.skey()).unwrap().skey(), signer.skey());
-        assert_eq!(NoteVerifier::from_vkey(&signer.verifier().vkey()).unwrap(), *signer.verifier());
+        assert_eq!(
+            NoteSigner::from_skey(&signer.skey()).unwrap().skey(),
+            signer.skey()
+        );
+        assert_eq!(
+            NoteVerifier::from_vkey(&signer.verifier().vkey()).unwrap(),
+            *signer.verifier()
+        );
         let forged = note.replace("\n5\n", "\n6\n");
         assert!(matches!(
             open_checkpoint(&forged, signer.verifier()),

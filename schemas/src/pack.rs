@@ -182,8 +182,13 @@ impl PackLine {
         let de = |e: serde_json::Error| schema(format!("{kind} line: {e}"));
         Ok(match kind.as_str() {
             "header" => {
-                check_version(&value, PACK_VERSION, |found| PackError::UnsupportedVersion { what: "pack", found })
-                    .map_err(|e| e.unwrap_or_else(schema))?;
+                check_version(&value, PACK_VERSION, |found| {
+                    PackError::UnsupportedVersion {
+                        what: "pack",
+                        found,
+                    }
+                })
+                .map_err(|e| e.unwrap_or_else(schema))?;
                 Self::Header(serde_json::from_value(value).map_err(de)?)
             }
             "checkpoint" => Self::Checkpoint(serde_json::from_value(value).map_err(de)?),
@@ -213,13 +218,22 @@ impl PackLine {
             inner: &'a T,
         }
         match self {
-            Self::Header(h) => canonical::canonicalize(&Tagged { kind: "header", inner: h }),
+            Self::Header(h) => canonical::canonicalize(&Tagged {
+                kind: "header",
+                inner: h,
+            }),
             Self::Checkpoint(c) => canonical::canonicalize(&Tagged {
                 kind: "checkpoint",
                 inner: c,
             }),
-            Self::Record(r) => canonical::canonicalize(&Tagged { kind: "record", inner: r }),
-            Self::End(e) => canonical::canonicalize(&Tagged { kind: "end", inner: e }),
+            Self::Record(r) => canonical::canonicalize(&Tagged {
+                kind: "record",
+                inner: r,
+            }),
+            Self::End(e) => canonical::canonicalize(&Tagged {
+                kind: "end",
+                inner: e,
+            }),
         }
     }
 }
@@ -312,11 +326,15 @@ struct HeadIn {
     agents: Vec<HeadAgentIn>,
 }
 
-fn parse_document<T: serde::de::DeserializeOwned>(bytes: &[u8], what: &'static str) -> Result<T, PackError> {
+fn parse_document<T: serde::de::DeserializeOwned>(
+    bytes: &[u8],
+    what: &'static str,
+) -> Result<T, PackError> {
     let value = canonical::parse_strict(bytes, Limits::WIRE)?;
-    check_version(&value, PACK_VERSION, |found| PackError::UnsupportedVersion { what, found }).map_err(|e| {
-        e.unwrap_or_else(|message| PackError::Schema { what, message })
-    })?;
+    check_version(&value, PACK_VERSION, |found| {
+        PackError::UnsupportedVersion { what, found }
+    })
+    .map_err(|e| e.unwrap_or_else(|message| PackError::Schema { what, message }))?;
     serde_json::from_value(value).map_err(|e| PackError::Schema {
         what,
         message: e.to_string(),
@@ -335,7 +353,10 @@ impl AgentKeys {
                 if k.public_key.key_id() != k.key_id {
                     return Err(PackError::Schema {
                         what: "agent-keys",
-                        message: format!("agent {}: key_id {} is not the id of its public_key", list.agent, k.key_id),
+                        message: format!(
+                            "agent {}: key_id {} is not the id of its public_key",
+                            list.agent, k.key_id
+                        ),
                     });
                 }
             }

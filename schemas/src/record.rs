@@ -17,8 +17,8 @@ use crate::canonical::{self, CanonicalError, Limits};
 use crate::hash::Hash;
 use crate::keys::{BadSignature, KeyId, PublicKey, SecretKey, Signature};
 use crate::limits::{
-    MAX_AGENT_NAME_BYTES, MAX_COUNTER, MAX_NAME_BYTES, MAX_NONCE_BYTES, MAX_NOTE_TEXT_BYTES, MAX_RECORD_BYTES,
-    MAX_TOOLS_PER_RECORD, MAX_TOOL_LIST_PARTS, MIN_NONCE_BYTES,
+    MAX_AGENT_NAME_BYTES, MAX_COUNTER, MAX_NAME_BYTES, MAX_NONCE_BYTES, MAX_NOTE_TEXT_BYTES,
+    MAX_RECORD_BYTES, MAX_TOOLS_PER_RECORD, MAX_TOOL_LIST_PARTS, MIN_NONCE_BYTES,
 };
 use crate::time::UnixMillis;
 
@@ -65,6 +65,21 @@ pub enum RecordError {
     },
 }
 
+impl RecordError {
+    /// A stable, snake_case code for this error, used in API error bodies
+    /// and golden vectors.
+    #[must_use]
+    pub const fn code(&self) -> &'static str {
+        match self {
+            Self::Canonical(e) => e.code(),
+            Self::UnsupportedVersion { .. } => "unsupported_version",
+            Self::Schema { .. } => "schema",
+            Self::Invalid { .. } => "invalid_field",
+            Self::TooLarge { .. } => "too_large",
+        }
+    }
+}
+
 /// Why a record's signature was not accepted.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum RecordSignatureError {
@@ -83,16 +98,27 @@ pub enum RecordSignatureError {
 
 /// Checks a free-text field: 1..=max bytes, no control characters (newline
 /// and tab allowed where `allow_newlines`).
-fn check_text(field: &'static str, text: &str, max: usize, allow_newlines: bool) -> Result<(), RecordError> {
+fn check_text(
+    field: &'static str,
+    text: &str,
+    max: usize,
+    allow_newlines: bool,
+) -> Result<(), RecordError> {
     let invalid = |reason: String| RecordError::Invalid { field, reason };
     if text.is_empty() || text.len() > max {
-        return Err(invalid(format!("must be 1 to {max} bytes, is {}", text.len())));
+        return Err(invalid(format!(
+            "must be 1 to {max} bytes, is {}",
+            text.len()
+        )));
     }
     if let Some(c) = text
         .chars()
         .find(|c| c.is_control() && !(allow_newlines && matches!(c, '\n' | '\t')))
     {
-        return Err(invalid(format!("contains control character U+{:04X}", u32::from(c))));
+        return Err(invalid(format!(
+            "contains control character U+{:04X}",
+            u32::from(c)
+        )));
     }
     Ok(())
 }
@@ -110,9 +136,10 @@ impl AgentName {
     /// [`RecordError::Invalid`] naming the rule broken.
     pub fn new(name: &str) -> Result<Self, RecordError> {
         let ok_len = !name.is_empty() && name.len() <= MAX_AGENT_NAME_BYTES;
-        let ok_chars = name.bytes().enumerate().all(|(i, b)| {
-            b.is_ascii_alphanumeric() || (i > 0 && matches!(b, b'.' | b'_' | b'-'))
-        });
+        let ok_chars = name
+            .bytes()
+            .enumerate()
+            .all(|(i, b)| b.is_ascii_alphanumeric() || (i > 0 && matches!(b, b'.' | b'_' | b'-')));
         if ok_len && ok_chars {
             Ok(Self(name.to_owned()))
         } else {
@@ -427,7 +454,11 @@ impl ToolPartDigests {
             ("annotations", self.annotations, other.annotations),
             ("meta", self.meta, other.meta),
         ];
-        pairs.into_iter().filter(|(_, a, b)| a != b).map(|(n, _, _)| n).collect()
+        pairs
+            .into_iter()
+            .filter(|(_, a, b)| a != b)
+            .map(|(n, _, _)| n)
+            .collect()
     }
 }
 
@@ -537,7 +568,10 @@ impl Body {
                 if t.tools.len() > MAX_TOOLS_PER_RECORD {
                     return Err(RecordError::Invalid {
                         field: "body.tools",
-                        reason: format!("{} tools, more than {MAX_TOOLS_PER_RECORD} per record", t.tools.len()),
+                        reason: format!(
+                            "{} tools, more than {MAX_TOOLS_PER_RECORD} per record",
+                            t.tools.len()
+                        ),
                     });
                 }
                 let mut names = std::collections::BTreeSet::new();
@@ -715,8 +749,10 @@ impl Record {
     /// # Errors
     /// [`RecordError`] naming the first rule broken.
     pub fn from_value(value: Value) -> Result<Self, RecordError> {
-        check_version(&value, RECORD_VERSION, |found| RecordError::UnsupportedVersion { found })
-            .map_err(|e| e.unwrap_or_else(|message| RecordError::Schema { message }))?;
+        check_version(&value, RECORD_VERSION, |found| {
+            RecordError::UnsupportedVersion { found }
+        })
+        .map_err(|e| e.unwrap_or_else(|message| RecordError::Schema { message }))?;
         let as_given = canonical::canonicalize(&value)?;
         let wire: WireIn = serde_json::from_value(value).map_err(|e| RecordError::Schema {
             message: e.to_string(),
@@ -820,6 +856,8 @@ pub(crate) fn check_version<E>(
         None => Err(Err("missing field `v` (the format version)".into())),
         Some(v) if v.as_u64() == Some(supported) => Ok(()),
         Some(v) if v.as_u64().is_some() => Err(Ok(unsupported(v.to_string()))),
-        Some(v) => Err(Err(format!("field `v` must be a positive integer, got {v}"))),
+        Some(v) => Err(Err(format!(
+            "field `v` must be a positive integer, got {v}"
+        ))),
     }
 }

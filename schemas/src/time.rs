@@ -99,13 +99,19 @@ impl UnixMillis {
             return Err(err());
         }
         let num = |r: std::ops::Range<usize>| -> i64 {
-            text[r].bytes().fold(0i64, |acc, d| acc * 10 + i64::from(d - b'0'))
+            text[r]
+                .bytes()
+                .fold(0i64, |acc, d| acc * 10 + i64::from(d - b'0'))
         };
         let year = i32::try_from(num(0..4)).map_err(|_| err())?;
         let month = time::Month::try_from(u8::try_from(num(5..7)).map_err(|_| err())?)
             .map_err(|_| err())?;
-        let date = time::Date::from_calendar_date(year, month, u8::try_from(num(8..10)).map_err(|_| err())?)
-            .map_err(|_| err())?;
+        let date = time::Date::from_calendar_date(
+            year,
+            month,
+            u8::try_from(num(8..10)).map_err(|_| err())?,
+        )
+        .map_err(|_| err())?;
         let clock = time::Time::from_hms(
             u8::try_from(num(11..13)).map_err(|_| err())?,
             u8::try_from(num(14..16)).map_err(|_| err())?,

@@ -34,9 +34,14 @@ pub const TOOL_DEFINITION_LIMITS: Limits = Limits {
 /// # Errors
 /// [`ToolDefinitionError`] when it is not an object with a name, or holds
 /// numbers JCS refuses.
-pub fn digest_tool_definition(definition: &Value) -> Result<(String, Hash, ToolPartDigests), ToolDefinitionError> {
+pub fn digest_tool_definition(
+    definition: &Value,
+) -> Result<(String, Hash, ToolPartDigests), ToolDefinitionError> {
     let obj = definition.as_object().ok_or(ToolDefinitionError::Shape)?;
-    let name = obj.get("name").and_then(Value::as_str).ok_or(ToolDefinitionError::Shape)?;
+    let name = obj
+        .get("name")
+        .and_then(Value::as_str)
+        .ok_or(ToolDefinitionError::Shape)?;
     let part = |key: &str| -> Result<Option<Hash>, ToolDefinitionError> {
         obj.get(key)
             .map(|v| Ok(Hash::sha256(&canonical::canonicalize(v)?)))
@@ -60,7 +65,8 @@ mod tests {
 
     #[test]
     fn a_changed_description_is_named() {
-        let a = serde_json::json!({"name":"echo","description":"Echo","inputSchema":{"type":"object"}});
+        let a =
+            serde_json::json!({"name":"echo","description":"Echo","inputSchema":{"type":"object"}});
         let b = serde_json::json!({"name":"echo","description":"Echo!","inputSchema":{"type":"object"}});
         let (na, da, pa) = digest_tool_definition(&a).unwrap();
         let (_, db, pb) = digest_tool_definition(&b).unwrap();

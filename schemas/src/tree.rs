@@ -337,7 +337,11 @@ pub mod reference {
     fn subproof(m: usize, leaves: &[Hash], whole: bool) -> Vec<Hash> {
         let n = leaves.len();
         if m == n {
-            return if whole { Vec::new() } else { vec![root(leaves)] };
+            return if whole {
+                Vec::new()
+            } else {
+                vec![root(leaves)]
+            };
         }
         let k = split(n);
         if m <= k {
@@ -369,7 +373,11 @@ mod tests {
             for i in 0..n {
                 let p = reference::inclusion_proof(i, &l);
                 let (idx, size) = (LeafIndex::new(i as u64), TreeSize::new(n as u64));
-                assert_eq!(verify_inclusion(idx, size, &l[i], &p, &r), Ok(()), "{i} in {n}");
+                assert_eq!(
+                    verify_inclusion(idx, size, &l[i], &p, &r),
+                    Ok(()),
+                    "{i} in {n}"
+                );
                 let mut longer = p.clone();
                 longer.push(r);
                 assert!(verify_inclusion(idx, size, &l[i], &longer, &r).is_err());
@@ -381,7 +389,11 @@ mod tests {
                 let p = reference::consistency_proof(m, &l);
                 let rm = reference::root(&l[..m]);
                 let (old, new) = (TreeSize::new(m as u64), TreeSize::new(n as u64));
-                assert_eq!(verify_consistency(old, new, &rm, &r, &p), Ok(()), "{m} -> {n}");
+                assert_eq!(
+                    verify_consistency(old, new, &rm, &r, &p),
+                    Ok(()),
+                    "{m} -> {n}"
+                );
                 let mut longer = p.clone();
                 longer.push(r);
                 assert!(verify_consistency(old, new, &rm, &r, &longer).is_err());

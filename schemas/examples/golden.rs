@@ -227,8 +227,8 @@ fn invalid_cases(sample: &Record) -> Vec<(&'static str, &'static str, &'static s
         ),
         (
             "refused-missing-prev",
-            "prev omitted instead of written (it is always present)",
-            "schema",
+            "prev omitted after seq 0 (it is always present)",
+            "invalid_field",
             with(&|o| {
                 o.remove("prev");
             }),

@@ -129,7 +129,7 @@ pub fn parse_strict(bytes: &[u8], limits: Limits) -> Result<Value, CanonicalErro
 /// [`CanonicalError::IntegerOutOfRange`] or [`CanonicalError::NonFinite`] for
 /// numbers JCS cannot represent exactly.
 pub fn canonicalize<T: Serialize + ?Sized>(value: &T) -> Result<Vec<u8>, CanonicalError> {
-    json_canon::to_vec(value).map_err(|e| {
+    let bytes = json_canon::to_vec(value).map_err(|e| {
         let message = e.to_string();
         if message.contains("NaN") || message.contains("Infinit") {
             CanonicalError::NonFinite
@@ -138,7 +138,12 @@ pub fn canonicalize<T: Serialize + ?Sized>(value: &T) -> Result<Vec<u8>, Canonic
                 literal: message.chars().take(40).collect(),
             }
         }
-    })
+    })?;
+    // A double such as 8.2e16 is written by JCS as the integer literal
+    // 82000000000000000, which the parser refuses; refuse it here too, so
+    // that canonical output always parses back.
+    prescan(&bytes, usize::MAX)?;
+    Ok(bytes)
 }
 
 /// Parses strictly, then canonicalises: the JCS bytes of a document.
@@ -205,6 +210,10 @@ fn prescan(b: &[u8], max_depth: usize) -> Result<(), CanonicalError> {
     Ok(())
 }
 
+/// Refuses an integer literal (no fraction, no exponent) beyond ±(2^53−1):
+/// a double cannot hold every such integer, so `9007199254740993` would
+/// silently become `9007199254740992`. Run on input, and on canonical output,
+/// where JCS writes integral doubles below 10^21 as integer literals.
 fn check_integer_literal(lit: &[u8]) -> Result<(), CanonicalError> {
     if lit.iter().any(|c| matches!(c, b'.' | b'e' | b'E')) {
         return Ok(());

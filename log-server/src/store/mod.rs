@@ -1,0 +1,266 @@
+//! The storage contract of the log (docs/storage.md): the [`LogStore`] trait
+//! every backend implements, and the values it stores.
+//!
+//! Stored hashes follow the Go sumdb/tlog layout (`tlog_tiles::stored_hash_index`):
+//! the hashes of a tree of `n` leaves are a dense array of
+//! `tlog_tiles::stored_hash_count(n)` values, appended as leaves are appended
+//! and never rewritten, so every proof and tile is O(log n) point reads.
+//!
+//! # Contract
+//! A backend promises:
+//! 1. **Atomic batches.** [`LogStore::commit_batch`] writes everything in a
+//!    [`BatchWrite`] or nothing, and is durable when it returns `Ok`.
+//! 2. **Compare-and-swap on size.** It refuses a batch whose `old_size` is not
+//!    the stored size ([`StoreError::Conflict`]), so a stale writer can never
+//!    append twice at one index.
+//! 3. **Immutability.** Stored hashes, entries, index rows and receipt sizes are
+//!    never changed once written. A checkpoint is never replaced by a different
+//!    note of the same size ([`LogStore::put_checkpoint`] refuses), and never
+//!    stored for a size below the latest one or above the stored tree size.
+//! 4. **Read-your-writes.** After `Ok`, every read sees the write.
+//! 5. **An error says nothing about landing.** A write that returns `Err` may or
+//!    may not have landed (a lost acknowledgement); callers re-read state after
+//!    an error instead of assuming either. The fault-injecting backend
+//!    ([`faulty::FaultyStore`]) exercises both outcomes.
+//!
+//! The store itself checks no chain, nonce or signature rule: the single
+//! writer (the sequencer) does that before it builds a batch, and the
+//! compare-and-swap of rule 2 makes that check-then-write atomic.
+
+pub mod faulty;
+pub mod memory;
+pub mod redb;
+
+use tally_schemas::{AgentName, Hash, LeafIndex, Nonce, Seq, TreeSize};
+
+/// Why a storage operation failed.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum StoreError {
+    /// The backend failed (I/O, a full disk, a closed database).
+    #[error("storage backend: {0}")]
+    Backend(String),
+    /// Stored data breaks the layout (a missing hash inside the tree, an
+    /// undecodable row). The log refuses to sign anything over such a store.
+    #[error("storage is corrupt: {0}")]
+    Corrupt(String),
+    /// A write that would break the contract: a batch at a stale size, or a
+    /// second, different checkpoint note for one size.
+    #[error("storage write refused: {0}")]
+    Conflict(String),
+    /// A failure injected by the fault-injecting backend (tests only).
+    #[error("injected storage fault ({landed})")]
+    Injected {
+        /// Whether the write landed despite the error.
+        landed: &'static str,
+    },
+}
+
+/// The latest record of an agent's chain.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ChainHead {
+    /// Sequence number of the head record.
+    pub seq: Seq,
+    /// Record hash of the head record.
+    pub record_hash: Hash,
+    /// The head record's log index.
+    pub index: LeafIndex,
+}
+
+/// One new entry of a batch, with the keys it is indexed under.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct NewEntry {
+    /// Its log index.
+    pub index: LeafIndex,
+    /// The entry's canonical bytes (the leaf data).
+    pub canonical: Vec<u8>,
+    /// `SHA-256(0x00 ‖ canonical)`.
+    pub leaf_hash: Hash,
+    /// The record's hash.
+    pub record_hash: Hash,
+    /// The record's nonce.
+    pub nonce: Nonce,
+    /// The record's agent.
+    pub agent: AgentName,
+    /// The record's seq.
+    pub seq: Seq,
+}
+
+/// Everything one group commit writes, in one transaction.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct BatchWrite {
+    /// The stored tree size this batch extends (compare-and-swap).
+    pub old_size: TreeSize,
+    /// The new entries, at indexes `old_size..old_size + entries.len()`.
+    pub entries: Vec<NewEntry>,
+    /// The new stored hashes, starting at stored-hash index
+    /// `stored_hash_count(old_size)` and ending at `stored_hash_count(new size)`.
+    pub hashes: Vec<Hash>,
+    /// The new chain head of each agent that has entries in the batch.
+    pub heads: Vec<(AgentName, ChainHead)>,
+    /// The tree size of the checkpoint every receipt for this batch is issued
+    /// under: the new size.
+    pub receipt_size: TreeSize,
+}
+
+impl BatchWrite {
+    /// The tree size after this batch.
+    #[must_use]
+    pub fn new_size(&self) -> TreeSize {
+        TreeSize::new(self.old_size.get() + self.entries.len() as u64)
+    }
+
+    /// Checks the batch's internal shape (indexes contiguous, hash count
+    /// right), which every backend does before writing.
+    ///
+    /// # Errors
+    /// [`StoreError::Conflict`] naming the first inconsistency.
+    pub fn check_shape(&self) -> Result<(), StoreError> {
+        for (i, e) in self.entries.iter().enumerate() {
+            if e.index.get() != self.old_size.get() + i as u64 {
+                return Err(StoreError::Conflict(format!(
+                    "batch entry {i} has index {}, expected {}",
+                    e.index,
+                    self.old_size.get() + i as u64
+                )));
+            }
+        }
+        let want = tlog_tiles::stored_hash_count(self.new_size().get())
+            - tlog_tiles::stored_hash_count(self.old_size.get());
+        if self.hashes.len() as u64 != want {
+            return Err(StoreError::Conflict(format!(
+                "batch has {} stored hashes, {want} expected",
+                self.hashes.len()
+            )));
+        }
+        if self.receipt_size != self.new_size() {
+            return Err(StoreError::Conflict("receipt size is not the new tree size".into()));
+        }
+        Ok(())
+    }
+}
+
+/// The storage of one log. See the module docs for the contract.
+///
+/// Every method is blocking; async callers run them on a blocking thread.
+pub trait LogStore: Send + Sync + 'static {
+    /// The number of committed entries.
+    ///
+    /// # Errors
+    /// [`StoreError`] when the backend fails.
+    fn size(&self) -> Result<TreeSize, StoreError>;
+
+    /// The stored hashes at the given stored-hash indexes, in order.
+    ///
+    /// # Errors
+    /// [`StoreError::Corrupt`] when an index is not stored.
+    fn read_hashes(&self, indexes: &[u64]) -> Result<Vec<Hash>, StoreError>;
+
+    /// The canonical bytes of the entries at `start..end` (fewer if the log
+    /// is shorter).
+    ///
+    /// # Errors
+    /// [`StoreError`] when the backend fails.
+    fn entries(&self, start: LeafIndex, end: LeafIndex) -> Result<Vec<Vec<u8>>, StoreError>;
+
+    /// The tree size of the checkpoint the receipt for `index` is issued under.
+    ///
+    /// # Errors
+    /// [`StoreError`] when the backend fails.
+    fn receipt_size(&self, index: LeafIndex) -> Result<Option<TreeSize>, StoreError>;
+
+    /// The signed checkpoint note stored for `size`.
+    ///
+    /// # Errors
+    /// [`StoreError`] when the backend fails.
+    fn checkpoint(&self, size: TreeSize) -> Result<Option<String>, StoreError>;
+
+    /// The stored checkpoint with the largest size.
+    ///
+    /// # Errors
+    /// [`StoreError`] when the backend fails.
+    fn latest_checkpoint(&self) -> Result<Option<(TreeSize, String)>, StoreError>;
+
+    /// The head of `agent`'s chain.
+    ///
+    /// # Errors
+    /// [`StoreError`] when the backend fails.
+    fn chain_head(&self, agent: &AgentName) -> Result<Option<ChainHead>, StoreError>;
+
+    /// `(seq, index)` of `agent`'s records with `seq >= from`, in seq order,
+    /// at most `limit` of them.
+    ///
+    /// # Errors
+    /// [`StoreError`] when the backend fails.
+    fn agent_indexes(&self, agent: &AgentName, from: Seq, limit: usize) -> Result<Vec<(Seq, LeafIndex)>, StoreError>;
+
+    /// The index of the entry whose record used `nonce`.
+    ///
+    /// # Errors
+    /// [`StoreError`] when the backend fails.
+    fn index_of_nonce(&self, nonce: &Nonce) -> Result<Option<LeafIndex>, StoreError>;
+
+    /// The index of the entry holding the record with `record_hash`.
+    ///
+    /// # Errors
+    /// [`StoreError`] when the backend fails.
+    fn index_of_record(&self, record_hash: &Hash) -> Result<Option<LeafIndex>, StoreError>;
+
+    /// The index of the entry with `leaf_hash`.
+    ///
+    /// # Errors
+    /// [`StoreError`] when the backend fails.
+    fn index_of_leaf(&self, leaf_hash: &Hash) -> Result<Option<LeafIndex>, StoreError>;
+
+    /// Writes a batch atomically and durably (contract rules 1 and 2).
+    ///
+    /// # Errors
+    /// [`StoreError::Conflict`] when `batch.old_size` is not the stored size
+    /// or the batch is malformed; [`StoreError`] when the backend fails, in
+    /// which case the batch may or may not have landed.
+    fn commit_batch(&self, batch: &BatchWrite) -> Result<(), StoreError>;
+
+    /// Stores a signed checkpoint note for `size`, durably.
+    ///
+    /// Storing the same note again is a no-op.
+    ///
+    /// # Errors
+    /// [`StoreError::Conflict`] when another note is stored for `size`, when
+    /// `size` is below the latest checkpoint's or above the stored tree size.
+    fn put_checkpoint(&self, size: TreeSize, note: &str) -> Result<(), StoreError>;
+}
+
+/// The rules of [`LogStore::put_checkpoint`], shared by the backends.
+///
+/// # Errors
+/// [`StoreError::Conflict`] as documented there. `Ok(true)` means the same
+/// note is already stored.
+pub(crate) fn check_put_checkpoint(
+    size: TreeSize,
+    note: &str,
+    tree_size: TreeSize,
+    existing: Option<&str>,
+    latest: Option<TreeSize>,
+) -> Result<bool, StoreError> {
+    if let Some(old) = existing {
+        return if old == note {
+            Ok(true)
+        } else {
+            Err(StoreError::Conflict(format!(
+                "a different checkpoint is already stored for size {size}"
+            )))
+        };
+    }
+    if size > tree_size {
+        return Err(StoreError::Conflict(format!(
+            "checkpoint size {size} is beyond the stored tree size {tree_size}"
+        )));
+    }
+    if let Some(latest) = latest {
+        if size < latest {
+            return Err(StoreError::Conflict(format!(
+                "checkpoint size {size} is below the latest checkpoint size {latest}"
+            )));
+        }
+    }
+    Ok(false)
+}

@@ -1,0 +1,108 @@
+//! Test helpers shared by the integration tests: deterministic agents that
+//! sign chained records, the log key, and backend constructors.
+#![allow(dead_code)]
+
+use std::sync::Arc;
+
+use tally_log::store::faulty::FaultyStore;
+use tally_log::store::memory::MemoryStore;
+use tally_log::store::redb::RedbStore;
+use tally_log::LogStore;
+use tally_schemas::record::NoteBody;
+use tally_schemas::{AgentName, Body, Hash, Nonce, NoteSigner, Record, SecretKey, Seq, UnixMillis, UnsignedRecord};
+
+pub const ORIGIN: &str = "log.example/test";
+
+pub fn signer() -> NoteSigner {
+    NoteSigner::from_secret(ORIGIN, SecretKey::from_seed(&[7; 32])).unwrap()
+}
+
+/// An agent that signs the next record of its chain on demand.
+pub struct Agent {
+    pub name: AgentName,
+    key: SecretKey,
+    pub next_seq: u64,
+    pub prev: Option<Hash>,
+    counter: u64,
+}
+
+impl Agent {
+    pub fn new(name: &str) -> Self {
+        let mut seed = [0u8; 32];
+        for (i, b) in name.bytes().enumerate().take(32) {
+            seed[i] = b;
+        }
+        Self {
+            name: AgentName::new(name).unwrap(),
+            key: SecretKey::from_seed(&seed),
+            next_seq: 0,
+            prev: None,
+            counter: 0,
+        }
+    }
+
+    /// A record at an explicit position, with a nonce derived from `salt`.
+    pub fn record_at(&self, seq: u64, prev: Option<Hash>, salt: u64, text: &str) -> Record {
+        let mut nonce = vec![0u8; 16];
+        nonce[..8].copy_from_slice(&salt.to_be_bytes());
+        nonce[8..16].copy_from_slice(&seq.to_be_bytes());
+        nonce.extend_from_slice(self.name.as_str().as_bytes().get(..8.min(self.name.as_str().len())).unwrap());
+        UnsignedRecord {
+            agent: self.name.clone(),
+            key_id: self.key.public_key().key_id(),
+            seq: Seq::new(seq).unwrap(),
+            prev,
+            time: UnixMillis::new(1_796_025_600_000 + seq as i64),
+            nonce: Nonce::from_bytes(nonce).unwrap(),
+            body: Body::Note(NoteBody { text: text.to_owned() }),
+        }
+        .sign(&self.key)
+        .unwrap()
+    }
+
+    /// The next record of the chain; the chain advances.
+    pub fn next(&mut self) -> Record {
+        self.counter += 1;
+        let r = self.record_at(self.next_seq, self.prev, self.counter, &format!("note {}", self.counter));
+        self.next_seq += 1;
+        self.prev = Some(r.hash());
+        r
+    }
+
+    /// Moves the chain to a known head.
+    pub fn resync(&mut self, seq: Seq, hash: Hash) {
+        self.next_seq = seq.get() + 1;
+        self.prev = Some(hash);
+    }
+}
+
+pub fn now() -> UnixMillis {
+    UnixMillis::new(1_796_025_600_500)
+}
+
+/// The backends every suite runs over. The tempdir must outlive the store.
+pub enum Backend {
+    Memory,
+    Redb,
+    Faulty,
+}
+
+pub const BACKENDS: [Backend; 3] = [Backend::Memory, Backend::Redb, Backend::Faulty];
+
+impl Backend {
+    pub fn name(&self) -> &'static str {
+        match self {
+            Self::Memory => "memory",
+            Self::Redb => "redb",
+            Self::Faulty => "faulty(pass)",
+        }
+    }
+
+    pub fn make(&self, dir: &tempfile::TempDir) -> Arc<dyn LogStore> {
+        match self {
+            Self::Memory => Arc::new(MemoryStore::new()),
+            Self::Redb => Arc::new(RedbStore::open(&dir.path().join("log.redb")).unwrap()),
+            Self::Faulty => Arc::new(FaultyStore::new(Arc::new(MemoryStore::new()))),
+        }
+    }
+}

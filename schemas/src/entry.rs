@@ -233,7 +233,41 @@ pub enum ReceiptError {
     Entry(#[from] EntryError),
 }
 
+/// Why receipt bytes could not be decoded.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum ReceiptParseError {
+    /// Not strict JSON.
+    #[error(transparent)]
+    Canonical(#[from] CanonicalError),
+    /// A format version this build does not read.
+    #[error("receipt format version {found} is not supported (this build reads version {RECEIPT_VERSION})")]
+    UnsupportedVersion {
+        /// The `v` field as written.
+        found: String,
+    },
+    /// Fields missing, unknown or of the wrong type.
+    #[error("receipt does not match the v1 schema: {message}")]
+    Schema {
+        /// What is wrong.
+        message: String,
+    },
+}
+
 impl Receipt {
+    /// Decodes a receipt (strict JSON, v1 schema). Decoding proves nothing:
+    /// call [`Receipt::verify`].
+    ///
+    /// # Errors
+    /// [`ReceiptParseError`] naming the first rule broken.
+    pub fn from_json(bytes: &[u8]) -> Result<Self, ReceiptParseError> {
+        let value = canonical::parse_strict(bytes, Limits::WIRE)?;
+        check_version(&value, RECEIPT_VERSION, |found| ReceiptParseError::UnsupportedVersion { found })
+            .map_err(|e| e.unwrap_or_else(|message| ReceiptParseError::Schema { message }))?;
+        serde_json::from_value(value).map_err(|e| ReceiptParseError::Schema {
+            message: e.to_string(),
+        })
+    }
+
     /// Checks this receipt for `record` under the trusted log key: the
     /// receipt names the record's hash and nonce, the checkpoint is signed by
     /// `log_key`, and the rebuilt entry is proven in it.

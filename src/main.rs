@@ -25,12 +25,25 @@ enum Command {
     /// tally hashes and signs it. Refuses duplicate keys, integers beyond
     /// 2^53-1 and invalid UTF-8.
     Canon(cmd::canon::Args),
+    /// An agent's key, witness configuration and sync (agent side).
+    Agent(cmd::agent::Args),
+    /// Run an MCP server (stdio) behind a proxy that records every tool
+    /// call in the agent's signed chain.
+    Gateway(cmd::gateway::Args),
+    /// Record a decision, outcome or note in an agent's chain (for scripts).
+    Record(cmd::record::Args),
+    /// Show each agent's chain head, unreceipted records and sync errors.
+    Status(cmd::status::Args),
 }
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
     let result = match cli.command {
         Command::Canon(args) => cmd::canon::run(&args),
+        Command::Agent(args) => cmd::agent::run(&args),
+        Command::Gateway(args) => cmd::gateway::run(&args),
+        Command::Record(args) => cmd::record::run(&args),
+        Command::Status(args) => cmd::status::run(&args),
     };
     match result {
         Ok(code) => code,

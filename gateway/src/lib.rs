@@ -1,1 +1,68 @@
-//! placeholder
+//! # tally-gateway
+//!
+//! The agent side of tally (issue 6): everything an agent needs to record
+//! its tool calls in its own signed hash chain and get them witnessed.
+//!
+//! - [`state`]: the `.tally/` state directory: agent key, witness config, pinned log keys.
+//! - [`store`]: the local redb chain store (records, salts and contents, receipts, sync state).
+//! - [`recorder`]: the chain writer that signs and durably commits records (group commit).
+//! - [`acceptance`]: receipt acceptance, docs/protocol.md §8, shared by the gateway and `tally record`.
+//! - [`witness`]: the witness HTTP client; [`sync`]: background sync with backoff and resync.
+//! - [`toollist`]: `tools` records from MCP tool lists (§5.3, §6.2).
+//! - [`proxy`], [`process`]: the MCP stdio proxy and the child process behind it.
+//!
+//! It depends on tally-schemas for every wire type and never on tally-log.
+
+pub mod acceptance;
+pub mod process;
+pub mod proxy;
+pub mod recorder;
+pub mod state;
+pub mod store;
+pub mod sync;
+pub mod toollist;
+pub mod witness;
+
+use std::sync::Arc;
+
+use tally_schemas::limits::DEFAULT_MAX_SKEW_MS;
+use tally_schemas::time::Clock;
+use tally_schemas::AgentName;
+
+/// Why an agent's sync could not be set up.
+#[derive(Debug, thiserror::Error)]
+pub enum SetupError {
+    /// Local state.
+    #[error(transparent)]
+    State(#[from] state::StateError),
+    /// The HTTP client.
+    #[error(transparent)]
+    Witness(#[from] witness::WitnessError),
+}
+
+/// The sync task for `agent`, or `None` when no witness is configured
+/// (nothing is ever sent before one is).
+///
+/// # Errors
+/// [`SetupError`] when the configuration or pinned keys cannot be read.
+pub fn open_syncer(
+    state: &state::StateDir,
+    agent: &AgentName,
+    store: Arc<store::ChainStore>,
+    clock: Arc<dyn Clock>,
+) -> Result<Option<sync::Syncer>, SetupError> {
+    let config = state.load_config(agent)?;
+    let Some(witness) = config.witness else {
+        return Ok(None);
+    };
+    let trust = witness.trust(&state.agent(agent).config())?;
+    let client = witness::WitnessClient::new(&state::witness_url(&witness), state.api_key(agent)?)?;
+    Ok(Some(sync::Syncer::new(
+        store,
+        agent.as_str(),
+        client,
+        trust,
+        clock,
+        DEFAULT_MAX_SKEW_MS,
+    )))
+}

@@ -1,0 +1,195 @@
+//! Receipt acceptance, docs/protocol.md §8: the one function the gateway,
+//! its sync and `tally record` use to decide whether a witness's receipt
+//! really covers one of the agent's records.
+//!
+//! A receipt is accepted when (§8 steps 1–5) its version is 1; it names the
+//! record's hash and echoes its nonce; its checkpoint verifies with a pinned
+//! log key that was not retired when the witness received the record; the
+//! rebuilt entry is proven at its index by the inclusion proof; and the
+//! witness's receive time is within the skew bound of the local clock. The
+//! binding and proof checks are [`Receipt::verify`] in tally-schemas; this
+//! module adds the trust policy (which keys, retirement, freshness).
+
+use tally_schemas::canonical::{parse_strict, Limits};
+use tally_schemas::entry::ReceiptError;
+use tally_schemas::note::{peek_checkpoint, NoteError, NoteVerifier};
+use tally_schemas::{Checkpoint, Receipt, Record, UnixMillis};
+
+/// A log key the agent trusts, with the validity range the witness's key
+/// directory gave for it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TrustedLogKey {
+    /// The key.
+    pub verifier: NoteVerifier,
+    /// The key signs from this time on, when known.
+    pub not_before: Option<UnixMillis>,
+    /// The key was retired at this time; `None` while it is current.
+    pub not_after: Option<UnixMillis>,
+}
+
+/// The pinned log keys of one witness.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct WitnessTrust {
+    keys: Vec<TrustedLogKey>,
+}
+
+impl WitnessTrust {
+    /// Trust exactly these keys.
+    #[must_use]
+    pub fn new(keys: Vec<TrustedLogKey>) -> Self {
+        Self { keys }
+    }
+
+    /// The keys.
+    #[must_use]
+    pub fn keys(&self) -> &[TrustedLogKey] {
+        &self.keys
+    }
+}
+
+/// Why a receipt was not accepted. The variant names the class of failure
+/// the gateway reports (`--strict` errors say which); the fields are the
+/// evidence.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum ReceiptRejection {
+    /// The bytes are not a v1 receipt.
+    #[error("invalid receipt: {0}")]
+    Malformed(String),
+    /// The checkpoint is not signed by any pinned log key (or names another log).
+    #[error("untrusted receipt: {0}")]
+    Untrusted(String),
+    /// The checkpoint is signed by a pinned key that was retired (or not yet
+    /// valid) when the witness received the record.
+    #[error("untrusted receipt: log key {key} is not valid at the receipt's time {received} (valid {not_before:?} to {not_after:?})")]
+    KeyRetired {
+        /// `name+id` of the key.
+        key: String,
+        /// The receipt's time.
+        received: UnixMillis,
+        /// Start of validity.
+        not_before: Option<UnixMillis>,
+        /// Retirement.
+        not_after: Option<UnixMillis>,
+    },
+    /// The receipt is for another record (hash or nonce differ).
+    #[error("mismatched receipt: {0}")]
+    Mismatch(ReceiptError),
+    /// The receipt is signed but does not prove the record's entry.
+    #[error("invalid receipt: {0}")]
+    Invalid(ReceiptError),
+    /// The witness's receive time is too far from the local clock.
+    #[error("stale receipt: witness time {received} is {diff_ms} ms from local time {local}, more than {max_skew_ms} ms")]
+    Stale {
+        /// The receipt's time.
+        received: UnixMillis,
+        /// The local clock.
+        local: UnixMillis,
+        /// |received − local|.
+        diff_ms: u64,
+        /// The bound.
+        max_skew_ms: u64,
+    },
+}
+
+impl ReceiptRejection {
+    /// A stable one-word code for the failure class: `invalid`, `untrusted`,
+    /// `mismatched` or `stale`.
+    #[must_use]
+    pub fn code(&self) -> &'static str {
+        match self {
+            Self::Malformed(_) | Self::Invalid(_) => "invalid",
+            Self::Untrusted(_) | Self::KeyRetired { .. } => "untrusted",
+            Self::Mismatch(_) => "mismatched",
+            Self::Stale { .. } => "stale",
+        }
+    }
+}
+
+/// A receipt that was accepted, with the checkpoint it was proven in.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct AcceptedReceipt {
+    /// The receipt.
+    pub receipt: Receipt,
+    /// Its verified checkpoint.
+    pub checkpoint: Checkpoint,
+}
+
+/// Parses receipt bytes strictly (docs/protocol.md §2: no duplicate keys,
+/// no unknown members, bounded size and depth).
+///
+/// # Errors
+/// [`ReceiptRejection::Malformed`] saying why.
+pub fn parse_receipt(bytes: &[u8]) -> Result<Receipt, ReceiptRejection> {
+    let value = parse_strict(bytes, Limits::WIRE)
+        .map_err(|e| ReceiptRejection::Malformed(e.to_string()))?;
+    serde_json::from_value(value).map_err(|e| ReceiptRejection::Malformed(e.to_string()))
+}
+
+/// Decides whether `receipt` is a valid receipt for `record` under `trust`,
+/// at local time `now`, with witness time allowed within `max_skew_ms` of it.
+///
+/// # Errors
+/// [`ReceiptRejection`] naming the first failed condition.
+pub fn accept_receipt(
+    receipt: &Receipt,
+    record: &Record,
+    trust: &WitnessTrust,
+    now: UnixMillis,
+    max_skew_ms: u64,
+) -> Result<AcceptedReceipt, ReceiptRejection> {
+    if trust.keys.is_empty() {
+        return Err(ReceiptRejection::Untrusted(
+            "no log key is pinned for this witness (run `tally agent init NAME --witness URL`)"
+                .into(),
+        ));
+    }
+    // Only keys named like the checkpoint's origin can sign it; reading the
+    // origin before any signature check only chooses which keys to try.
+    let origin = peek_checkpoint(&receipt.checkpoint)
+        .map_err(|e| ReceiptRejection::Invalid(ReceiptError::Checkpoint(e)))?
+        .origin;
+    let mut last_untrusted: Option<NoteError> = None;
+    for key in trust.keys.iter().filter(|k| k.verifier.name() == origin) {
+        match receipt.verify(record, &key.verifier) {
+            Ok((checkpoint, _entry)) => {
+                let received = receipt.received;
+                let too_early = key.not_before.is_some_and(|t| received < t);
+                let retired = key.not_after.is_some_and(|t| received >= t);
+                if too_early || retired {
+                    return Err(ReceiptRejection::KeyRetired {
+                        key: format!("{}+{:08x}", key.verifier.name(), key.verifier.id()),
+                        received,
+                        not_before: key.not_before,
+                        not_after: key.not_after,
+                    });
+                }
+                let diff_ms = received.abs_diff(now);
+                if diff_ms > max_skew_ms {
+                    return Err(ReceiptRejection::Stale {
+                        received,
+                        local: now,
+                        diff_ms,
+                        max_skew_ms,
+                    });
+                }
+                return Ok(AcceptedReceipt {
+                    receipt: receipt.clone(),
+                    checkpoint,
+                });
+            }
+            Err(ReceiptError::Checkpoint(
+                e @ (NoteError::NotSignedByKey { .. }
+                | NoteError::BadSignature { .. }
+                | NoteError::OriginMismatch { .. }),
+            )) => last_untrusted = Some(e),
+            Err(e @ (ReceiptError::RecordMismatch { .. } | ReceiptError::NonceMismatch { .. })) => {
+                return Err(ReceiptRejection::Mismatch(e))
+            }
+            Err(e) => return Err(ReceiptRejection::Invalid(e)),
+        }
+    }
+    Err(ReceiptRejection::Untrusted(match last_untrusted {
+        Some(e) => e.to_string(),
+        None => format!("checkpoint names log {origin:?}, for which no key is pinned"),
+    }))
+}

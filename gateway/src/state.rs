@@ -1,0 +1,478 @@
+//! The agent's local state directory (`.tally/` by default), issue 6 §1: the
+//! agent's signing key, its witness configuration (URL, API key, the pinned
+//! log keys of docs/protocol.md §4.4) and the path of its chain store.
+//!
+//! Layout, one folder per agent:
+//!
+//! ```text
+//! <state>/agents/<agent>/agent.key    {"v":1,"agent":…,"seed":base64}  mode 0600
+//! <state>/agents/<agent>/config.json  {"v":1,"agent":…,"witness":{…}|null}
+//! <state>/agents/<agent>/api-key      the witness API key, mode 0600 (optional)
+//! <state>/agents/<agent>/chain.redb   the chain store (crate::store)
+//! ```
+//!
+//! The witness API key can also come from `TALLY_API_KEY` and the URL from
+//! `TALLY_WITNESS_URL`; the pinned keys only ever come from `config.json`,
+//! written by `tally agent init --witness`.
+
+use std::fs::{self, OpenOptions};
+use std::io::Write as _;
+use std::os::unix::fs::OpenOptionsExt as _;
+use std::path::{Path, PathBuf};
+
+use base64::engine::general_purpose::STANDARD as BASE64;
+use base64::Engine as _;
+use serde::{Deserialize, Serialize};
+use tally_schemas::note::NoteVerifier;
+use tally_schemas::{AgentName, SecretKey, UnixMillis};
+
+use crate::acceptance::{TrustedLogKey, WitnessTrust};
+
+/// Environment variable that overrides the witness API key.
+pub const API_KEY_ENV: &str = "TALLY_API_KEY";
+/// Environment variable that overrides the witness URL.
+pub const WITNESS_URL_ENV: &str = "TALLY_WITNESS_URL";
+
+/// Why local state could not be read or written.
+#[derive(Debug, thiserror::Error)]
+pub enum StateError {
+    /// A file could not be read or written.
+    #[error("{path}: {source}")]
+    Io {
+        /// The file.
+        path: PathBuf,
+        /// The OS error.
+        source: std::io::Error,
+    },
+    /// The agent has no key in this state directory.
+    #[error("agent {agent} is not initialised in {dir} (run `tally agent init {agent}`)")]
+    NotInitialised {
+        /// The agent.
+        agent: String,
+        /// The state directory.
+        dir: PathBuf,
+    },
+    /// The agent already has a key; keys are never overwritten.
+    #[error("agent {agent} already has a key at {path}; it is never overwritten")]
+    KeyExists {
+        /// The agent.
+        agent: String,
+        /// The key file.
+        path: PathBuf,
+    },
+    /// A state file does not hold what it should.
+    #[error("{path}: {reason}")]
+    Corrupt {
+        /// The file.
+        path: PathBuf,
+        /// What is wrong.
+        reason: String,
+    },
+}
+
+fn io_err(path: &Path) -> impl FnOnce(std::io::Error) -> StateError + '_ {
+    move |source| StateError::Io {
+        path: path.to_owned(),
+        source,
+    }
+}
+
+/// A pinned log key as kept in `config.json`: the vkey and the time range
+/// the key directory gave for it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct PinnedKey {
+    /// The C2SP vkey.
+    pub vkey: String,
+    /// Start of the key's validity, when the directory said.
+    pub not_before: Option<UnixMillis>,
+    /// End of the key's validity (retirement); `None` while current.
+    pub not_after: Option<UnixMillis>,
+}
+
+/// The witness an agent syncs to.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct WitnessConfig {
+    /// Base URL, e.g. `http://127.0.0.1:8080`.
+    pub url: String,
+    /// The log's origin, as the key directory named it.
+    pub origin: String,
+    /// Log keys pinned at `agent init` (trust on first use).
+    pub keys: Vec<PinnedKey>,
+}
+
+impl WitnessConfig {
+    /// The trust anchors for receipt acceptance.
+    ///
+    /// # Errors
+    /// [`StateError::Corrupt`] when a pinned vkey does not parse.
+    pub fn trust(&self, path: &Path) -> Result<WitnessTrust, StateError> {
+        let keys = self
+            .keys
+            .iter()
+            .map(|k| {
+                Ok(TrustedLogKey {
+                    verifier: NoteVerifier::from_vkey(&k.vkey).map_err(|e| {
+                        StateError::Corrupt {
+                            path: path.to_owned(),
+                            reason: format!("pinned vkey {:?}: {e}", k.vkey),
+                        }
+                    })?,
+                    not_before: k.not_before,
+                    not_after: k.not_after,
+                })
+            })
+            .collect::<Result<Vec<_>, StateError>>()?;
+        Ok(WitnessTrust::new(keys))
+    }
+}
+
+/// `config.json`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct AgentConfig {
+    /// Format version, 1.
+    pub v: u64,
+    /// The agent.
+    pub agent: AgentName,
+    /// The witness, once one is configured. Nothing is sent before.
+    pub witness: Option<WitnessConfig>,
+}
+
+#[derive(Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct KeyFile {
+    v: u64,
+    agent: AgentName,
+    seed: String,
+}
+
+/// The state directory.
+#[derive(Debug, Clone)]
+pub struct StateDir {
+    root: PathBuf,
+}
+
+/// One agent's files in the state directory.
+#[derive(Debug, Clone)]
+pub struct AgentPaths {
+    /// The agent.
+    pub agent: AgentName,
+    /// Its folder.
+    pub dir: PathBuf,
+}
+
+impl AgentPaths {
+    /// The key file.
+    #[must_use]
+    pub fn key(&self) -> PathBuf {
+        self.dir.join("agent.key")
+    }
+    /// The configuration.
+    #[must_use]
+    pub fn config(&self) -> PathBuf {
+        self.dir.join("config.json")
+    }
+    /// The API key file.
+    #[must_use]
+    pub fn api_key(&self) -> PathBuf {
+        self.dir.join("api-key")
+    }
+    /// The chain store.
+    #[must_use]
+    pub fn store(&self) -> PathBuf {
+        self.dir.join("chain.redb")
+    }
+}
+
+/// Writes `bytes` to `path` through a temporary file and a rename, so a
+/// reader never sees half a file; `mode` applies to the new file.
+fn write_atomic(path: &Path, bytes: &[u8], mode: u32) -> Result<(), StateError> {
+    let tmp = path.with_extension("tmp");
+    let mut f = OpenOptions::new()
+        .write(true)
+        .create(true)
+        .truncate(true)
+        .mode(mode)
+        .open(&tmp)
+        .map_err(io_err(&tmp))?;
+    f.write_all(bytes).map_err(io_err(&tmp))?;
+    f.sync_all().map_err(io_err(&tmp))?;
+    fs::rename(&tmp, path).map_err(io_err(path))
+}
+
+impl StateDir {
+    /// The state directory at `root` (not created until something is written).
+    #[must_use]
+    pub fn new(root: impl Into<PathBuf>) -> Self {
+        Self { root: root.into() }
+    }
+
+    /// The root folder.
+    #[must_use]
+    pub fn root(&self) -> &Path {
+        &self.root
+    }
+
+    /// The paths of `agent`.
+    #[must_use]
+    pub fn agent(&self, agent: &AgentName) -> AgentPaths {
+        AgentPaths {
+            agent: agent.clone(),
+            dir: self.root.join("agents").join(agent.as_str()),
+        }
+    }
+
+    /// The agents that have a key here, by name.
+    ///
+    /// # Errors
+    /// [`StateError::Io`] when the folder exists but cannot be listed.
+    pub fn agents(&self) -> Result<Vec<AgentName>, StateError> {
+        let dir = self.root.join("agents");
+        let entries = match fs::read_dir(&dir) {
+            Ok(e) => e,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Vec::new()),
+            Err(e) => return Err(io_err(&dir)(e)),
+        };
+        let mut out = Vec::new();
+        for entry in entries {
+            let entry = entry.map_err(io_err(&dir))?;
+            if let Some(name) = entry
+                .file_name()
+                .to_str()
+                .and_then(|n| AgentName::new(n).ok())
+            {
+                if entry.path().join("agent.key").exists() {
+                    out.push(name);
+                }
+            }
+        }
+        out.sort();
+        Ok(out)
+    }
+
+    /// Makes a fresh key for `agent`, written with mode 0600, and an empty
+    /// configuration.
+    ///
+    /// # Errors
+    /// [`StateError::KeyExists`] when the agent already has a key;
+    /// [`StateError::Io`] when the files cannot be written.
+    pub fn create_agent(
+        &self,
+        agent: &AgentName,
+        key: &SecretKey,
+    ) -> Result<AgentPaths, StateError> {
+        let paths = self.agent(agent);
+        fs::create_dir_all(&paths.dir).map_err(io_err(&paths.dir))?;
+        let key_path = paths.key();
+        let file = KeyFile {
+            v: 1,
+            agent: agent.clone(),
+            seed: BASE64.encode(key.seed()),
+        };
+        let mut text = serde_json::to_vec(&file).map_err(|e| StateError::Corrupt {
+            path: key_path.clone(),
+            reason: e.to_string(),
+        })?;
+        text.push(b'\n');
+        // create_new: a key is never overwritten, even by a racing init.
+        let mut f = match OpenOptions::new()
+            .write(true)
+            .create_new(true)
+            .mode(0o600)
+            .open(&key_path)
+        {
+            Ok(f) => f,
+            Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {
+                return Err(StateError::KeyExists {
+                    agent: agent.to_string(),
+                    path: key_path,
+                })
+            }
+            Err(e) => return Err(io_err(&key_path)(e)),
+        };
+        f.write_all(&text).map_err(io_err(&key_path))?;
+        f.sync_all().map_err(io_err(&key_path))?;
+        if !paths.config().exists() {
+            self.save_config(&AgentConfig {
+                v: 1,
+                agent: agent.clone(),
+                witness: None,
+            })?;
+        }
+        Ok(paths)
+    }
+
+    /// Reads the agent's key.
+    ///
+    /// # Errors
+    /// [`StateError::NotInitialised`] without a key file, [`StateError::Corrupt`]
+    /// when it does not parse or names another agent.
+    pub fn load_key(&self, agent: &AgentName) -> Result<SecretKey, StateError> {
+        let path = self.agent(agent).key();
+        let bytes = match fs::read(&path) {
+            Ok(b) => b,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+                return Err(StateError::NotInitialised {
+                    agent: agent.to_string(),
+                    dir: self.root.clone(),
+                })
+            }
+            Err(e) => return Err(io_err(&path)(e)),
+        };
+        let corrupt = |reason: String| StateError::Corrupt {
+            path: path.clone(),
+            reason,
+        };
+        let file: KeyFile = serde_json::from_slice(&bytes).map_err(|e| corrupt(e.to_string()))?;
+        if file.v != 1 || file.agent != *agent {
+            return Err(corrupt(format!(
+                "key file is for agent {} (version {})",
+                file.agent, file.v
+            )));
+        }
+        let seed: [u8; 32] = BASE64
+            .decode(&file.seed)
+            .ok()
+            .and_then(|b| b.try_into().ok())
+            .ok_or_else(|| corrupt("seed is not base64 of 32 bytes".into()))?;
+        Ok(SecretKey::from_seed(&seed))
+    }
+
+    /// Reads the agent's configuration.
+    ///
+    /// # Errors
+    /// [`StateError`] when the file is missing or does not parse.
+    pub fn load_config(&self, agent: &AgentName) -> Result<AgentConfig, StateError> {
+        let path = self.agent(agent).config();
+        let bytes = match fs::read(&path) {
+            Ok(b) => b,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+                return Err(StateError::NotInitialised {
+                    agent: agent.to_string(),
+                    dir: self.root.clone(),
+                })
+            }
+            Err(e) => return Err(io_err(&path)(e)),
+        };
+        let config: AgentConfig =
+            serde_json::from_slice(&bytes).map_err(|e| StateError::Corrupt {
+                path: path.clone(),
+                reason: e.to_string(),
+            })?;
+        if config.v != 1 || config.agent != *agent {
+            return Err(StateError::Corrupt {
+                path,
+                reason: format!(
+                    "configuration is for agent {} (version {})",
+                    config.agent, config.v
+                ),
+            });
+        }
+        Ok(config)
+    }
+
+    /// Writes the agent's configuration atomically.
+    ///
+    /// # Errors
+    /// [`StateError::Io`] when it cannot be written.
+    pub fn save_config(&self, config: &AgentConfig) -> Result<(), StateError> {
+        let paths = self.agent(&config.agent);
+        fs::create_dir_all(&paths.dir).map_err(io_err(&paths.dir))?;
+        let mut text = serde_json::to_vec_pretty(config).map_err(|e| StateError::Corrupt {
+            path: paths.config(),
+            reason: e.to_string(),
+        })?;
+        text.push(b'\n');
+        write_atomic(&paths.config(), &text, 0o644)
+    }
+
+    /// Stores the witness API key (mode 0600).
+    ///
+    /// # Errors
+    /// [`StateError::Io`] when it cannot be written.
+    pub fn save_api_key(&self, agent: &AgentName, api_key: &str) -> Result<(), StateError> {
+        let paths = self.agent(agent);
+        fs::create_dir_all(&paths.dir).map_err(io_err(&paths.dir))?;
+        write_atomic(&paths.api_key(), format!("{api_key}\n").as_bytes(), 0o600)
+    }
+
+    /// The witness API key: `TALLY_API_KEY`, else the stored one, else none.
+    ///
+    /// # Errors
+    /// [`StateError::Io`] when the stored key exists but cannot be read.
+    pub fn api_key(&self, agent: &AgentName) -> Result<Option<String>, StateError> {
+        if let Ok(k) = std::env::var(API_KEY_ENV) {
+            if !k.is_empty() {
+                return Ok(Some(k));
+            }
+        }
+        let path = self.agent(agent).api_key();
+        match fs::read_to_string(&path) {
+            Ok(text) => Ok(Some(text.trim().to_owned()).filter(|k| !k.is_empty())),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
+            Err(e) => Err(io_err(&path)(e)),
+        }
+    }
+}
+
+/// The witness URL to use: `TALLY_WITNESS_URL` when set, else the configured one.
+#[must_use]
+pub fn witness_url(config: &WitnessConfig) -> String {
+    std::env::var(WITNESS_URL_ENV)
+        .ok()
+        .filter(|u| !u.is_empty())
+        .unwrap_or_else(|| config.url.clone())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::os::unix::fs::PermissionsExt as _;
+
+    #[test]
+    fn key_is_private_and_never_overwritten() {
+        let dir = tempfile::tempdir().unwrap();
+        let state = StateDir::new(dir.path());
+        let agent = AgentName::new("bot-1").unwrap();
+        let key = SecretKey::from_seed(&[9; 32]);
+        let paths = state.create_agent(&agent, &key).unwrap();
+        let mode = fs::metadata(paths.key()).unwrap().permissions().mode() & 0o777;
+        assert_eq!(mode, 0o600);
+        assert_eq!(state.load_key(&agent).unwrap().seed(), key.seed());
+        assert!(matches!(
+            state.create_agent(&agent, &SecretKey::from_seed(&[1; 32])),
+            Err(StateError::KeyExists { .. })
+        ));
+        assert_eq!(state.load_key(&agent).unwrap().seed(), key.seed());
+        assert_eq!(state.agents().unwrap(), vec![agent.clone()]);
+        assert_eq!(state.load_config(&agent).unwrap().witness, None);
+    }
+
+    #[test]
+    fn missing_and_corrupt_state_are_errors_not_panics() {
+        let dir = tempfile::tempdir().unwrap();
+        let state = StateDir::new(dir.path());
+        let agent = AgentName::new("a").unwrap();
+        assert!(matches!(
+            state.load_key(&agent),
+            Err(StateError::NotInitialised { .. })
+        ));
+        fs::create_dir_all(state.agent(&agent).dir).unwrap();
+        fs::write(state.agent(&agent).key(), b"{not json").unwrap();
+        assert!(matches!(
+            state.load_key(&agent),
+            Err(StateError::Corrupt { .. })
+        ));
+        fs::write(
+            state.agent(&agent).key(),
+            br#"{"v":1,"agent":"other","seed":"AAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAA="}"#,
+        )
+        .unwrap();
+        assert!(matches!(
+            state.load_key(&agent),
+            Err(StateError::Corrupt { .. })
+        ));
+    }
+}

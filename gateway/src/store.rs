@@ -1,0 +1,448 @@
+//! The agent's local chain store (issue 6 §1): one redb file per agent that
+//! holds its records (docs/protocol.md §3), the salts and optional contents
+//! behind their salted hashes (§6.1), the witness's receipts (§8) and the
+//! sync state. Every record is committed here durably before anything else
+//! happens to it (forwarding a call, sending it to a witness).
+//!
+//! Tables (keys big-endian by redb's `u64` encoding):
+//!
+//! | table | key | value |
+//! |---|---|---|
+//! | `records` | seq | canonical record bytes |
+//! | `secrets` | seq | JSON `{"salt": hex, "content": value?}` for decisions and outcomes |
+//! | `receipts` | seq | receipt JSON as the witness sent it (accepted before it is stored) |
+//! | `superseded_receipts` | seq | a receipt replaced after the witness lost the record (sync rewind) |
+//! | `open_decisions` | call id | seq of a decision that has no outcome yet |
+//! | `meta` | name | `sync_cursor` (u64 BE: lowest seq without a receipt), `sync_error`, `fork` (UTF-8 JSON), `tools_fingerprint` (hex) |
+//!
+//! redb holds a lock on the file, so one process at a time writes an
+//! agent's chain, which is what a linear chain needs.
+
+use std::path::Path;
+
+use redb::{
+    Database, ReadableDatabase as _, ReadableTable as _, ReadableTableMetadata as _,
+    TableDefinition,
+};
+use serde::{Deserialize, Serialize};
+use tally_schemas::{Hash, Record, Seq, UnixMillis};
+
+const RECORDS: TableDefinition<u64, &[u8]> = TableDefinition::new("records");
+const SECRETS: TableDefinition<u64, &[u8]> = TableDefinition::new("secrets");
+const RECEIPTS: TableDefinition<u64, &[u8]> = TableDefinition::new("receipts");
+const OPEN_DECISIONS: TableDefinition<&str, u64> = TableDefinition::new("open_decisions");
+const META: TableDefinition<&str, &[u8]> = TableDefinition::new("meta");
+const SUPERSEDED: TableDefinition<u64, &[u8]> = TableDefinition::new("superseded_receipts");
+
+const SYNC_CURSOR: &str = "sync_cursor";
+const SYNC_ERROR: &str = "sync_error";
+const FORK: &str = "fork";
+const TOOLS_FINGERPRINT: &str = "tools_fingerprint";
+
+/// Why the store failed.
+#[derive(Debug, thiserror::Error)]
+pub enum StoreError {
+    /// redb refused (I/O error, full disk, read-only file, lock held by
+    /// another process, …).
+    #[error("local chain store: {0}")]
+    Db(String),
+    /// Stored bytes do not parse: the file was damaged or edited.
+    #[error("local chain store is damaged: {0}")]
+    Corrupt(String),
+}
+
+macro_rules! db_err {
+    ($($t:ty),*) => {$(
+        impl From<$t> for StoreError {
+            fn from(e: $t) -> Self {
+                Self::Db(e.to_string())
+            }
+        }
+    )*};
+}
+db_err!(
+    redb::DatabaseError,
+    redb::TransactionError,
+    redb::TableError,
+    redb::StorageError,
+    redb::CommitError
+);
+
+/// The salt (and, with `--store-content`, the content) behind a salted hash.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Secret {
+    /// The 16 salt bytes, hex.
+    pub salt: String,
+    /// The content that was hashed, when the agent keeps it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub content: Option<serde_json::Value>,
+}
+
+/// A record and what goes with it, appended in one transaction.
+#[derive(Debug, Clone)]
+pub struct Appended {
+    /// The signed record.
+    pub record: Record,
+    /// Its salt and content, for decisions and outcomes.
+    pub secret: Option<Secret>,
+}
+
+/// The last sync error, as shown by `tally status`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SyncErrorNote {
+    /// When it happened (local clock).
+    pub time: UnixMillis,
+    /// The record being synced, when there was one.
+    pub seq: Option<u64>,
+    /// A stable code (`chain_conflict`, `transport`, `receipt_invalid`, …).
+    pub code: String,
+    /// What went wrong.
+    pub message: String,
+}
+
+/// The summary `tally status` prints.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct StoreStatus {
+    /// Number of records.
+    pub records: u64,
+    /// Head seq and hash.
+    pub head: Option<(u64, Hash)>,
+    /// Records with a receipt.
+    pub receipted: u64,
+    /// Lowest seq without a receipt.
+    pub sync_cursor: u64,
+    /// The last sync error, if the last attempt failed.
+    pub last_sync_error: Option<SyncErrorNote>,
+    /// Set when the witness's view of the chain differs from ours.
+    pub fork: Option<SyncErrorNote>,
+}
+
+/// Where appends go. The redb [`ChainStore`] is the real one; tests wrap it
+/// to inject failures.
+pub trait ChainWriter: Send + 'static {
+    /// The current head (seq, hash, time), `None` for an empty chain.
+    ///
+    /// # Errors
+    /// [`StoreError`] when the store cannot be read.
+    fn head(&self) -> Result<Option<(Seq, Hash, UnixMillis)>, StoreError>;
+    /// Appends `batch` atomically and durably: all of it or none.
+    ///
+    /// # Errors
+    /// [`StoreError`] when the transaction did not commit.
+    fn append(&self, batch: &[Appended]) -> Result<(), StoreError>;
+}
+
+/// The redb chain store of one agent.
+#[derive(Debug)]
+pub struct ChainStore {
+    db: Database,
+}
+
+fn parse_record(bytes: &[u8]) -> Result<Record, StoreError> {
+    Record::from_json(bytes).map_err(|e| StoreError::Corrupt(format!("stored record: {e}")))
+}
+
+impl ChainStore {
+    /// Opens (or creates) the store at `path`.
+    ///
+    /// # Errors
+    /// [`StoreError::Db`] when the file cannot be opened for writing,
+    /// including when another process has it open.
+    pub fn open(path: &Path) -> Result<Self, StoreError> {
+        let db = Database::create(path)?;
+        let tx = db.begin_write()?;
+        {
+            tx.open_table(RECORDS)?;
+            tx.open_table(SECRETS)?;
+            tx.open_table(RECEIPTS)?;
+            tx.open_table(OPEN_DECISIONS)?;
+            tx.open_table(META)?;
+            tx.open_table(SUPERSEDED)?;
+        }
+        tx.commit()?;
+        Ok(Self { db })
+    }
+
+    /// The record at `seq`.
+    ///
+    /// # Errors
+    /// [`StoreError`] on read failure or a damaged record.
+    pub fn record(&self, seq: u64) -> Result<Option<Record>, StoreError> {
+        let tx = self.db.begin_read()?;
+        let t = tx.open_table(RECORDS)?;
+        t.get(seq)?.map(|v| parse_record(v.value())).transpose()
+    }
+
+    /// Records from `from` on, at most `limit`.
+    ///
+    /// # Errors
+    /// [`StoreError`] on read failure or a damaged record.
+    pub fn records(&self, from: u64, limit: usize) -> Result<Vec<Record>, StoreError> {
+        let tx = self.db.begin_read()?;
+        let t = tx.open_table(RECORDS)?;
+        let mut out = Vec::new();
+        for item in t.range(from..)?.take(limit) {
+            let (_, v) = item?;
+            out.push(parse_record(v.value())?);
+        }
+        Ok(out)
+    }
+
+    /// The secret kept for the record at `seq`.
+    ///
+    /// # Errors
+    /// [`StoreError`] on read failure or damaged data.
+    pub fn secret(&self, seq: u64) -> Result<Option<Secret>, StoreError> {
+        let tx = self.db.begin_read()?;
+        let t = tx.open_table(SECRETS)?;
+        t.get(seq)?
+            .map(|v| {
+                serde_json::from_slice(v.value())
+                    .map_err(|e| StoreError::Corrupt(format!("secret {seq}: {e}")))
+            })
+            .transpose()
+    }
+
+    /// The stored receipt bytes of `seq`.
+    ///
+    /// # Errors
+    /// [`StoreError`] on read failure.
+    pub fn receipt(&self, seq: u64) -> Result<Option<Vec<u8>>, StoreError> {
+        let tx = self.db.begin_read()?;
+        let t = tx.open_table(RECEIPTS)?;
+        Ok(t.get(seq)?.map(|v| v.value().to_vec()))
+    }
+
+    /// The seq of the open decision (no outcome yet) with this call id.
+    ///
+    /// # Errors
+    /// [`StoreError`] on read failure.
+    pub fn open_decision(&self, call_id: &str) -> Result<Option<u64>, StoreError> {
+        let tx = self.db.begin_read()?;
+        let t = tx.open_table(OPEN_DECISIONS)?;
+        Ok(t.get(call_id)?.map(|v| v.value()))
+    }
+
+    fn meta(&self, key: &str) -> Result<Option<Vec<u8>>, StoreError> {
+        let tx = self.db.begin_read()?;
+        let t = tx.open_table(META)?;
+        Ok(t.get(key)?.map(|v| v.value().to_vec()))
+    }
+
+    fn set_meta(&self, key: &str, value: Option<&[u8]>) -> Result<(), StoreError> {
+        let tx = self.db.begin_write()?;
+        {
+            let mut t = tx.open_table(META)?;
+            match value {
+                Some(v) => {
+                    t.insert(key, v)?;
+                }
+                None => {
+                    t.remove(key)?;
+                }
+            }
+        }
+        tx.commit()?;
+        Ok(())
+    }
+
+    /// Lowest seq without a receipt: the next record to sync.
+    ///
+    /// # Errors
+    /// [`StoreError`] on read failure.
+    pub fn sync_cursor(&self) -> Result<u64, StoreError> {
+        Ok(match self.meta(SYNC_CURSOR)? {
+            Some(b) => u64::from_be_bytes(
+                b.as_slice()
+                    .try_into()
+                    .map_err(|_| StoreError::Corrupt("sync cursor is not 8 bytes".into()))?,
+            ),
+            None => 0,
+        })
+    }
+
+    /// Stores an accepted receipt for `seq` and moves the sync cursor past
+    /// every receipted record that follows without a gap.
+    ///
+    /// # Errors
+    /// [`StoreError`] when it did not commit.
+    pub fn put_receipt(&self, seq: u64, receipt_json: &[u8]) -> Result<u64, StoreError> {
+        let tx = self.db.begin_write()?;
+        let cursor;
+        {
+            let mut receipts = tx.open_table(RECEIPTS)?;
+            receipts.insert(seq, receipt_json)?;
+            let mut meta = tx.open_table(META)?;
+            let mut c = match meta.get(SYNC_CURSOR)? {
+                Some(b) => u64::from_be_bytes(b.value().try_into().unwrap_or([0; 8])),
+                None => 0,
+            };
+            while receipts.get(c)?.is_some() {
+                c += 1;
+            }
+            meta.insert(SYNC_CURSOR, c.to_be_bytes().as_slice())?;
+            cursor = c;
+        }
+        tx.commit()?;
+        Ok(cursor)
+    }
+
+    /// Moves the sync cursor back to `seq` (resync after the witness
+    /// reported a shorter chain), so those records are sent again.
+    ///
+    /// # Errors
+    /// [`StoreError`] when it did not commit.
+    pub fn rewind_sync_cursor(&self, seq: u64) -> Result<(), StoreError> {
+        let tx = self.db.begin_write()?;
+        {
+            // The old receipts stay, as evidence that the witness once
+            // acknowledged these records.
+            let mut receipts = tx.open_table(RECEIPTS)?;
+            let mut superseded = tx.open_table(SUPERSEDED)?;
+            let old: Vec<(u64, Vec<u8>)> = receipts
+                .range(seq..)?
+                .map(|item| item.map(|(k, v)| (k.value(), v.value().to_vec())))
+                .collect::<Result<_, _>>()?;
+            for (k, v) in old {
+                superseded.insert(k, v.as_slice())?;
+                receipts.remove(k)?;
+            }
+            let mut meta = tx.open_table(META)?;
+            meta.insert(SYNC_CURSOR, seq.to_be_bytes().as_slice())?;
+        }
+        tx.commit()?;
+        Ok(())
+    }
+
+    /// Records (or clears) the last sync error.
+    ///
+    /// # Errors
+    /// [`StoreError`] when it did not commit.
+    pub fn set_sync_error(&self, note: Option<&SyncErrorNote>) -> Result<(), StoreError> {
+        let bytes = note.map(|n| serde_json::to_vec(n).unwrap_or_default());
+        self.set_meta(SYNC_ERROR, bytes.as_deref())
+    }
+
+    /// Records a fork: the witness holds a chain for this agent that is not
+    /// ours. Syncing stops until it is resolved by hand.
+    ///
+    /// # Errors
+    /// [`StoreError`] when it did not commit.
+    pub fn set_fork(&self, note: Option<&SyncErrorNote>) -> Result<(), StoreError> {
+        let bytes = note.map(|n| serde_json::to_vec(n).unwrap_or_default());
+        self.set_meta(FORK, bytes.as_deref())
+    }
+
+    /// The recorded fork, if any.
+    ///
+    /// # Errors
+    /// [`StoreError`] on read failure.
+    pub fn fork(&self) -> Result<Option<SyncErrorNote>, StoreError> {
+        Ok(self
+            .meta(FORK)?
+            .and_then(|b| serde_json::from_slice(&b).ok()))
+    }
+
+    /// The fingerprint of the last tool list recorded.
+    ///
+    /// # Errors
+    /// [`StoreError`] on read failure.
+    pub fn tools_fingerprint(&self) -> Result<Option<String>, StoreError> {
+        Ok(self
+            .meta(TOOLS_FINGERPRINT)?
+            .and_then(|b| String::from_utf8(b).ok()))
+    }
+
+    /// Sets the fingerprint of the last tool list recorded.
+    ///
+    /// # Errors
+    /// [`StoreError`] when it did not commit.
+    pub fn set_tools_fingerprint(&self, fingerprint: &str) -> Result<(), StoreError> {
+        self.set_meta(TOOLS_FINGERPRINT, Some(fingerprint.as_bytes()))
+    }
+
+    /// The summary for `tally status`.
+    ///
+    /// # Errors
+    /// [`StoreError`] on read failure.
+    pub fn status(&self) -> Result<StoreStatus, StoreError> {
+        let tx = self.db.begin_read()?;
+        let records = tx.open_table(RECORDS)?;
+        let receipts = tx.open_table(RECEIPTS)?;
+        let head = match records.last()? {
+            Some((k, v)) => Some((k.value(), parse_record(v.value())?.hash())),
+            None => None,
+        };
+        let meta = tx.open_table(META)?;
+        let read_note = |key: &str| -> Result<Option<SyncErrorNote>, StoreError> {
+            Ok(meta
+                .get(key)?
+                .and_then(|b| serde_json::from_slice(b.value()).ok()))
+        };
+        Ok(StoreStatus {
+            records: records.len()?,
+            head,
+            receipted: receipts.len()?,
+            sync_cursor: match meta.get(SYNC_CURSOR)? {
+                Some(b) => u64::from_be_bytes(b.value().try_into().unwrap_or([0; 8])),
+                None => 0,
+            },
+            last_sync_error: read_note(SYNC_ERROR)?,
+            fork: read_note(FORK)?,
+        })
+    }
+}
+
+impl ChainWriter for ChainStore {
+    fn head(&self) -> Result<Option<(Seq, Hash, UnixMillis)>, StoreError> {
+        let tx = self.db.begin_read()?;
+        let t = tx.open_table(RECORDS)?;
+        let last = t.last()?.map(|(_, v)| v.value().to_vec());
+        match last {
+            Some(bytes) => {
+                let r = parse_record(&bytes)?;
+                Ok(Some((r.seq, r.hash(), r.time)))
+            }
+            None => Ok(None),
+        }
+    }
+
+    fn append(&self, batch: &[Appended]) -> Result<(), StoreError> {
+        let tx = self.db.begin_write()?;
+        {
+            let mut records = tx.open_table(RECORDS)?;
+            let mut secrets = tx.open_table(SECRETS)?;
+            let mut open = tx.open_table(OPEN_DECISIONS)?;
+            for a in batch {
+                let seq = a.record.seq.get();
+                records.insert(seq, a.record.canonical_bytes())?;
+                if let Some(secret) = &a.secret {
+                    let bytes =
+                        serde_json::to_vec(secret).map_err(|e| StoreError::Db(e.to_string()))?;
+                    secrets.insert(seq, bytes.as_slice())?;
+                }
+                match &a.record.body {
+                    tally_schemas::Body::Decision(d) => {
+                        open.insert(d.call_id.as_str(), seq)?;
+                    }
+                    tally_schemas::Body::Outcome(o) => {
+                        open.remove(o.call_id.as_str())?;
+                    }
+                    _ => {}
+                }
+            }
+        }
+        tx.commit()?;
+        Ok(())
+    }
+}
+
+impl<T: ChainWriter + Sync> ChainWriter for std::sync::Arc<T> {
+    fn head(&self) -> Result<Option<(Seq, Hash, UnixMillis)>, StoreError> {
+        (**self).head()
+    }
+    fn append(&self, batch: &[Appended]) -> Result<(), StoreError> {
+        (**self).append(batch)
+    }
+}

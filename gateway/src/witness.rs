@@ -1,0 +1,265 @@
+//! The client side of the witness HTTP contract the agent syncs to:
+//! `POST /v1/records` (answer: a receipt, docs/protocol.md §8),
+//! `GET /v1/agents/{agent}/head`, and the key directory
+//! `GET /.well-known/tally/keys` (§4.4) that `tally agent init --witness`
+//! pins. Errors come back as `{"error":{"code","message",…}}`; a
+//! `chain_conflict` carries the witness's head of the agent's chain.
+
+use std::time::Duration;
+
+use serde::Deserialize;
+use tally_schemas::limits::MAX_WIRE_OBJECT_BYTES;
+use tally_schemas::{Hash, Record, UnixMillis};
+
+/// The witness's head of an agent's chain.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+pub struct WitnessHead {
+    /// Seq of the last record it holds.
+    pub seq: u64,
+    /// That record's hash.
+    pub hash: Hash,
+}
+
+/// One key of the witness's key directory.
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+pub struct DirectoryKey {
+    /// The C2SP vkey.
+    pub vkey: String,
+    /// Validity start.
+    #[serde(default)]
+    pub not_before: Option<UnixMillis>,
+    /// Retirement, `null` while current.
+    #[serde(default)]
+    pub not_after: Option<UnixMillis>,
+}
+
+/// `/.well-known/tally/keys`.
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+pub struct KeyDirectory {
+    /// Version, 1.
+    pub v: u64,
+    /// The log's origin.
+    pub origin: String,
+    /// Current and retired log keys.
+    pub keys: Vec<DirectoryKey>,
+}
+
+/// Why a witness request failed.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum WitnessError {
+    /// The witness could not be reached or the connection failed.
+    #[error("witness unreachable: {0}")]
+    Transport(String),
+    /// The witness answered with an error.
+    #[error("witness refused ({status} {code}): {message}")]
+    Refused {
+        /// HTTP status.
+        status: u16,
+        /// The stable error code.
+        code: String,
+        /// The witness's message.
+        message: String,
+        /// For `chain_conflict`: the witness's head (`Some(None)`: it holds
+        /// no records for the agent).
+        head: Option<Option<WitnessHead>>,
+    },
+    /// The answer was not what the contract says.
+    #[error("unexpected answer from the witness: {0}")]
+    BadResponse(String),
+}
+
+impl WitnessError {
+    /// Whether retrying the same request later can succeed.
+    #[must_use]
+    pub fn is_transient(&self) -> bool {
+        match self {
+            Self::Transport(_) | Self::BadResponse(_) => true,
+            Self::Refused { status, code, .. } => {
+                *status == 429
+                    || *status >= 500
+                    // Registration problems an operator can fix without
+                    // touching the record.
+                    || matches!(code.as_str(), "unauthorized" | "agent_not_allowed" | "key_not_allowed")
+            }
+        }
+    }
+}
+
+#[derive(Deserialize)]
+struct ErrorBody {
+    error: ErrorDetail,
+}
+
+#[derive(Deserialize)]
+struct ErrorDetail {
+    code: String,
+    #[serde(default)]
+    message: String,
+    #[serde(default)]
+    head: Option<serde_json::Value>,
+}
+
+/// An HTTP client for one witness.
+#[derive(Debug, Clone)]
+pub struct WitnessClient {
+    http: reqwest::Client,
+    base: String,
+    api_key: Option<String>,
+}
+
+impl WitnessClient {
+    /// A client for the witness at `base_url`.
+    ///
+    /// # Errors
+    /// [`WitnessError::Transport`] when the HTTP client cannot be built.
+    pub fn new(base_url: &str, api_key: Option<String>) -> Result<Self, WitnessError> {
+        let http = reqwest::Client::builder()
+            .connect_timeout(Duration::from_secs(5))
+            .timeout(Duration::from_secs(30))
+            .build()
+            .map_err(|e| WitnessError::Transport(e.to_string()))?;
+        Ok(Self {
+            http,
+            base: base_url.trim_end_matches('/').to_owned(),
+            api_key,
+        })
+    }
+
+    /// The base URL.
+    #[must_use]
+    pub fn base_url(&self) -> &str {
+        &self.base
+    }
+
+    async fn read_body(mut resp: reqwest::Response) -> Result<(u16, Vec<u8>), WitnessError> {
+        let status = resp.status().as_u16();
+        let mut body = Vec::new();
+        while let Some(chunk) = resp
+            .chunk()
+            .await
+            .map_err(|e| WitnessError::Transport(e.to_string()))?
+        {
+            if body.len() + chunk.len() > MAX_WIRE_OBJECT_BYTES {
+                return Err(WitnessError::BadResponse(format!(
+                    "answer larger than {MAX_WIRE_OBJECT_BYTES} bytes"
+                )));
+            }
+            body.extend_from_slice(&chunk);
+        }
+        Ok((status, body))
+    }
+
+    fn refusal(status: u16, body: &[u8]) -> WitnessError {
+        match serde_json::from_slice::<ErrorBody>(body) {
+            Ok(b) => {
+                let head = if b.error.code == "chain_conflict" {
+                    match b.error.head {
+                        None | Some(serde_json::Value::Null) => Some(None),
+                        Some(v) => match serde_json::from_value::<WitnessHead>(v) {
+                            Ok(h) => Some(Some(h)),
+                            Err(e) => {
+                                return WitnessError::BadResponse(format!(
+                                    "chain_conflict with a malformed head: {e}"
+                                ))
+                            }
+                        },
+                    }
+                } else {
+                    None
+                };
+                WitnessError::Refused {
+                    status,
+                    code: b.error.code,
+                    message: b.error.message.chars().take(500).collect(),
+                    head,
+                }
+            }
+            Err(_) => WitnessError::Refused {
+                status,
+                code: format!("http_{status}"),
+                message: String::from_utf8_lossy(&body[..body.len().min(200)]).into_owned(),
+                head: None,
+            },
+        }
+    }
+
+    /// Posts a record; returns the receipt bytes (not yet accepted: see
+    /// [`crate::acceptance::accept_receipt`]).
+    ///
+    /// # Errors
+    /// [`WitnessError`] for transport failures and refusals.
+    pub async fn post_record(&self, record: &Record) -> Result<Vec<u8>, WitnessError> {
+        let mut req = self
+            .http
+            .post(format!("{}/v1/records", self.base))
+            .header(reqwest::header::CONTENT_TYPE, "application/json")
+            .body(record.canonical_bytes().to_vec());
+        if let Some(k) = &self.api_key {
+            req = req.bearer_auth(k);
+        }
+        let resp = req
+            .send()
+            .await
+            .map_err(|e| WitnessError::Transport(e.to_string()))?;
+        let (status, body) = Self::read_body(resp).await?;
+        if status == 200 {
+            Ok(body)
+        } else {
+            Err(Self::refusal(status, &body))
+        }
+    }
+
+    /// The witness's head of `agent`'s chain, `None` when it has no records.
+    ///
+    /// # Errors
+    /// [`WitnessError`] for transport failures and refusals.
+    pub async fn head(&self, agent: &str) -> Result<Option<WitnessHead>, WitnessError> {
+        let mut req = self
+            .http
+            .get(format!("{}/v1/agents/{agent}/head", self.base));
+        if let Some(k) = &self.api_key {
+            req = req.bearer_auth(k);
+        }
+        let resp = req
+            .send()
+            .await
+            .map_err(|e| WitnessError::Transport(e.to_string()))?;
+        let (status, body) = Self::read_body(resp).await?;
+        match status {
+            200 => serde_json::from_slice(&body)
+                .map(Some)
+                .map_err(|e| WitnessError::BadResponse(e.to_string())),
+            404 => match Self::refusal(status, &body) {
+                WitnessError::Refused { code, .. } if code == "no_records" => Ok(None),
+                other => Err(other),
+            },
+            _ => Err(Self::refusal(status, &body)),
+        }
+    }
+
+    /// The key directory.
+    ///
+    /// # Errors
+    /// [`WitnessError`] for transport failures, refusals and malformed answers.
+    pub async fn key_directory(&self) -> Result<KeyDirectory, WitnessError> {
+        let resp = self
+            .http
+            .get(format!("{}/.well-known/tally/keys", self.base))
+            .send()
+            .await
+            .map_err(|e| WitnessError::Transport(e.to_string()))?;
+        let (status, body) = Self::read_body(resp).await?;
+        if status != 200 {
+            return Err(Self::refusal(status, &body));
+        }
+        let dir: KeyDirectory = serde_json::from_slice(&body)
+            .map_err(|e| WitnessError::BadResponse(format!("key directory: {e}")))?;
+        if dir.v != 1 {
+            return Err(WitnessError::BadResponse(format!(
+                "key directory version {} is not supported (this build reads 1)",
+                dir.v
+            )));
+        }
+        Ok(dir)
+    }
+}

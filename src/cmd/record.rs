@@ -1,0 +1,289 @@
+//! `tally record decision|outcome|note`: record through the agent's local
+//! chain without MCP (issue 6 §4), then sync to the witness when one is
+//! configured. Prints one JSON line per record for scripts.
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::sync::Arc;
+use std::time::Duration;
+
+use anyhow::{bail, Context};
+use rand_core::RngCore as _;
+use serde_json::{json, Value};
+use tally_gateway::acceptance::{accept_receipt, parse_receipt};
+use tally_gateway::recorder::Recorder;
+use tally_gateway::store::{ChainStore, Secret};
+use tally_gateway::sync::Step;
+use tally_schemas::canonical::{canonicalize, parse_strict};
+use tally_schemas::hash::{salted_hash, SALT_LEN};
+use tally_schemas::limits::DEFAULT_MAX_SKEW_MS;
+use tally_schemas::record::{Decision, NoteBody, Outcome, OutcomeStatus};
+use tally_schemas::time::{Clock as _, SystemClock};
+use tally_schemas::tools::TOOL_DEFINITION_LIMITS;
+use tally_schemas::{AgentName, Body, Hash, Record};
+
+use super::agent::{parse_agent, runtime, StateArgs};
+
+/// Arguments shared by every `tally record` kind.
+#[derive(Debug, clap::Args)]
+pub struct Common {
+    /// The agent whose chain gets the record.
+    #[arg(long, value_parser = parse_agent)]
+    pub agent: AgentName,
+    /// Do not sync to the witness after recording.
+    #[arg(long)]
+    pub no_sync: bool,
+    /// Wait for the witness's receipt of this record and accept it; exit 1
+    /// if there is none (like the gateway's --strict).
+    #[arg(long, conflicts_with = "no_sync")]
+    pub wait_receipt: bool,
+    /// Seconds to spend syncing.
+    #[arg(long, default_value_t = 10)]
+    pub sync_timeout: u64,
+    /// Keep the input or output content in the local store (salts are always kept).
+    #[arg(long)]
+    pub store_content: bool,
+    #[command(flatten)]
+    pub state: StateArgs,
+}
+
+/// Arguments of `tally record`.
+#[derive(Debug, clap::Args)]
+pub struct Args {
+    #[command(subcommand)]
+    pub kind: Kind,
+}
+
+/// The record kinds.
+#[derive(Debug, clap::Subcommand)]
+pub enum Kind {
+    /// Record that the agent decided to call a tool (before calling it).
+    Decision {
+        /// The tool's name.
+        #[arg(long)]
+        tool: String,
+        /// The call id (default: a fresh random one, printed).
+        #[arg(long)]
+        call_id: Option<String>,
+        /// The call's arguments as JSON (default {}).
+        #[arg(long, conflicts_with = "input_file")]
+        input: Option<String>,
+        /// A file holding the arguments as JSON, or - for standard input.
+        #[arg(long)]
+        input_file: Option<PathBuf>,
+        #[command(flatten)]
+        common: Common,
+    },
+    /// Record how a call ended.
+    Outcome {
+        /// The decision's call id.
+        #[arg(long)]
+        call_id: String,
+        /// ok, error, cancelled, server_exited, timeout or not_run.
+        #[arg(long, value_parser = parse_status)]
+        status: OutcomeStatus,
+        /// The decision's record hash (default: the open decision with this call id).
+        #[arg(long)]
+        decision: Option<String>,
+        /// The result or error as JSON.
+        #[arg(long, conflicts_with = "output_file")]
+        output: Option<String>,
+        /// A file holding the result or error as JSON, or - for standard input.
+        #[arg(long)]
+        output_file: Option<PathBuf>,
+        #[command(flatten)]
+        common: Common,
+    },
+    /// Record free text.
+    Note {
+        /// The text (1 to 4096 bytes).
+        text: String,
+        #[command(flatten)]
+        common: Common,
+    },
+}
+
+fn parse_status(s: &str) -> Result<OutcomeStatus, String> {
+    serde_json::from_value(Value::String(s.to_owned())).map_err(|_| {
+        format!("{s:?} is not one of ok, error, cancelled, server_exited, timeout, not_run")
+    })
+}
+
+fn read_json(inline: Option<&String>, file: Option<&PathBuf>) -> anyhow::Result<Option<Value>> {
+    let bytes = match (inline, file) {
+        (Some(s), _) => s.as_bytes().to_vec(),
+        (None, Some(p)) if p.as_os_str() == "-" => {
+            let mut b = Vec::new();
+            std::io::Read::read_to_end(&mut std::io::stdin(), &mut b)
+                .context("reading standard input")?;
+            b
+        }
+        (None, Some(p)) => std::fs::read(p).with_context(|| format!("reading {}", p.display()))?,
+        (None, None) => return Ok(None),
+    };
+    Ok(Some(
+        parse_strict(&bytes, TOOL_DEFINITION_LIMITS).context("the JSON content is refused")?,
+    ))
+}
+
+fn salted(content: &Value, keep: bool) -> anyhow::Result<(Hash, Secret)> {
+    let canonical = canonicalize(content).context("canonicalising the content")?;
+    let mut salt = [0u8; SALT_LEN];
+    rand_core::OsRng.fill_bytes(&mut salt);
+    Ok((
+        salted_hash(&salt, &canonical),
+        Secret {
+            salt: hex::encode(salt),
+            content: keep.then(|| content.clone()),
+        },
+    ))
+}
+
+/// Runs `tally record …`.
+///
+/// # Errors
+/// Bad input, missing agent, store failures (exit 2).
+pub fn run(args: &Args) -> anyhow::Result<ExitCode> {
+    let common = match &args.kind {
+        Kind::Decision { common, .. }
+        | Kind::Outcome { common, .. }
+        | Kind::Note { common, .. } => common,
+    };
+    let state = common.state.dir();
+    let key = state.load_key(&common.agent)?;
+    let store = Arc::new(ChainStore::open(&state.agent(&common.agent).store())?);
+    let mut extra = json!({});
+    let (body, secret) = match &args.kind {
+        Kind::Decision {
+            tool,
+            call_id,
+            input,
+            input_file,
+            common,
+        } => {
+            let arguments =
+                read_json(input.as_ref(), input_file.as_ref())?.unwrap_or_else(|| json!({}));
+            let (input_hash, secret) = salted(&arguments, common.store_content)?;
+            let call_id = call_id.clone().unwrap_or_else(|| {
+                let mut b = [0u8; 8];
+                rand_core::OsRng.fill_bytes(&mut b);
+                hex::encode(b)
+            });
+            extra["call_id"] = json!(call_id);
+            (
+                Body::Decision(Decision {
+                    call_id,
+                    tool: tool.clone(),
+                    input_hash,
+                }),
+                Some(secret),
+            )
+        }
+        Kind::Outcome {
+            call_id,
+            status,
+            decision,
+            output,
+            output_file,
+            common,
+        } => {
+            let decision = match decision {
+                Some(h) => Hash::from_hex(h).context("--decision")?,
+                None => {
+                    let Some(seq) = store.open_decision(call_id)? else {
+                        bail!("no open decision with call id {call_id:?} in agent {}'s chain (pass --decision HASH)", common.agent);
+                    };
+                    store
+                        .record(seq)?
+                        .map(|r| r.hash())
+                        .context("the open decision's record is missing")?
+                }
+            };
+            let (output_hash, secret) = match read_json(output.as_ref(), output_file.as_ref())? {
+                Some(o) => {
+                    let (h, s) = salted(&o, common.store_content)?;
+                    (Some(h), Some(s))
+                }
+                None => (None, None),
+            };
+            (
+                Body::Outcome(Outcome {
+                    call_id: call_id.clone(),
+                    decision,
+                    status: *status,
+                    output_hash,
+                }),
+                secret,
+            )
+        }
+        Kind::Note { text, .. } => (Body::Note(NoteBody { text: text.clone() }), None),
+    };
+
+    let clock = Arc::new(SystemClock);
+    let recorder = Recorder::start(common.agent.clone(), key, clock.clone(), Arc::clone(&store))?;
+    let rt = runtime()?;
+    let record: Record = rt
+        .block_on(recorder.handle().append(body, secret))
+        .context("recording")?;
+    recorder.close();
+
+    let mut out = json!({
+        "agent": common.agent.as_str(),
+        "kind": record.kind().as_str(),
+        "seq": record.seq.get(),
+        "hash": record.hash().to_hex(),
+    });
+    if let (Some(o), Some(e)) = (out.as_object_mut(), extra.as_object()) {
+        o.extend(e.clone());
+    }
+    let mut code = ExitCode::SUCCESS;
+    let syncer =
+        tally_gateway::open_syncer(&state, &common.agent, Arc::clone(&store), clock.clone())?;
+    match syncer {
+        None => {
+            out["receipt"] = json!("no_witness");
+            if common.wait_receipt {
+                code = ExitCode::from(1);
+            }
+        }
+        Some(_) if common.no_sync => out["receipt"] = json!("pending"),
+        Some(syncer) => {
+            let step = rt.block_on(syncer.sync_until_idle(
+                tokio::time::Instant::now() + Duration::from_secs(common.sync_timeout),
+            ));
+            // Accept the stored receipt again here, with the shared function,
+            // so the answer is about this record and this moment.
+            let trust = state
+                .load_config(&common.agent)?
+                .witness
+                .map(|w| w.trust(&state.agent(&common.agent).config()))
+                .transpose()?;
+            let accepted = match (store.receipt(record.seq.get())?, trust) {
+                (Some(bytes), Some(trust)) => parse_receipt(&bytes)
+                    .and_then(|r| {
+                        accept_receipt(&r, &record, &trust, clock.now(), DEFAULT_MAX_SKEW_MS)
+                    })
+                    .map_err(|e| e.to_string()),
+                _ => Err(match step {
+                    Step::Retry(n) | Step::Halt(n) => format!("[{}] {}", n.code, n.message),
+                    _ => "no receipt yet".into(),
+                }),
+            };
+            match accepted {
+                Ok(a) => {
+                    out["receipt"] = json!("accepted");
+                    out["index"] = json!(a.receipt.index.get());
+                }
+                Err(e) => {
+                    out["receipt"] = json!("pending");
+                    out["sync_error"] = json!(e);
+                    if common.wait_receipt {
+                        code = ExitCode::from(1);
+                    }
+                }
+            }
+        }
+    }
+    println!("{out}");
+    Ok(code)
+}

@@ -1,0 +1,168 @@
+//! `tally status`: the agent side's state at a glance (issue 6 §1): per
+//! agent, the chain head, the records not yet receipted, the witness and
+//! the last sync error, and a fork, loudly.
+
+use std::process::ExitCode;
+
+use anyhow::Context;
+use serde_json::{json, Value};
+use tally_gateway::store::ChainStore;
+use tally_schemas::AgentName;
+
+use super::agent::{parse_agent, StateArgs};
+
+/// Arguments of `tally status`.
+#[derive(Debug, clap::Args)]
+pub struct Args {
+    /// Only this agent (default: every agent in the state directory).
+    #[arg(long, value_parser = parse_agent)]
+    pub agent: Option<AgentName>,
+    /// Print JSON instead of text.
+    #[arg(long)]
+    pub json: bool,
+    /// With --json: include every record of the local chain.
+    #[arg(long, requires = "json")]
+    pub records: bool,
+    #[command(flatten)]
+    pub state: StateArgs,
+}
+
+fn agent_status(args: &Args, agent: &AgentName) -> anyhow::Result<Value> {
+    let state = args.state.dir();
+    let key = state.load_key(agent)?;
+    let config = state.load_config(agent)?;
+    let mut out = json!({
+        "agent": agent.as_str(),
+        "key_id": key.public_key().key_id().to_hex(),
+        "witness": config.witness.as_ref().map(|w| json!({
+            "url": tally_gateway::state::witness_url(w),
+            "origin": w.origin,
+            "keys": w.keys.iter().map(|k| k.vkey.clone()).collect::<Vec<_>>(),
+        })),
+    });
+    let path = state.agent(agent).store();
+    if !path.exists() {
+        out["records"] = json!(0);
+        out["head"] = Value::Null;
+        out["not_receipted"] = json!(0);
+        return Ok(out);
+    }
+    let store = match ChainStore::open(&path) {
+        Ok(s) => s,
+        Err(e) => {
+            out["store_error"] = json!(format!("{e} (a running gateway holds the store open)"));
+            return Ok(out);
+        }
+    };
+    let s = store.status()?;
+    out["records"] = json!(s.records);
+    out["head"] = match s.head {
+        Some((seq, hash)) => json!({"seq": seq, "hash": hash.to_hex()}),
+        None => Value::Null,
+    };
+    out["receipted"] = json!(s.receipted);
+    out["not_receipted"] = json!(s.records.saturating_sub(s.sync_cursor));
+    out["last_sync_error"] = serde_json::to_value(&s.last_sync_error)?;
+    out["fork"] = serde_json::to_value(&s.fork)?;
+    if args.records {
+        let mut all = Vec::new();
+        let mut from = 0;
+        loop {
+            let batch = store.records(from, 1024)?;
+            if batch.is_empty() {
+                break;
+            }
+            from = batch.last().map_or(from, |r| r.seq.get() + 1);
+            for r in batch {
+                let receipted = store.receipt(r.seq.get())?.is_some();
+                all.push(json!({"hash": r.hash().to_hex(), "receipted": receipted, "record": r}));
+            }
+        }
+        out["chain"] = Value::Array(all);
+    }
+    Ok(out)
+}
+
+fn print_text(s: &Value) {
+    let agent = s["agent"].as_str().unwrap_or("?");
+    println!(
+        "agent {agent} (key id {})",
+        s["key_id"].as_str().unwrap_or("?")
+    );
+    if let Some(e) = s.get("store_error").and_then(Value::as_str) {
+        println!("  store: {e}");
+        return;
+    }
+    match s["head"].as_object() {
+        Some(h) => println!(
+            "  chain head: seq {} hash {}",
+            h["seq"],
+            h["hash"].as_str().unwrap_or("?")
+        ),
+        None => println!("  chain head: none (no records yet)"),
+    }
+    println!(
+        "  records: {}, not yet receipted: {}",
+        s["records"], s["not_receipted"]
+    );
+    match s["witness"].as_object() {
+        Some(w) => println!(
+            "  witness: {} (log {})",
+            w["url"].as_str().unwrap_or("?"),
+            w["origin"].as_str().unwrap_or("?")
+        ),
+        None => println!("  witness: none configured, nothing is sent"),
+    }
+    match s.get("last_sync_error").and_then(Value::as_object) {
+        Some(e) => println!(
+            "  last sync error: {} [{}] {}",
+            e["time"].as_str().unwrap_or("?"),
+            e["code"].as_str().unwrap_or("?"),
+            e["message"].as_str().unwrap_or("?")
+        ),
+        None => println!("  last sync error: none"),
+    }
+    if let Some(f) = s.get("fork").and_then(Value::as_object) {
+        println!(
+            "  !!! {} — syncing is stopped until this is resolved by hand",
+            f["message"].as_str().unwrap_or("fork")
+        );
+    }
+}
+
+/// Runs `tally status`; exits 1 when any agent's chain is forked.
+///
+/// # Errors
+/// Unreadable state (exit 2).
+pub fn run(args: &Args) -> anyhow::Result<ExitCode> {
+    let state = args.state.dir();
+    let agents = match &args.agent {
+        Some(a) => vec![a.clone()],
+        None => state.agents().context("listing agents")?,
+    };
+    if agents.is_empty() && !args.json {
+        println!(
+            "no agents in {} (tally agent init NAME)",
+            state.root().display()
+        );
+    }
+    let statuses = agents
+        .iter()
+        .map(|a| agent_status(args, a))
+        .collect::<anyhow::Result<Vec<_>>>()?;
+    let forked = statuses
+        .iter()
+        .any(|s| s.get("fork").is_some_and(|f| !f.is_null()));
+    if args.json {
+        println!("{}", json!({"v": 1, "agents": statuses}));
+    } else {
+        for s in &statuses {
+            print_text(s);
+        }
+    }
+    Ok(if forked {
+        ExitCode::from(1)
+    } else {
+        ExitCode::SUCCESS
+    })
+}

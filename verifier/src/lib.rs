@@ -1,1 +1,34 @@
-//! placeholder
+//! # tally-verifier
+//!
+//! The offline verifier of tally packs and the checkpoint monitor. Its
+//! contract is docs/protocol.md: §9 (packs, agent-keys.json, head.json) and
+//! §11 (the twelve checks, coverage and the result); the monitor follows §7.
+//!
+//! - [`verify()`]: streams a pack line by line, verifies record signatures on
+//!   all cores (strict Ed25519, one signature at a time, never batched), and
+//!   returns a [`Report`](tally_schemas::report::Report).
+//! - [`render_text`]: the report as `tally verify` prints it.
+//! - [`trust`]: the pinned trust file (§11.1).
+//! - [`monitor`]: follows a log's checkpoints and proves each consistent with
+//!   the last one it verified.
+//! - [`fixture`]: builds valid packs from scratch (tests, the tampered corpus,
+//!   the benchmark). It uses only tally-schemas and does no I/O.
+//!
+//! It depends on tally-schemas and, for the monitor's HTTP GET, `ureq`; never
+//! on the log server, the witness, tokio or axum
+//! (`cargo tree -p tally-verifier -e normal`).
+
+mod coverage;
+pub mod fixture;
+mod lines;
+pub mod monitor;
+mod nonces;
+mod pool;
+mod render;
+pub mod sig;
+mod tally;
+pub mod trust;
+mod verify;
+
+pub use render::{render_text, result_line};
+pub use verify::{verify, Verification, VerifyError, VerifyOptions};

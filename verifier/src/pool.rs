@@ -1,0 +1,300 @@
+//! The parallel half of `verify`: parsing a pack line and every check that
+//! needs only that line and the trust anchors (strict signature, key lookup,
+//! entry rebuild and inclusion proof, nonce fingerprint) run on worker
+//! threads; the ordered half (chains, receipts, timing, outcomes) runs on
+//! the reading thread over the results, in pack order. docs/protocol.md §11.
+
+use std::collections::hash_map::RandomState;
+use std::collections::HashMap;
+use std::hash::BuildHasher;
+use std::sync::mpsc::{channel, sync_channel, Receiver, SyncSender};
+use std::sync::Mutex;
+
+use tally_schemas::hash::leaf_hash;
+use tally_schemas::limits::{MAX_ENTRY_BYTES, MAX_PROOF_HASHES};
+use tally_schemas::pack::{AgentKey, PackCheckpoint, PackEnd, PackError, PackLine, PackRecord};
+use tally_schemas::time::UnixMillis;
+use tally_schemas::tree::{verify_inclusion, LeafIndex, TreeSize};
+use tally_schemas::{Hash, Record};
+
+use crate::sig::verify_record;
+
+/// Lines per batch handed to a worker.
+pub(crate) const BATCH_LINES: usize = 256;
+
+/// Number of worker threads for `requested` (0: one per core).
+pub(crate) fn thread_count(requested: usize) -> usize {
+    if requested > 0 {
+        return requested;
+    }
+    std::thread::available_parallelism().map_or(1, std::num::NonZeroUsize::get)
+}
+
+/// What the workers share: the trust anchors and the pack's tree.
+pub(crate) struct Context {
+    /// Trusted keys by agent name (from agent-keys.json only).
+    pub keys: HashMap<String, Vec<AgentKey>>,
+    /// The pack checkpoint's size and root, when it could be read.
+    pub pack_tree: Option<(TreeSize, Hash)>,
+    /// Keys of the nonce fingerprint (random per run, so nobody can aim a
+    /// collision at it).
+    pub nonce_keys: (RandomState, RandomState),
+}
+
+impl Context {
+    pub(crate) fn fingerprint(&self, bytes: &[u8]) -> u128 {
+        (u128::from(self.nonce_keys.0.hash_one(bytes)) << 64)
+            | u128::from(self.nonce_keys.1.hash_one(bytes))
+    }
+}
+
+/// Whether a record's key is trusted and active, per agent-keys.json.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum KeyStatus {
+    UnknownAgent,
+    UnknownKey,
+    Inactive,
+    Active,
+}
+
+/// One record line after the parallel checks.
+pub(crate) struct RecordWork {
+    pub line: PackRecord,
+    pub key: KeyStatus,
+    /// `None` when no trusted key is named (the record is `agent_keys`'s).
+    pub sig_ok: Option<bool>,
+    /// `None` for a record that is not witnessed.
+    pub inclusion: Option<Result<(), String>>,
+    pub nonce_fp: u128,
+}
+
+/// One pack line after the parallel half.
+pub(crate) enum Parsed {
+    Header,
+    Checkpoint(Box<PackCheckpoint>),
+    Record(Box<RecordWork>),
+    End(PackEnd),
+    Bad(String),
+    TooLong(u64),
+}
+
+/// A line as handed to a worker.
+pub(crate) enum RawLine {
+    Text(Vec<u8>),
+    TooLong(u64),
+}
+
+/// `JCS(entry)` for the entry rebuilt from a pack record (§7.1, §8 step 4).
+/// Members in JCS order: `index`, `received`, `record`, `v`; the record's
+/// bytes are already canonical, so this equals `Entry::new(..).canonical_bytes()`
+/// (a test holds it to that) without re-serialising the record.
+pub(crate) fn leaf_data(index: LeafIndex, received: UnixMillis, record: &Record) -> Vec<u8> {
+    let head = format!(
+        "{{\"index\":{},\"received\":\"{}\",\"record\":",
+        index.get(),
+        received.to_rfc3339()
+    );
+    let mut out = Vec::with_capacity(head.len() + record.canonical_bytes().len() + 8);
+    out.extend_from_slice(head.as_bytes());
+    out.extend_from_slice(record.canonical_bytes());
+    out.extend_from_slice(b",\"v\":1}");
+    out
+}
+
+/// Proves an entry at `index` in the tree `(size, root)`.
+pub(crate) fn prove_entry(
+    index: LeafIndex,
+    received: UnixMillis,
+    record: &Record,
+    proof: &[Hash],
+    size: TreeSize,
+    root: &Hash,
+) -> Result<(), String> {
+    if proof.len() > MAX_PROOF_HASHES {
+        return Err(format!(
+            "inclusion proof has {} hashes, more than {MAX_PROOF_HASHES}",
+            proof.len()
+        ));
+    }
+    let data = leaf_data(index, received, record);
+    if data.len() > MAX_ENTRY_BYTES {
+        return Err(format!(
+            "entry is {} bytes, more than {MAX_ENTRY_BYTES}",
+            data.len()
+        ));
+    }
+    verify_inclusion(index, size, &leaf_hash(&data), proof, root).map_err(|e| {
+        format!("entry not proven at index {index} in the checkpoint of size {size}: {e}")
+    })
+}
+
+/// Looks up the trusted key a record names, and whether it was active.
+pub(crate) fn lookup_key<'a>(
+    keys: &'a HashMap<String, Vec<AgentKey>>,
+    record: &Record,
+) -> (KeyStatus, Option<&'a AgentKey>) {
+    let Some(list) = keys.get(record.agent.as_str()) else {
+        return (KeyStatus::UnknownAgent, None);
+    };
+    match list.iter().find(|k| k.key_id == record.key_id) {
+        None => (KeyStatus::UnknownKey, None),
+        Some(k) if k.active_at(record.time) => (KeyStatus::Active, Some(k)),
+        Some(k) => (KeyStatus::Inactive, Some(k)),
+    }
+}
+
+fn work_record(line: PackRecord, ctx: &Context) -> RecordWork {
+    let record = &line.record;
+    let (key, trusted) = lookup_key(&ctx.keys, record);
+    let sig_ok = trusted.map(|k| verify_record(record, &k.public_key));
+    let inclusion = line.witnessed.as_ref().map(|w| match &ctx.pack_tree {
+        Some((size, root)) => prove_entry(w.index, w.received, record, &w.inclusion, *size, root),
+        None => Err("the pack checkpoint could not be read, so no entry can be proven".to_owned()),
+    });
+    let nonce_fp = ctx.fingerprint(record.nonce.as_bytes());
+    RecordWork {
+        line,
+        key,
+        sig_ok,
+        inclusion,
+        nonce_fp,
+    }
+}
+
+/// The parallel half for one line.
+pub(crate) fn work(line: RawLine, ctx: &Context) -> Parsed {
+    let bytes = match line {
+        RawLine::TooLong(len) => return Parsed::TooLong(len),
+        RawLine::Text(b) => b,
+    };
+    match PackLine::from_json(&bytes) {
+        Ok(PackLine::Header(_)) => Parsed::Header,
+        Ok(PackLine::Checkpoint(c)) => Parsed::Checkpoint(Box::new(c)),
+        Ok(PackLine::Record(r)) => Parsed::Record(Box::new(work_record(*r, ctx))),
+        Ok(PackLine::End(e)) => Parsed::End(e),
+        Err(PackError::UnsupportedVersion { what, found }) => {
+            Parsed::Bad(format!("{what} format version {found} is not supported"))
+        }
+        Err(e) => Parsed::Bad(e.to_string()),
+    }
+}
+
+/// The bounded queue of batches (made outside the thread scope so that the
+/// workers can borrow it).
+pub(crate) struct JobQueue {
+    tx: Mutex<Option<SyncSender<Job>>>,
+    rx: Mutex<Receiver<Job>>,
+}
+
+/// A numbered batch of lines.
+type Job = (u64, Vec<RawLine>);
+
+impl JobQueue {
+    /// A queue holding at most `depth` batches.
+    pub(crate) fn new(depth: usize) -> Self {
+        let (tx, rx) = sync_channel(depth);
+        Self {
+            tx: Mutex::new(Some(tx)),
+            rx: Mutex::new(rx),
+        }
+    }
+}
+
+/// A batch of lines in, its results out, in the order sent.
+pub(crate) struct Pipeline<'a> {
+    jobs: Option<SyncSender<Job>>,
+    results: Receiver<(u64, Vec<Parsed>)>,
+    sent: u64,
+    next: u64,
+    waiting: std::collections::BTreeMap<u64, Vec<Parsed>>,
+    _scope: std::marker::PhantomData<&'a ()>,
+}
+
+impl<'a> Pipeline<'a> {
+    /// Starts `threads` workers in `scope`, taking jobs from `queue`.
+    pub(crate) fn start<'env>(
+        scope: &'a std::thread::Scope<'a, 'env>,
+        ctx: &'a Context,
+        queue: &'a JobQueue,
+        threads: usize,
+    ) -> Self
+    where
+        'env: 'a,
+    {
+        let (res_tx, res_rx) = channel();
+        for _ in 0..threads {
+            let res_tx = res_tx.clone();
+            let rx = &queue.rx;
+            scope.spawn(move || loop {
+                let job = rx
+                    .lock()
+                    .unwrap_or_else(std::sync::PoisonError::into_inner)
+                    .recv();
+                let Ok((id, lines)) = job else { break };
+                let out: Vec<Parsed> = lines.into_iter().map(|l| work(l, ctx)).collect();
+                if res_tx.send((id, out)).is_err() {
+                    break;
+                }
+            });
+        }
+        let jobs = queue
+            .tx
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .take();
+        Self {
+            jobs,
+            results: res_rx,
+            sent: 0,
+            next: 0,
+            waiting: std::collections::BTreeMap::new(),
+            _scope: std::marker::PhantomData,
+        }
+    }
+
+    /// Hands a batch to the workers (blocks while they are all busy and the
+    /// queue is full, which bounds memory).
+    pub(crate) fn send(&mut self, lines: Vec<RawLine>) {
+        if let Some(jobs) = &self.jobs {
+            if jobs.send((self.sent, lines)).is_ok() {
+                self.sent += 1;
+            }
+        }
+    }
+
+    /// Results ready in order, without blocking.
+    pub(crate) fn ready(&mut self) -> Vec<Vec<Parsed>> {
+        while let Ok((id, out)) = self.results.try_recv() {
+            self.waiting.insert(id, out);
+        }
+        self.take_in_order()
+    }
+
+    /// Closes the queue and waits for every remaining result, in order.
+    pub(crate) fn finish(&mut self) -> Vec<Vec<Parsed>> {
+        self.jobs = None;
+        let mut out = Vec::new();
+        while self.next < self.sent {
+            out.extend(self.take_in_order());
+            if self.next >= self.sent {
+                break;
+            }
+            match self.results.recv() {
+                Ok((id, batch)) => {
+                    self.waiting.insert(id, batch);
+                }
+                Err(_) => break,
+            }
+        }
+        out
+    }
+
+    fn take_in_order(&mut self) -> Vec<Vec<Parsed>> {
+        let mut out = Vec::new();
+        while let Some(batch) = self.waiting.remove(&self.next) {
+            out.push(batch);
+            self.next += 1;
+        }
+        out
+    }
+}

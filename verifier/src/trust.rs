@@ -1,0 +1,290 @@
+//! The pinned trust file of docs/protocol.md §11.1: the log's checkpoint key
+//! and, optionally, independent witnesses (C2SP tlog-cosignature/v1 keys)
+//! with the number of them that must cosign the pack's checkpoint.
+//!
+//! ```text
+//! # tally trust file
+//! log tally.local/log+1a2b3c4d+AX...
+//! witness witness.example/w1+5e6f7a8b+BH...
+//! quorum 1
+//! ```
+
+use std::collections::BTreeSet;
+
+use base64::engine::general_purpose::STANDARD as BASE64;
+use base64::Engine as _;
+use sha2::{Digest, Sha256};
+use tally_schemas::keys::{PublicKey, Signature};
+use tally_schemas::note::{is_valid_key_name, NoteVerifier};
+
+/// Algorithm byte of a C2SP tlog-cosignature/v1 key.
+pub const ALG_COSIGNATURE_V1: u8 = 0x04;
+
+/// Why a trust file or a witness key was refused.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum TrustError {
+    /// A line that is not `log`, `witness` or `quorum` with one value.
+    #[error("trust file line {line}: {reason}")]
+    Line {
+        /// 1-based line number.
+        line: usize,
+        /// What is wrong.
+        reason: String,
+    },
+    /// No `log` line, or more than one.
+    #[error("trust file must have exactly one `log` line")]
+    LogKey,
+    /// A quorum larger than the number of witnesses.
+    #[error("quorum {quorum} is more than the {witnesses} witnesses listed")]
+    Quorum {
+        /// The quorum.
+        quorum: usize,
+        /// Witnesses listed.
+        witnesses: usize,
+    },
+}
+
+/// A witness's cosignature key (C2SP tlog-cosignature/v1).
+#[derive(Clone, PartialEq, Eq)]
+pub struct WitnessKey {
+    name: String,
+    id: u32,
+    key: PublicKey,
+}
+
+impl std::fmt::Debug for WitnessKey {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "WitnessKey({}+{:08x})", self.name, self.id)
+    }
+}
+
+fn cosigner_key_id(name: &str, key: &PublicKey) -> u32 {
+    let mut h = Sha256::new();
+    h.update(name.as_bytes());
+    h.update(b"\n");
+    h.update([ALG_COSIGNATURE_V1]);
+    h.update(key.to_bytes());
+    let d = h.finalize();
+    u32::from_be_bytes([d[0], d[1], d[2], d[3]])
+}
+
+impl WitnessKey {
+    /// A witness key from its name and public key.
+    ///
+    /// # Errors
+    /// A message when the name is not a valid key name.
+    pub fn new(name: &str, key: PublicKey) -> Result<Self, String> {
+        if !is_valid_key_name(name) {
+            return Err("invalid key name".into());
+        }
+        Ok(Self {
+            name: name.to_owned(),
+            id: cosigner_key_id(name, &key),
+            key,
+        })
+    }
+
+    /// Parses `name+hex8(id)+base64(0x04 ‖ key)`.
+    ///
+    /// # Errors
+    /// A message naming what is malformed.
+    pub fn from_vkey(vkey: &str) -> Result<Self, String> {
+        let mut parts = vkey.rsplitn(3, '+');
+        let (Some(b64), Some(hexid), Some(name)) = (parts.next(), parts.next(), parts.next())
+        else {
+            return Err("expected name+keyid+key".into());
+        };
+        let raw = BASE64
+            .decode(b64)
+            .map_err(|_| "key is not base64".to_owned())?;
+        if raw.len() != 33 || raw[0] != ALG_COSIGNATURE_V1 {
+            return Err(
+                "a witness key must be 33 bytes: 0x04 (cosignature/v1) and 32 key bytes".into(),
+            );
+        }
+        let mut k = [0u8; 32];
+        k.copy_from_slice(&raw[1..]);
+        let key =
+            PublicKey::from_bytes(&k).map_err(|_| "key is not a valid Ed25519 point".to_owned())?;
+        let w = Self::new(name, key)?;
+        if format!("{:08x}", w.id) != hexid {
+            return Err("key id does not match the key".into());
+        }
+        Ok(w)
+    }
+
+    /// The vkey string.
+    #[must_use]
+    pub fn vkey(&self) -> String {
+        let mut raw = vec![ALG_COSIGNATURE_V1];
+        raw.extend_from_slice(&self.key.to_bytes());
+        format!("{}+{:08x}+{}", self.name, self.id, BASE64.encode(raw))
+    }
+
+    /// The witness's name.
+    #[must_use]
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+
+    /// The note key id.
+    #[must_use]
+    pub fn id(&self) -> u32 {
+        self.id
+    }
+}
+
+/// The message a cosignature/v1 signs: `"cosignature/v1\ntime <t>\n" ‖ body`.
+#[must_use]
+pub fn cosignature_message(timestamp: u64, checkpoint_body: &[u8]) -> Vec<u8> {
+    let mut m = format!("cosignature/v1\ntime {timestamp}\n").into_bytes();
+    m.extend_from_slice(checkpoint_body);
+    m
+}
+
+impl signed_note::Verifier for WitnessKey {
+    fn name(&self) -> &str {
+        &self.name
+    }
+    fn key_id(&self) -> u32 {
+        self.id
+    }
+    fn verify(&self, msg: &[u8], sig: &[u8]) -> bool {
+        if sig.len() != 72 {
+            return false;
+        }
+        let mut ts = [0u8; 8];
+        ts.copy_from_slice(&sig[..8]);
+        let mut s = [0u8; 64];
+        s.copy_from_slice(&sig[8..]);
+        self.key
+            .verify_raw(
+                &cosignature_message(u64::from_be_bytes(ts), msg),
+                &Signature::from_bytes(s),
+            )
+            .is_ok()
+    }
+}
+
+/// Independent witnesses and how many must cosign.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct WitnessPolicy {
+    /// The witnesses' keys.
+    pub witnesses: Vec<WitnessKey>,
+    /// How many distinct witnesses must cosign.
+    pub quorum: usize,
+}
+
+impl WitnessPolicy {
+    /// Checks that at least `quorum` listed witnesses validly cosigned the
+    /// signed checkpoint `note`.
+    ///
+    /// # Errors
+    /// A message saying how many valid cosignatures were found, or which one
+    /// is invalid.
+    pub fn check(&self, note: &str) -> Result<usize, String> {
+        if self.quorum == 0 {
+            return Ok(0);
+        }
+        let parsed = signed_note::Note::from_bytes(note.as_bytes())
+            .map_err(|_| "malformed signed note".to_owned())?;
+        let list = signed_note::VerifierList::new(
+            self.witnesses
+                .iter()
+                .map(|w| Box::new(w.clone()) as Box<dyn signed_note::Verifier>)
+                .collect(),
+        );
+        let count = match parsed.verify(&list) {
+            Ok((verified, _)) => verified
+                .iter()
+                .map(signed_note::Signature::name)
+                .collect::<BTreeSet<_>>()
+                .len(),
+            Err(signed_note::NoteError::UnverifiedNote) => 0,
+            Err(signed_note::NoteError::InvalidSignature { name, .. }) => {
+                return Err(format!("the cosignature of witness {name} does not verify"))
+            }
+            Err(_) => return Err("malformed signed note".into()),
+        };
+        if count < self.quorum {
+            return Err(format!(
+                "{count} of the {} trusted witnesses cosigned it, the trust file requires {}",
+                self.witnesses.len(),
+                self.quorum
+            ));
+        }
+        Ok(count)
+    }
+}
+
+/// A parsed trust file.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TrustFile {
+    /// The log's checkpoint key.
+    pub log: NoteVerifier,
+    /// The witnesses and quorum (quorum 0 when none are listed).
+    pub witnesses: WitnessPolicy,
+}
+
+impl TrustFile {
+    /// Parses a trust file (§11.1).
+    ///
+    /// # Errors
+    /// [`TrustError`] naming the first line that is wrong.
+    pub fn parse(text: &str) -> Result<Self, TrustError> {
+        let mut log = None;
+        let mut logs = 0;
+        let mut witnesses = Vec::new();
+        let mut quorum = None;
+        for (i, raw) in text.lines().enumerate() {
+            let line = raw.trim();
+            if line.is_empty() || line.starts_with('#') {
+                continue;
+            }
+            let bad = |reason: String| TrustError::Line {
+                line: i + 1,
+                reason,
+            };
+            let mut words = line.split_whitespace();
+            let (Some(kw), Some(value), None) = (words.next(), words.next(), words.next()) else {
+                return Err(bad("expected a keyword and one value".into()));
+            };
+            match kw {
+                "log" => {
+                    logs += 1;
+                    log = Some(NoteVerifier::from_vkey(value).map_err(|e| bad(e.to_string()))?);
+                }
+                "witness" => witnesses.push(WitnessKey::from_vkey(value).map_err(bad)?),
+                "quorum" => {
+                    if quorum.is_some() {
+                        return Err(bad("a second quorum line".into()));
+                    }
+                    quorum = Some(
+                        value
+                            .parse::<usize>()
+                            .map_err(|_| bad("quorum must be a number".into()))?,
+                    );
+                }
+                other => {
+                    return Err(bad(format!(
+                        "unknown keyword {other:?} (log, witness, quorum)"
+                    )))
+                }
+            }
+        }
+        let (Some(log), 1) = (log, logs) else {
+            return Err(TrustError::LogKey);
+        };
+        let quorum = quorum.unwrap_or(witnesses.len());
+        if quorum > witnesses.len() {
+            return Err(TrustError::Quorum {
+                quorum,
+                witnesses: witnesses.len(),
+            });
+        }
+        Ok(Self {
+            log,
+            witnesses: WitnessPolicy { witnesses, quorum },
+        })
+    }
+}

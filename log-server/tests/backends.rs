@@ -6,7 +6,7 @@ mod common;
 
 use std::sync::Arc;
 
-use common::{now, signer, Agent, BACKENDS};
+use common::{futures_join_all, now, signer, Agent, BACKENDS};
 use tally_log::{AppendError, Log, LogConfig, OpenError, ProofRequestError};
 use tally_schemas::tree::{reference, verify_consistency};
 use tally_schemas::{Hash, LeafIndex, NoteSigner, SecretKey, Seq, TreeSize};
@@ -215,30 +215,6 @@ fn a_refused_record_in_a_batch_does_not_affect_the_others() {
         indexes.sort_unstable();
         assert_eq!(indexes, (0..40).collect::<Vec<_>>(), "{}", b.name());
     }
-}
-
-/// `join_all` without the futures crate: polls every future on one task.
-async fn futures_join_all<F: std::future::Future>(futs: impl Iterator<Item = F>) -> Vec<F::Output> {
-    let mut handles: Vec<std::pin::Pin<Box<F>>> = futs.map(Box::pin).collect();
-    let mut out: Vec<Option<F::Output>> = handles.iter().map(|_| None).collect();
-    std::future::poll_fn(|cx| {
-        let mut pending = false;
-        for (h, o) in handles.iter_mut().zip(out.iter_mut()) {
-            if o.is_none() {
-                match h.as_mut().poll(cx) {
-                    std::task::Poll::Ready(v) => *o = Some(v),
-                    std::task::Poll::Pending => pending = true,
-                }
-            }
-        }
-        if pending {
-            std::task::Poll::Pending
-        } else {
-            std::task::Poll::Ready(())
-        }
-    })
-    .await;
-    out.into_iter().map(|o| o.unwrap()).collect()
 }
 
 #[test]

@@ -106,3 +106,28 @@ impl Backend {
         }
     }
 }
+
+/// `join_all` without the futures crate: polls every future on one task.
+pub async fn futures_join_all<F: std::future::Future>(futs: impl Iterator<Item = F>) -> Vec<F::Output> {
+    let mut handles: Vec<std::pin::Pin<Box<F>>> = futs.map(Box::pin).collect();
+    let mut out: Vec<Option<F::Output>> = handles.iter().map(|_| None).collect();
+    std::future::poll_fn(|cx| {
+        let mut pending = false;
+        for (h, o) in handles.iter_mut().zip(out.iter_mut()) {
+            if o.is_none() {
+                match h.as_mut().poll(cx) {
+                    std::task::Poll::Ready(v) => *o = Some(v),
+                    std::task::Poll::Pending => pending = true,
+                }
+            }
+        }
+        if pending {
+            std::task::Poll::Pending
+        } else {
+            std::task::Poll::Ready(())
+        }
+    })
+    .await;
+    out.into_iter().map(|o| o.unwrap()).collect()
+}
+

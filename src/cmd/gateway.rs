@@ -139,6 +139,10 @@ pub fn run(args: &Args) -> anyhow::Result<ExitCode> {
                 .await;
         }
         exit
-    })?;
+    });
+    // The reader of our standard input is a blocking thread that may still
+    // wait for input the client never sends; do not wait for it.
+    rt.shutdown_background();
+    let exit = exit?;
     Ok(ExitCode::from(u8::try_from(exit.code).unwrap_or(1)))
 }

@@ -20,7 +20,8 @@ pub struct Args {
     /// Print JSON instead of text.
     #[arg(long)]
     pub json: bool,
-    /// With --json: include every record of the local chain.
+    /// With --json: include every record of the local chain, with the salt
+    /// (and content, when kept) behind its salted hash.
     #[arg(long, requires = "json")]
     pub records: bool,
     #[command(flatten)]
@@ -75,7 +76,8 @@ fn agent_status(args: &Args, agent: &AgentName) -> anyhow::Result<Value> {
             from = batch.last().map_or(from, |r| r.seq.get() + 1);
             for r in batch {
                 let receipted = store.receipt(r.seq.get())?.is_some();
-                all.push(json!({"hash": r.hash().to_hex(), "receipted": receipted, "record": r}));
+                let secret = store.secret(r.seq.get())?;
+                all.push(json!({"hash": r.hash().to_hex(), "receipted": receipted, "record": r, "secret": secret}));
             }
         }
         out["chain"] = Value::Array(all);

@@ -34,6 +34,9 @@ enum Command {
     Record(cmd::record::Args),
     /// Show each agent's chain head, unreceipted records and sync errors.
     Status(cmd::status::Args),
+    /// Verify a pack offline: the twelve checks, coverage and the result
+    /// (exit 0 pass, 1 fail, 2 usage or I/O error).
+    Verify(cmd::verify::Args),
 }
 
 fn main() -> ExitCode {
@@ -44,6 +47,7 @@ fn main() -> ExitCode {
         Command::Gateway(args) => cmd::gateway::run(&args),
         Command::Record(args) => cmd::record::run(&args),
         Command::Status(args) => cmd::status::run(&args),
+        Command::Verify(args) => cmd::verify::run(&args),
     };
     match result {
         Ok(code) => code,

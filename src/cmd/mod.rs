@@ -5,3 +5,4 @@ pub mod canon;
 pub mod gateway;
 pub mod record;
 pub mod status;
+pub mod verify;

@@ -1,0 +1,68 @@
+//! The Ed25519 edge-case corpus (testdata/sigs/, docs/protocol.md §4.3): the
+//! verifier's parallel path accepts and rejects exactly as strict single
+//! verification does, and as each case says.
+
+use std::path::PathBuf;
+
+use ed25519_dalek::{Signature, VerifyingKey};
+use tally_verifier::sig::{verify_many, verify_message};
+
+type Case = (String, [u8; 32], Vec<u8>, [u8; 64], bool);
+
+fn load(name: &str) -> Vec<Case> {
+    let path = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .join("../testdata/sigs")
+        .join(name);
+    let cases: Vec<serde_json::Value> =
+        serde_json::from_slice(&std::fs::read(path).unwrap()).unwrap();
+    cases
+        .iter()
+        .map(|c| {
+            let h = |k: &str| hex::decode(c[k].as_str().unwrap()).unwrap();
+            (
+                c["id"].as_str().unwrap().to_owned(),
+                h("public_key").try_into().unwrap(),
+                h("message"),
+                h("signature").try_into().unwrap(),
+                c["strict_valid"].as_bool().unwrap(),
+            )
+        })
+        .collect()
+}
+
+fn dalek_strict(pk: &[u8; 32], msg: &[u8], sig: &[u8; 64]) -> bool {
+    VerifyingKey::from_bytes(pk)
+        .is_ok_and(|k| k.verify_strict(msg, &Signature::from_bytes(sig)).is_ok())
+}
+
+#[test]
+fn edge_cases_accept_and_reject_exactly_as_strict_single_verification() {
+    let mut cases = load("speccheck.json");
+    cases.extend(load("tally.json"));
+    assert!(cases.len() >= 19);
+    assert!(cases.iter().any(|c| c.4), "the corpus has an accepted case");
+    // Repeat the corpus so every worker gets several cases.
+    let items: Vec<([u8; 32], Vec<u8>, [u8; 64])> = cases
+        .iter()
+        .cycle()
+        .take(cases.len() * 8)
+        .map(|c| (c.1, c.2.clone(), c.3))
+        .collect();
+    for threads in [1, 2, 4] {
+        let parallel = verify_many(&items, threads);
+        assert_eq!(parallel.len(), items.len());
+        for (i, got) in parallel.iter().enumerate() {
+            let c = &cases[i % cases.len()];
+            assert_eq!(*got, c.4, "{} (threads {threads})", c.0);
+        }
+    }
+    for c in &cases {
+        assert_eq!(verify_message(&c.1, &c.2, &c.3), c.4, "{}", c.0);
+        assert_eq!(
+            dalek_strict(&c.1, &c.2, &c.3),
+            c.4,
+            "{}: dalek verify_strict",
+            c.0
+        );
+    }
+}

@@ -1,0 +1,509 @@
+//! The MCP proxy driven in-process (issue 6 §2): a scripted client and
+//! server on in-memory pipes, a real redb chain store (or one that fails on
+//! demand), and checks of both what crosses the proxy and what is recorded.
+
+use std::collections::BTreeSet;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use serde_json::{json, Value};
+use tally_gateway::proxy::{run_proxy, ProxyConfig, ProxyDeps, ProxyReport, StrictPolicy};
+use tally_gateway::recorder::Recorder;
+use tally_gateway::store::{Appended, ChainStore, ChainWriter, StoreError, SyncErrorNote};
+use tally_gateway::sync::SyncProgress;
+use tally_schemas::time::SystemClock;
+use tally_schemas::{AgentName, Body, Hash, Record, SecretKey, Seq, UnixMillis};
+use tokio::io::{
+    AsyncBufReadExt as _, AsyncWriteExt as _, BufReader, DuplexStream, ReadHalf, WriteHalf,
+};
+use tokio::sync::{watch, Notify};
+use tokio::task::JoinHandle;
+
+/// A store that commits the first `allowed` appends, then fails every one.
+struct FailAfter {
+    inner: Arc<ChainStore>,
+    allowed: AtomicUsize,
+}
+
+impl ChainWriter for FailAfter {
+    fn head(&self) -> Result<Option<(Seq, Hash, UnixMillis)>, StoreError> {
+        self.inner.head()
+    }
+    fn append(&self, batch: &[Appended]) -> Result<(), StoreError> {
+        if self
+            .allowed
+            .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |n| n.checked_sub(1))
+            .is_err()
+        {
+            return Err(StoreError::Db("injected: No space left on device".into()));
+        }
+        self.inner.append(batch)
+    }
+}
+
+struct Harness {
+    client: WriteHalf<DuplexStream>,
+    from_gateway: BufReader<ReadHalf<DuplexStream>>,
+    server: WriteHalf<DuplexStream>,
+    to_server: BufReader<ReadHalf<DuplexStream>>,
+    proxy: JoinHandle<ProxyReport>,
+    store: Arc<ChainStore>,
+    _recorder: Recorder,
+    _dir: tempfile::TempDir,
+}
+
+fn setup(
+    config: ProxyConfig,
+    allowed_appends: Option<usize>,
+    receipts: Option<watch::Receiver<SyncProgress>>,
+) -> Harness {
+    let dir = tempfile::tempdir().unwrap();
+    let store = Arc::new(ChainStore::open(&dir.path().join("chain.redb")).unwrap());
+    let agent = AgentName::new("proxy-test").unwrap();
+    let key = SecretKey::from_seed(&[4; 32]);
+    let recorder = match allowed_appends {
+        None => Recorder::start(agent, key, Arc::new(SystemClock), Arc::clone(&store)).unwrap(),
+        Some(n) => Recorder::start(
+            agent,
+            key,
+            Arc::new(SystemClock),
+            FailAfter {
+                inner: Arc::clone(&store),
+                allowed: AtomicUsize::new(n),
+            },
+        )
+        .unwrap(),
+    };
+    let (client_end, gw_client) = tokio::io::duplex(1 << 20);
+    let (server_end, gw_server) = tokio::io::duplex(1 << 20);
+    let (gw_client_in, gw_client_out) = tokio::io::split(gw_client);
+    let (gw_server_out, gw_server_in) = tokio::io::split(gw_server);
+    let deps = ProxyDeps {
+        recorder: recorder.handle(),
+        store: Some(Arc::clone(&store)),
+        receipts,
+        client_gone: Arc::new(Notify::new()),
+    };
+    let proxy = tokio::spawn(run_proxy(
+        config,
+        deps,
+        gw_client_in,
+        gw_client_out,
+        gw_server_in,
+        gw_server_out,
+    ));
+    let (from_gateway, client) = tokio::io::split(client_end);
+    let (to_server, server) = tokio::io::split(server_end);
+    Harness {
+        client,
+        from_gateway: BufReader::new(from_gateway),
+        server,
+        to_server: BufReader::new(to_server),
+        proxy,
+        store,
+        _recorder: recorder,
+        _dir: dir,
+    }
+}
+
+async fn line_of<R: tokio::io::AsyncRead + Unpin>(r: &mut BufReader<R>) -> Vec<u8> {
+    let mut buf = Vec::new();
+    tokio::time::timeout(Duration::from_secs(10), r.read_until(b'\n', &mut buf))
+        .await
+        .expect("a line within 10 s")
+        .unwrap();
+    buf
+}
+
+fn js(line: &[u8]) -> Value {
+    serde_json::from_slice(line).unwrap()
+}
+
+impl Harness {
+    async fn client_sends(&mut self, line: &str) {
+        self.client.write_all(line.as_bytes()).await.unwrap();
+        self.client.write_all(b"\n").await.unwrap();
+    }
+    async fn server_sends(&mut self, line: &str) {
+        self.server.write_all(line.as_bytes()).await.unwrap();
+        self.server.write_all(b"\n").await.unwrap();
+    }
+    async fn server_gets(&mut self) -> Vec<u8> {
+        line_of(&mut self.to_server).await
+    }
+    async fn client_gets(&mut self) -> Vec<u8> {
+        line_of(&mut self.from_gateway).await
+    }
+    /// Waits until the chain has `n` records and returns them.
+    async fn records(&self, n: usize) -> Vec<Record> {
+        for _ in 0..500 {
+            let r = self.store.records(0, 10_000).unwrap();
+            if r.len() >= n {
+                return r;
+            }
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        panic!(
+            "expected {n} records, have {}",
+            self.store.records(0, 10_000).unwrap().len()
+        );
+    }
+}
+
+fn call(id: &str, tool: &str) -> String {
+    format!(
+        r#"{{"jsonrpc":"2.0","id":{id},"method":"tools/call","params":{{"name":"{tool}","arguments":{{"x":1}}}}}}"#
+    )
+}
+
+fn body(r: &Record) -> Value {
+    serde_json::to_value(&r.body).unwrap()
+}
+
+#[tokio::test]
+async fn decision_is_durable_before_the_call_is_forwarded_and_bytes_pass_unchanged() {
+    let mut h = setup(ProxyConfig::default(), None, None);
+    let req = r#"{"jsonrpc":"2.0",  "id":7,"method":"tools/call","params":{"name":"echo","arguments":{"b":1,"a":"é"}}}"#;
+    h.client_sends(req).await;
+    let forwarded = h.server_gets().await;
+    assert_eq!(forwarded, format!("{req}\n").into_bytes());
+    // The decision was committed before the server got the call.
+    let records = h.store.records(0, 10).unwrap();
+    assert_eq!(records.len(), 1);
+    assert_eq!(body(&records[0])["tool"], "echo");
+    assert_eq!(body(&records[0])["call_id"], "7");
+
+    let resp = r#"{"jsonrpc":"2.0","id":7,"result":{"content":[{"type":"text","text":"hi"}]}}"#;
+    h.server_sends(resp).await;
+    assert_eq!(h.client_gets().await, format!("{resp}\n").into_bytes());
+    let records = h.records(2).await;
+    let o = body(&records[1]);
+    assert_eq!(o["status"], "ok");
+    assert_eq!(o["decision"], records[0].hash().to_hex());
+    assert!(o["output_hash"].is_string());
+    assert_eq!(records[1].prev, Some(records[0].hash()));
+}
+
+#[tokio::test]
+async fn fail_closed_when_the_decision_cannot_be_committed() {
+    // The first commit (a decision) succeeds, the next fails.
+    let mut h = setup(ProxyConfig::default(), Some(1), None);
+    h.client_sends(&call("1", "echo")).await;
+    h.server_gets().await;
+    h.client_sends(&call("2", "delete_everything")).await;
+    let err = js(&h.client_gets().await);
+    assert_eq!(err["id"], 2);
+    assert_eq!(err["error"]["code"], -32001);
+    let msg = err["error"]["message"].as_str().unwrap();
+    assert!(
+        msg.contains("not forwarded")
+            && msg.contains("could not be recorded")
+            && msg.contains("No space left"),
+        "{msg}"
+    );
+    // The server never saw call 2: the next thing it gets is the ping.
+    h.client_sends(r#"{"jsonrpc":"2.0","id":3,"method":"ping"}"#)
+        .await;
+    assert_eq!(js(&h.server_gets().await)["method"], "ping");
+    assert_eq!(h.store.records(0, 10).unwrap().len(), 1);
+}
+
+#[tokio::test]
+async fn errors_cancellations_and_server_exit_end_calls() {
+    let mut h = setup(ProxyConfig::default(), None, None);
+    for id in ["\"a\"", "2", "3", "4", "5"] {
+        h.client_sends(&call(id, "t")).await;
+        h.server_gets().await;
+    }
+    h.server_sends(r#"{"jsonrpc":"2.0","id":"a","error":{"code":-32602,"message":"bad"}}"#)
+        .await;
+    h.client_gets().await;
+    h.server_sends(r#"{"jsonrpc":"2.0","id":2,"result":{"isError":true,"content":[]}}"#)
+        .await;
+    h.client_gets().await;
+    h.client_sends(r#"{"jsonrpc":"2.0","method":"notifications/cancelled","params":{"requestId":3,"reason":"user"}}"#).await;
+    assert_eq!(
+        js(&h.server_gets().await)["method"],
+        "notifications/cancelled"
+    );
+    // A late answer to the cancelled call is forwarded but ends nothing twice.
+    h.server_sends(r#"{"jsonrpc":"2.0","id":3,"result":{"content":[]}}"#)
+        .await;
+    h.client_gets().await;
+    // The server dies with calls 4 and 5 in flight.
+    h.server.shutdown().await.unwrap();
+    let mut errors = Vec::new();
+    for _ in 0..2 {
+        errors.push(js(&line_of(&mut h.from_gateway).await));
+    }
+    let ids: BTreeSet<String> = errors.iter().map(|e| e["id"].to_string()).collect();
+    assert_eq!(ids, BTreeSet::from(["4".to_string(), "5".to_string()]));
+    assert!(errors.iter().all(|e| e["error"]["code"] == -32002));
+    let report = h.proxy.await.unwrap();
+    assert_eq!(report.server_exited_calls, 2);
+
+    let store = Arc::clone(&h.store);
+    let mut records = Vec::new();
+    for _ in 0..500 {
+        records = store.records(0, 100).unwrap();
+        if records.len() == 10 {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    assert_eq!(records.len(), 10);
+    let mut status_by_call = std::collections::BTreeMap::new();
+    for r in &records {
+        if let Body::Outcome(o) = &r.body {
+            let d = records
+                .iter()
+                .find(|d| d.hash() == o.decision)
+                .expect("outcome names a decision");
+            assert!(matches!(&d.body, Body::Decision(dd) if dd.call_id == o.call_id));
+            assert!(
+                status_by_call
+                    .insert(o.call_id.clone(), o.status.as_str())
+                    .is_none(),
+                "one outcome per call"
+            );
+        }
+    }
+    assert_eq!(
+        status_by_call.into_iter().collect::<Vec<_>>(),
+        vec![
+            ("2".to_string(), "error"),
+            ("3".to_string(), "cancelled"),
+            ("4".to_string(), "server_exited"),
+            ("5".to_string(), "server_exited"),
+            ("a".to_string(), "error"),
+        ]
+    );
+}
+
+fn tools_answer(id: &str, tools: &[(&str, &str)], next: Option<&str>) -> String {
+    let tools: Vec<Value> = tools
+        .iter()
+        .map(|(n, d)| json!({"name": n, "description": d, "inputSchema": {"type": "object"}}))
+        .collect();
+    let mut result = json!({"tools": tools});
+    if let Some(c) = next {
+        result["nextCursor"] = json!(c);
+    }
+    json!({"jsonrpc": "2.0", "id": serde_json::from_str::<Value>(id).unwrap(), "result": result})
+        .to_string()
+}
+
+fn tool_names(r: &Record) -> Vec<(String, bool)> {
+    match &r.body {
+        Body::Tools(t) => t
+            .tools
+            .iter()
+            .map(|e| (e.name.clone(), e.recorded))
+            .collect(),
+        other => panic!("not a tools record: {other:?}"),
+    }
+}
+
+#[tokio::test]
+async fn tool_lists_are_recorded_once_per_change_pages_joined_and_relisted_after_list_changed() {
+    let mut h = setup(
+        ProxyConfig {
+            record_prefix: Some("db_".into()),
+            ..ProxyConfig::default()
+        },
+        None,
+        None,
+    );
+    // Two pages from the client's own listing.
+    h.client_sends(r#"{"jsonrpc":"2.0","id":1,"method":"tools/list"}"#)
+        .await;
+    h.server_gets().await;
+    h.server_sends(&tools_answer("1", &[("db_query", "q")], Some("p2")))
+        .await;
+    h.client_gets().await;
+    h.client_sends(r#"{"jsonrpc":"2.0","id":2,"method":"tools/list","params":{"cursor":"p2"}}"#)
+        .await;
+    h.server_gets().await;
+    h.server_sends(&tools_answer("2", &[("send_mail", "m")], None))
+        .await;
+    h.client_gets().await;
+    let r = h.records(1).await;
+    assert_eq!(
+        tool_names(&r[0]),
+        vec![("db_query".into(), true), ("send_mail".into(), false)]
+    );
+
+    // The same list again is not recorded again.
+    h.client_sends(r#"{"jsonrpc":"2.0","id":3,"method":"tools/list"}"#)
+        .await;
+    h.server_gets().await;
+    h.server_sends(&tools_answer(
+        "3",
+        &[("db_query", "q"), ("send_mail", "m")],
+        None,
+    ))
+    .await;
+    h.client_gets().await;
+
+    // list_changed: the gateway lists the tools itself, and keeps the answer.
+    h.server_sends(r#"{"jsonrpc":"2.0","method":"notifications/tools/list_changed"}"#)
+        .await;
+    assert_eq!(
+        js(&h.client_gets().await)["method"],
+        "notifications/tools/list_changed"
+    );
+    let own = js(&h.server_gets().await);
+    assert_eq!(own["method"], "tools/list");
+    let own_id = own["id"].to_string();
+    assert!(own_id.contains("tally-gateway:"));
+    h.server_sends(&tools_answer(
+        &own_id,
+        &[("db_query", "q, now with a changed description")],
+        None,
+    ))
+    .await;
+    let r = h.records(2).await;
+    assert_eq!(r.len(), 2);
+    assert_eq!(tool_names(&r[1]), vec![("db_query".into(), true)]);
+    // The client never saw the gateway's own answer: the next line it gets is this ping.
+    h.server_sends(r#"{"jsonrpc":"2.0","id":"s1","method":"ping"}"#)
+        .await;
+    assert_eq!(js(&h.client_gets().await)["id"], "s1");
+
+    // A call to an unrecorded tool passes without records.
+    h.client_sends(&call("9", "send_mail")).await;
+    h.server_gets().await;
+    h.server_sends(r#"{"jsonrpc":"2.0","id":9,"result":{"content":[]}}"#)
+        .await;
+    h.client_gets().await;
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    assert_eq!(h.store.records(0, 10).unwrap().len(), 2);
+}
+
+#[tokio::test]
+async fn requests_that_cannot_be_recorded_faithfully_are_refused() {
+    let mut h = setup(ProxyConfig::default(), None, None);
+    let refused = [
+        // Duplicate key: the server might read other arguments than recorded.
+        r#"{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"a","arguments":{"x":1,"x":2}}}"#,
+        // An integer no double holds exactly.
+        r#"{"jsonrpc":"2.0","id":2,"method":"tools/call","params":{"name":"a","arguments":{"x":9007199254740993}}}"#,
+        // No tool name.
+        r#"{"jsonrpc":"2.0","id":3,"method":"tools/call","params":{"arguments":{}}}"#,
+        // A batch holding a call.
+        r#"[{"jsonrpc":"2.0","id":4,"method":"tools/call","params":{"name":"a"}}]"#,
+    ];
+    for (i, line) in refused.iter().enumerate() {
+        h.client_sends(line).await;
+        let err = js(&h.client_gets().await);
+        assert_eq!(err["id"], i + 1, "{line}");
+        assert_eq!(err["error"]["code"], -32001, "{line}");
+    }
+    // A request id already in flight.
+    h.client_sends(&call("5", "a")).await;
+    h.server_gets().await;
+    h.client_sends(&call("5", "a")).await;
+    assert_eq!(
+        js(&h.client_gets().await)["error"]["data"]["tally"],
+        "duplicate_request_id"
+    );
+    h.client_sends(r#"{"jsonrpc":"2.0","id":6,"method":"ping"}"#)
+        .await;
+    assert_eq!(js(&h.server_gets().await)["id"], 6);
+}
+
+#[tokio::test]
+async fn strict_calls_wait_for_an_accepted_receipt() {
+    let (progress, rx) = watch::channel(SyncProgress::default());
+    let mut h = setup(
+        ProxyConfig {
+            strict: StrictPolicy::Tools(BTreeSet::from(["pay".to_string()])),
+            strict_timeout: Duration::from_millis(300),
+            ..ProxyConfig::default()
+        },
+        None,
+        Some(rx),
+    );
+    // Not strict for this tool: forwarded at once.
+    h.client_sends(&call("1", "read")).await;
+    assert_eq!(js(&h.server_gets().await)["id"], 1);
+
+    // Strict: held until the sync says seq 1 is receipted.
+    h.client_sends(&call("2", "pay")).await;
+    h.client_sends(r#"{"jsonrpc":"2.0","id":3,"method":"ping"}"#)
+        .await;
+    assert_eq!(
+        js(&h.server_gets().await)["id"],
+        3,
+        "the held call must not overtake"
+    );
+    progress.send_modify(|p| p.cursor = 2);
+    assert_eq!(js(&h.server_gets().await)["id"], 2);
+
+    // No receipt in time: refused, outcome not_run.
+    h.client_sends(&call("4", "pay")).await;
+    let err = js(&h.client_gets().await);
+    assert_eq!(err["id"], 4);
+    assert!(
+        err["error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("missing receipt"),
+        "{err}"
+    );
+
+    // Syncing halted (a receipt failed acceptance): refused with the reason.
+    progress.send_modify(|p| {
+        p.halted = Some(SyncErrorNote {
+            time: UnixMillis::new(0),
+            seq: Some(4),
+            code: "receipt_untrusted".into(),
+            message: "untrusted receipt: checkpoint is not signed by the trusted key".into(),
+        })
+    });
+    h.client_sends(&call("5", "pay")).await;
+    let err = js(&h.client_gets().await);
+    assert!(
+        err["error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("untrusted receipt"),
+        "{err}"
+    );
+    h.client_sends(r#"{"jsonrpc":"2.0","id":6,"method":"ping"}"#)
+        .await;
+    assert_eq!(
+        js(&h.server_gets().await)["id"],
+        6,
+        "calls 4 and 5 never reached the server"
+    );
+
+    let records = h.records(6).await;
+    let not_run: Vec<String> = records
+        .iter()
+        .filter_map(|r| match &r.body {
+            Body::Outcome(o) if o.status.as_str() == "not_run" => Some(o.call_id.clone()),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(not_run, vec!["4".to_string(), "5".to_string()]);
+}
+
+#[tokio::test]
+async fn strict_without_a_witness_refuses() {
+    let mut h = setup(
+        ProxyConfig {
+            strict: StrictPolicy::All,
+            ..ProxyConfig::default()
+        },
+        None,
+        None,
+    );
+    h.client_sends(&call("1", "anything")).await;
+    let err = js(&h.client_gets().await);
+    assert!(err["error"]["message"]
+        .as_str()
+        .unwrap()
+        .contains("no witness is configured"));
+}

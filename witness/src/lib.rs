@@ -1,1 +1,28 @@
-//! placeholder
+//! # tally-witness
+//!
+//! The front door of tally (issue 4; docs/api.md is the HTTP contract,
+//! docs/protocol.md the wire formats, docs/operations.md how to run it):
+//! authentication, projects and agent keys, record admission, receipts,
+//! exports, the key directory, metrics, and the server behind `tally serve`.
+//!
+//! - [`witness`]: admission in the order of issue 4 §3, agent heads.
+//! - [`registry`]: projects, API keys (hashed), agents and their keys.
+//! - [`export`]: packs, agent-keys.json, head.json (protocol.md §9).
+//! - [`http`]: the routes; [`error`]: the one error → status/code table.
+//! - [`server`]: data folder, TLS, graceful drain; [`config`]: settings.
+//! - [`keydir`], [`metrics`], [`ratelimit`]: the smaller parts.
+
+pub mod config;
+pub mod error;
+pub mod export;
+pub mod http;
+pub mod keydir;
+pub mod metrics;
+pub mod ratelimit;
+pub mod registry;
+pub mod server;
+pub mod witness;
+
+pub use config::{ServeConfig, WitnessConfig};
+pub use error::WitnessError;
+pub use witness::Witness;

@@ -1,0 +1,429 @@
+//! The witness's typed errors and the one table that maps each to an HTTP
+//! status and a stable code (docs/api.md, "Errors"; issue 4 §3).
+//!
+//! Every refusal is a JSON body `{"error":{"code","message",…evidence}}`.
+//! A 500 says only "internal error"; the detail goes to the log.
+
+use axum::http::{header, HeaderValue, StatusCode};
+use axum::response::{IntoResponse, Response};
+use serde_json::{json, Map, Value};
+use tally_log::{AppendError, ProofRequestError, ReadError, StoreError};
+use tally_schemas::canonical::CanonicalError;
+use tally_schemas::entry::EntryError;
+use tally_schemas::record::RecordError;
+use tally_schemas::{AgentName, Hash, KeyId, LeafIndex, Nonce, Seq, UnixMillis};
+
+/// Why the witness refused a request. Variants carry the evidence a client
+/// needs to act (resync from a head, wait, fix its clock).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum WitnessError {
+    /// The request body is larger than allowed.
+    #[error("request body is {} bytes, more than the limit of {max}", size.map_or_else(|| "too many".to_owned(), |s| s.to_string()))]
+    BodyTooLarge {
+        /// Declared or counted size, when known.
+        size: Option<u64>,
+        /// The limit.
+        max: usize,
+    },
+    /// The record's canonical form is larger than `MAX_RECORD_BYTES`.
+    #[error("record is {size} bytes in canonical form, more than the limit of {max}")]
+    RecordTooLarge {
+        /// Canonical size.
+        size: usize,
+        /// The limit.
+        max: usize,
+    },
+    /// Not strict JSON, or not a v1 object of the expected shape.
+    #[error("{message}")]
+    Malformed {
+        /// The specific rule broken (`duplicate_key`, `too_deep`, `schema`, …).
+        reason: &'static str,
+        /// What is wrong.
+        message: String,
+    },
+    /// A format version this build does not read.
+    #[error("format version {found} is not supported (this witness reads version 1)")]
+    UnsupportedVersion {
+        /// The version as written.
+        found: String,
+    },
+    /// No API key, or one the witness does not know.
+    #[error("missing or unknown API key")]
+    Unauthorized,
+    /// No admin token, or a wrong one.
+    #[error("missing or wrong admin token")]
+    AdminUnauthorized,
+    /// The agent is not registered to the API key's project.
+    #[error("agent {agent} is not registered to this API key's project")]
+    AgentNotAllowed {
+        /// The agent.
+        agent: AgentName,
+    },
+    /// The record names a key that is not registered for its agent.
+    #[error("key {key_id} is not registered for agent {agent}")]
+    KeyNotAllowed {
+        /// The agent.
+        agent: AgentName,
+        /// The key id the record names.
+        key_id: KeyId,
+    },
+    /// The key is registered but was not active at the record's time.
+    #[error("key {key_id} of agent {agent} is not active at {time} (valid from {not_before} until {})", not_after.map_or_else(|| "retired".to_owned(), |t| t.to_string()))]
+    KeyNotActive {
+        /// The agent.
+        agent: AgentName,
+        /// The key.
+        key_id: KeyId,
+        /// The record's time.
+        time: UnixMillis,
+        /// The key's validity start.
+        not_before: UnixMillis,
+        /// The key's validity end, if set.
+        not_after: Option<UnixMillis>,
+    },
+    /// The signature does not verify strictly with the registered key.
+    #[error("the record's signature does not verify with key {key_id} of agent {agent}")]
+    BadSignature {
+        /// The agent.
+        agent: AgentName,
+        /// The key.
+        key_id: KeyId,
+    },
+    /// The agent's clock is too far from the witness's.
+    #[error("record time {agent_time} is more than {max_skew_ms} ms from the witness's clock {witness_time}")]
+    ClockSkew {
+        /// The record's time.
+        agent_time: UnixMillis,
+        /// The witness's clock.
+        witness_time: UnixMillis,
+        /// The bound.
+        max_skew_ms: u64,
+    },
+    /// The record does not extend its agent's chain.
+    #[error("record does not extend the chain of {agent}; resync from the head")]
+    ChainConflict {
+        /// The agent.
+        agent: AgentName,
+        /// The chain's head (seq, record hash), `None` when it has no records.
+        head: Option<(Seq, Hash)>,
+    },
+    /// The nonce was used by another record.
+    #[error("nonce {nonce} was already used by the record at index {first_index}")]
+    NonceReplayed {
+        /// The nonce.
+        nonce: Nonce,
+        /// The first entry that used it.
+        first_index: LeafIndex,
+    },
+    /// The API key's token bucket is empty.
+    #[error("rate limit exceeded for this API key; retry in {retry_after_ms} ms")]
+    RateLimited {
+        /// When a token will be available.
+        retry_after_ms: u64,
+    },
+    /// Too much work in flight, or the log's queue is full.
+    #[error("the witness is overloaded; retry later")]
+    Overloaded,
+    /// The witness is shutting down.
+    #[error("the witness is shutting down; retry later")]
+    ShuttingDown,
+    /// The agent has no records (in the range asked for).
+    #[error("agent {agent} has no records{}", if *in_range { " in the requested range" } else { "" })]
+    NoRecords {
+        /// The agent.
+        agent: AgentName,
+        /// Whether a range narrowed the search.
+        in_range: bool,
+    },
+    /// A bad query or admin request (unknown parameter, bad number, …).
+    #[error("{message}")]
+    BadRequest {
+        /// The stable code.
+        code: &'static str,
+        /// What is wrong.
+        message: String,
+    },
+    /// The name is taken.
+    #[error("{what} {name} already exists")]
+    Exists {
+        /// `agent`, `project` or `key`.
+        what: &'static str,
+        /// The name.
+        name: String,
+    },
+    /// No such route or object.
+    #[error("{0}")]
+    NotFound(String),
+    /// Something failed inside the witness; the detail is logged, not shown.
+    #[error("internal error: {0}")]
+    Internal(String),
+}
+
+impl WitnessError {
+    /// The status and stable code of this error: the one table of
+    /// docs/api.md "Errors".
+    #[must_use]
+    pub fn status_and_code(&self) -> (StatusCode, &'static str) {
+        match self {
+            Self::BodyTooLarge { .. } | Self::RecordTooLarge { .. } => {
+                (StatusCode::PAYLOAD_TOO_LARGE, "too_large")
+            }
+            Self::Malformed { .. } => (StatusCode::BAD_REQUEST, "malformed"),
+            Self::UnsupportedVersion { .. } => (StatusCode::BAD_REQUEST, "unsupported_version"),
+            Self::BadRequest { code, .. } => (StatusCode::BAD_REQUEST, code),
+            Self::Unauthorized | Self::AdminUnauthorized => {
+                (StatusCode::UNAUTHORIZED, "unauthorized")
+            }
+            Self::AgentNotAllowed { .. } => (StatusCode::FORBIDDEN, "agent_not_allowed"),
+            Self::KeyNotAllowed { .. } => (StatusCode::FORBIDDEN, "key_not_allowed"),
+            Self::NoRecords { .. } => (StatusCode::NOT_FOUND, "no_records"),
+            Self::NotFound(_) => (StatusCode::NOT_FOUND, "not_found"),
+            Self::ChainConflict { .. } => (StatusCode::CONFLICT, "chain_conflict"),
+            Self::NonceReplayed { .. } => (StatusCode::CONFLICT, "nonce_replayed"),
+            Self::Exists { .. } => (StatusCode::CONFLICT, "exists"),
+            Self::BadSignature { .. } => (StatusCode::UNPROCESSABLE_ENTITY, "bad_signature"),
+            Self::ClockSkew { .. } => (StatusCode::UNPROCESSABLE_ENTITY, "clock_skew"),
+            Self::KeyNotActive { .. } => (StatusCode::UNPROCESSABLE_ENTITY, "key_not_active"),
+            Self::RateLimited { .. } => (StatusCode::TOO_MANY_REQUESTS, "rate_limited"),
+            Self::Overloaded => (StatusCode::SERVICE_UNAVAILABLE, "overloaded"),
+            Self::ShuttingDown => (StatusCode::SERVICE_UNAVAILABLE, "shutting_down"),
+            Self::Internal(_) => (StatusCode::INTERNAL_SERVER_ERROR, "internal"),
+        }
+    }
+
+    /// The evidence members added to the error object besides code and message.
+    fn evidence(&self) -> Map<String, Value> {
+        let mut m = Map::new();
+        match self {
+            Self::BodyTooLarge { max, .. } | Self::RecordTooLarge { max, .. } => {
+                m.insert("max_bytes".into(), json!(max));
+            }
+            Self::Malformed { reason, .. } => {
+                m.insert("reason".into(), json!(reason));
+            }
+            Self::UnsupportedVersion { found } => {
+                m.insert("found".into(), json!(found));
+                m.insert("supported".into(), json!(1));
+            }
+            Self::AgentNotAllowed { agent } | Self::NoRecords { agent, .. } => {
+                m.insert("agent".into(), json!(agent));
+            }
+            Self::KeyNotAllowed { agent, key_id } | Self::BadSignature { agent, key_id } => {
+                m.insert("agent".into(), json!(agent));
+                m.insert("key_id".into(), json!(key_id));
+            }
+            Self::KeyNotActive {
+                agent,
+                key_id,
+                time,
+                not_before,
+                not_after,
+            } => {
+                m.insert("agent".into(), json!(agent));
+                m.insert("key_id".into(), json!(key_id));
+                m.insert("time".into(), json!(time));
+                m.insert("not_before".into(), json!(not_before));
+                m.insert("not_after".into(), json!(not_after));
+            }
+            Self::ClockSkew {
+                agent_time,
+                witness_time,
+                max_skew_ms,
+            } => {
+                m.insert("agent_time".into(), json!(agent_time));
+                m.insert("witness_time".into(), json!(witness_time));
+                m.insert("max_skew_ms".into(), json!(max_skew_ms));
+            }
+            Self::ChainConflict { agent, head } => {
+                m.insert("agent".into(), json!(agent));
+                m.insert(
+                    "head".into(),
+                    head.map_or(
+                        Value::Null,
+                        |(seq, hash)| json!({"seq": seq.get(), "hash": hash}),
+                    ),
+                );
+            }
+            Self::NonceReplayed { nonce, first_index } => {
+                m.insert("nonce".into(), json!(nonce));
+                m.insert("first_index".into(), json!(first_index.get()));
+            }
+            Self::RateLimited { retry_after_ms } => {
+                m.insert("retry_after_ms".into(), json!(retry_after_ms));
+            }
+            Self::Exists { what, name } => {
+                m.insert("what".into(), json!(what));
+                m.insert("name".into(), json!(name));
+            }
+            _ => {}
+        }
+        m
+    }
+
+    /// The JSON error body (what [`IntoResponse`] sends).
+    #[must_use]
+    pub fn body(&self) -> Value {
+        let (_, code) = self.status_and_code();
+        let message = match self {
+            Self::Internal(_) => "internal error".to_owned(),
+            other => other.to_string(),
+        };
+        let mut obj = Map::new();
+        obj.insert("code".into(), json!(code));
+        obj.insert("message".into(), json!(message));
+        obj.extend(self.evidence());
+        json!({ "error": obj })
+    }
+
+    /// A storage failure, logged here and shown as a bare 500.
+    pub(crate) fn internal(e: &dyn std::fmt::Display) -> Self {
+        tracing::error!(error = %e, "internal error");
+        Self::Internal(e.to_string())
+    }
+}
+
+impl IntoResponse for WitnessError {
+    fn into_response(self) -> Response {
+        let (status, _) = self.status_and_code();
+        let body = serde_json::to_vec(&self.body()).unwrap_or_else(|_| {
+            b"{\"error\":{\"code\":\"internal\",\"message\":\"internal error\"}}".to_vec()
+        });
+        let mut r = (status, body).into_response();
+        let h = r.headers_mut();
+        h.insert(
+            header::CONTENT_TYPE,
+            HeaderValue::from_static("application/json"),
+        );
+        h.insert(header::CACHE_CONTROL, HeaderValue::from_static("no-store"));
+        match &self {
+            Self::Unauthorized | Self::AdminUnauthorized => {
+                h.insert(header::WWW_AUTHENTICATE, HeaderValue::from_static("Bearer"));
+            }
+            Self::RateLimited { retry_after_ms } => {
+                let secs = retry_after_ms.div_ceil(1000).max(1);
+                if let Ok(v) = HeaderValue::from_str(&secs.to_string()) {
+                    h.insert(header::RETRY_AFTER, v);
+                }
+            }
+            Self::Overloaded | Self::ShuttingDown => {
+                h.insert(header::RETRY_AFTER, HeaderValue::from_static("1"));
+            }
+            _ => {}
+        }
+        r
+    }
+}
+
+impl From<CanonicalError> for WitnessError {
+    fn from(e: CanonicalError) -> Self {
+        match e {
+            CanonicalError::TooLarge { size, max } => Self::BodyTooLarge {
+                size: Some(size as u64),
+                max,
+            },
+            other => Self::Malformed {
+                reason: other.code(),
+                message: other.to_string(),
+            },
+        }
+    }
+}
+
+impl From<RecordError> for WitnessError {
+    fn from(e: RecordError) -> Self {
+        match e {
+            RecordError::Canonical(c) => c.into(),
+            RecordError::UnsupportedVersion { found } => Self::UnsupportedVersion { found },
+            RecordError::TooLarge { size, max } => Self::RecordTooLarge { size, max },
+            other => Self::Malformed {
+                reason: other.code(),
+                message: other.to_string(),
+            },
+        }
+    }
+}
+
+impl From<AppendError> for WitnessError {
+    fn from(e: AppendError) -> Self {
+        match e {
+            AppendError::Overloaded { .. } => Self::Overloaded,
+            AppendError::NonceReplayed { nonce, first_index } => {
+                Self::NonceReplayed { nonce, first_index }
+            }
+            AppendError::ChainConflict {
+                agent,
+                head_seq,
+                head_hash,
+            } => Self::ChainConflict {
+                agent,
+                head: head_seq.zip(head_hash),
+            },
+            AppendError::Closed => Self::ShuttingDown,
+            AppendError::Entry(EntryError::TooLarge { size, max }) => {
+                Self::RecordTooLarge { size, max }
+            }
+            AppendError::Entry(e) => Self::internal(&e),
+            other => Self::internal(&other),
+        }
+    }
+}
+
+impl From<StoreError> for WitnessError {
+    fn from(e: StoreError) -> Self {
+        Self::internal(&e)
+    }
+}
+
+impl From<ReadError> for WitnessError {
+    fn from(e: ReadError) -> Self {
+        Self::internal(&e)
+    }
+}
+
+impl From<ProofRequestError> for WitnessError {
+    fn from(e: ProofRequestError) -> Self {
+        match e {
+            ProofRequestError::Store(s) => Self::internal(&s),
+            ProofRequestError::SizeBeyondTree { .. } => Self::BadRequest {
+                code: "size_beyond_tree",
+                message: e.to_string(),
+            },
+            ProofRequestError::FromEmptyTree => Self::BadRequest {
+                code: "from_empty_tree",
+                message: e.to_string(),
+            },
+            ProofRequestError::SizesOutOfOrder { .. } => Self::BadRequest {
+                code: "sizes_out_of_order",
+                message: e.to_string(),
+            },
+            other => Self::BadRequest {
+                code: "bad_parameter",
+                message: other.to_string(),
+            },
+        }
+    }
+}
+
+/// Why the witness's own tables (projects, API keys, agents) failed.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum RegistryError {
+    /// The redb file failed.
+    #[error("registry storage: {0}")]
+    Storage(String),
+    /// A stored row does not decode.
+    #[error("registry row {table}/{key} is corrupt: {reason}")]
+    Corrupt {
+        /// Table.
+        table: &'static str,
+        /// Row key.
+        key: String,
+        /// Why.
+        reason: String,
+    },
+}
+
+impl From<RegistryError> for WitnessError {
+    fn from(e: RegistryError) -> Self {
+        Self::internal(&e)
+    }
+}

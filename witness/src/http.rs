@@ -1,0 +1,646 @@
+//! The witness's HTTP routes (docs/api.md is their contract): record
+//! admission, agent heads, registration of projects, agents and keys,
+//! exports, the key directory, metrics and health; the log's read routes
+//! (tiles, `/checkpoint`, `/v1/proof/…`) are merged in from
+//! [`tally_log::http::router`].
+//!
+//! Every refusal goes through [`WitnessError`]'s one status/code table.
+//! Handlers parse requests themselves (strict JSON, known query parameters
+//! only), so a bad request never reaches a framework rejection with a
+//! different body shape.
+
+use std::sync::Arc;
+use std::time::Instant;
+
+use axum::body::{Body, Bytes};
+use axum::extract::rejection::PathRejection;
+use axum::extract::{Path, RawQuery, State};
+use axum::http::{header, HeaderMap, HeaderValue, StatusCode};
+use axum::response::{IntoResponse, Response};
+use axum::routing::{get, post};
+use axum::Router;
+use http_body_util::BodyExt;
+use serde::Deserialize;
+use serde_json::json;
+use tally_schemas::canonical::{self, Limits};
+use tally_schemas::{AgentName, PublicKey, Seq, TreeSize, UnixMillis};
+
+use crate::error::WitnessError;
+use crate::export::{self, ExportRange};
+use crate::registry::Principal;
+use crate::witness::Witness;
+
+/// Content type of packs (JSON Lines).
+pub const PACK_CONTENT_TYPE: &str = "application/jsonl; charset=utf-8";
+
+/// All routes of the witness, the log's read routes included.
+pub fn router(witness: Arc<Witness>) -> Router {
+    let log_routes = tally_log::http::router(Arc::clone(witness.log()));
+    Router::new()
+        .route("/v1/records", post(post_record))
+        .route("/v1/agents", post(add_agent).get(list_agents))
+        .route("/v1/agents/{agent}/head", get(agent_head))
+        .route("/v1/agents/{agent}/rotate", post(rotate_key))
+        .route("/v1/agents/{agent}/retire", post(retire_agent))
+        .route("/v1/agent-keys", get(agent_keys))
+        .route("/v1/export", get(export_pack))
+        .route("/v1/head", get(head))
+        .route("/v1/projects", post(create_project).get(list_projects))
+        .route("/v1/projects/{project}/api-keys", post(new_api_key))
+        .route("/v1/api-keys/{id}/revoke", post(revoke_api_key))
+        .route("/.well-known/tally/keys", get(key_directory))
+        .route("/metrics", get(metrics))
+        .route("/healthz", get(healthz))
+        .with_state(witness)
+        .merge(log_routes)
+        .fallback(not_found)
+        .method_not_allowed_fallback(method_not_allowed)
+}
+
+async fn not_found() -> WitnessError {
+    WitnessError::NotFound("no such route; see docs/api.md".into())
+}
+
+async fn method_not_allowed() -> Response {
+    let e = WitnessError::BadRequest {
+        code: "method_not_allowed",
+        message: "this route does not take that method; see docs/api.md".into(),
+    };
+    let mut r = e.into_response();
+    *r.status_mut() = StatusCode::METHOD_NOT_ALLOWED;
+    r
+}
+
+/// The token of an `Authorization: Bearer <token>` header.
+fn bearer(headers: &HeaderMap) -> Option<&str> {
+    let v = headers.get(header::AUTHORIZATION)?.to_str().ok()?;
+    let (scheme, token) = v.split_once(' ')?;
+    scheme.eq_ignore_ascii_case("bearer").then(|| token.trim())
+}
+
+/// Reads a body of at most `max` bytes, refusing larger ones without
+/// reading them whole.
+async fn read_body(body: Body, headers: &HeaderMap, max: usize) -> Result<Bytes, WitnessError> {
+    if let Some(len) = headers
+        .get(header::CONTENT_LENGTH)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.parse::<u64>().ok())
+    {
+        if len > max as u64 {
+            return Err(WitnessError::BodyTooLarge {
+                size: Some(len),
+                max,
+            });
+        }
+    }
+    match http_body_util::Limited::new(body, max).collect().await {
+        Ok(c) => Ok(c.to_bytes()),
+        Err(e)
+            if e.downcast_ref::<http_body_util::LengthLimitError>()
+                .is_some() =>
+        {
+            Err(WitnessError::BodyTooLarge { size: None, max })
+        }
+        Err(_) => Err(WitnessError::Malformed {
+            reason: "body",
+            message: "the request body could not be read".into(),
+        }),
+    }
+}
+
+/// Parses a small JSON request body strictly into `T`.
+fn json_body<T: for<'de> Deserialize<'de>>(bytes: &[u8]) -> Result<T, WitnessError> {
+    let bytes = if bytes.iter().all(u8::is_ascii_whitespace) {
+        b"{}".as_slice()
+    } else {
+        bytes
+    };
+    let value = canonical::parse_strict(bytes, Limits::WIRE)?;
+    serde_json::from_value(value).map_err(|e| WitnessError::Malformed {
+        reason: "schema",
+        message: e.to_string(),
+    })
+}
+
+fn json_response(status: StatusCode, bytes: Vec<u8>) -> Response {
+    (
+        status,
+        [
+            (
+                header::CONTENT_TYPE,
+                HeaderValue::from_static("application/json"),
+            ),
+            (header::CACHE_CONTROL, HeaderValue::from_static("no-store")),
+        ],
+        bytes,
+    )
+        .into_response()
+}
+
+fn json_value(status: StatusCode, v: &serde_json::Value) -> Response {
+    json_response(status, serde_json::to_vec(v).unwrap_or_default())
+}
+
+/// Decodes `%XX` and `+` in a query component.
+fn percent_decode(s: &str) -> Result<String, WitnessError> {
+    let bad = || WitnessError::BadRequest {
+        code: "bad_parameter",
+        message: "query string is not valid percent-encoded UTF-8".into(),
+    };
+    let b = s.as_bytes();
+    let mut out = Vec::with_capacity(b.len());
+    let mut i = 0;
+    while i < b.len() {
+        match b[i] {
+            b'%' => {
+                let hex = b.get(i + 1..i + 3).ok_or_else(bad)?;
+                let hex = std::str::from_utf8(hex).map_err(|_| bad())?;
+                out.push(u8::from_str_radix(hex, 16).map_err(|_| bad())?);
+                i += 3;
+            }
+            b'+' => {
+                out.push(b' ');
+                i += 1;
+            }
+            c => {
+                out.push(c);
+                i += 1;
+            }
+        }
+    }
+    String::from_utf8(out).map_err(|_| bad())
+}
+
+/// Parses a query string; only `allowed` names, each at most once except
+/// those in `repeatable`.
+fn query(
+    raw: Option<&str>,
+    allowed: &[&'static str],
+    repeatable: &[&'static str],
+) -> Result<Vec<(&'static str, String)>, WitnessError> {
+    let mut out: Vec<(&'static str, String)> = Vec::new();
+    for pair in raw.unwrap_or("").split('&').filter(|p| !p.is_empty()) {
+        let (k, v) = pair.split_once('=').unwrap_or((pair, ""));
+        let k = percent_decode(k)?;
+        let Some(&key) = allowed.iter().find(|a| **a == k) else {
+            return Err(WitnessError::BadRequest {
+                code: "unknown_parameter",
+                message: format!(
+                    "unknown query parameter {:?}; allowed: {}",
+                    k.chars().take(40).collect::<String>(),
+                    allowed.join(", ")
+                ),
+            });
+        };
+        if !repeatable.contains(&key) && out.iter().any(|(seen, _)| *seen == key) {
+            return Err(WitnessError::BadRequest {
+                code: "repeated_parameter",
+                message: format!("query parameter {key} is repeated"),
+            });
+        }
+        out.push((key, percent_decode(v)?));
+    }
+    Ok(out)
+}
+
+fn param<'a>(params: &'a [(&'static str, String)], name: &str) -> Option<&'a str> {
+    params
+        .iter()
+        .find(|(k, _)| *k == name)
+        .map(|(_, v)| v.as_str())
+}
+
+fn number(name: &str, v: &str) -> Result<u64, WitnessError> {
+    let ok = !v.is_empty()
+        && v.len() <= 16
+        && v.bytes().all(|b| b.is_ascii_digit())
+        && (v == "0" || !v.starts_with('0'));
+    ok.then(|| v.parse::<u64>().ok())
+        .flatten()
+        .filter(|n| *n <= tally_schemas::limits::MAX_COUNTER)
+        .ok_or_else(|| WitnessError::BadRequest {
+            code: "bad_parameter",
+            message: format!(
+                "{name} must be a decimal integer from 0 to 2^53-1 without leading zeros"
+            ),
+        })
+}
+
+fn time_param(name: &str, v: &str) -> Result<UnixMillis, WitnessError> {
+    UnixMillis::parse_rfc3339(v).map_err(|e| WitnessError::BadRequest {
+        code: "bad_parameter",
+        message: format!("{name}: {e}"),
+    })
+}
+
+fn agent_name(v: &str) -> Result<AgentName, WitnessError> {
+    AgentName::new(v).map_err(|e| WitnessError::BadRequest {
+        code: "bad_parameter",
+        message: format!("agent: {e}"),
+    })
+}
+
+fn path_agent(p: Result<Path<String>, PathRejection>) -> Result<AgentName, WitnessError> {
+    let Path(s) = p.map_err(|e| WitnessError::BadRequest {
+        code: "bad_parameter",
+        message: e.body_text(),
+    })?;
+    agent_name(&s)
+}
+
+fn agents_param(params: &[(&'static str, String)]) -> Result<Vec<AgentName>, WitnessError> {
+    params
+        .iter()
+        .filter(|(k, _)| *k == "agent")
+        .map(|(_, v)| agent_name(v))
+        .collect()
+}
+
+async fn blocking<T: Send + 'static>(
+    f: impl FnOnce() -> Result<T, WitnessError> + Send + 'static,
+) -> Result<T, WitnessError> {
+    tokio::task::spawn_blocking(f)
+        .await
+        .map_err(|e| WitnessError::internal(&e))?
+}
+
+// ---- admission -------------------------------------------------------------
+
+async fn post_record(State(w): State<Arc<Witness>>, headers: HeaderMap, body: Body) -> Response {
+    let started = Instant::now();
+    let _permit = match w.in_flight_permit() {
+        Ok(p) => p,
+        Err(e) => {
+            w.count_refusal(&e, started);
+            return e.into_response();
+        }
+    };
+    let bytes = match read_body(body, &headers, w.config().max_body_bytes).await {
+        Ok(b) => b,
+        Err(e) => {
+            w.count_refusal(&e, started);
+            return e.into_response();
+        }
+    };
+    match w.admit_measured(bearer(&headers), &bytes, started).await {
+        Ok(receipt) => json_response(StatusCode::OK, receipt),
+        Err(e) => e.into_response(),
+    }
+}
+
+async fn agent_head(
+    State(w): State<Arc<Witness>>,
+    headers: HeaderMap,
+    agent: Result<Path<String>, PathRejection>,
+) -> Result<Response, WitnessError> {
+    let principal = w.authenticate(bearer(&headers))?;
+    let agent = path_agent(agent)?;
+    let w2 = Arc::clone(&w);
+    let a2 = agent.clone();
+    let head = blocking(move || w2.agent_head(&principal, &a2)).await?;
+    Ok(json_value(
+        StatusCode::OK,
+        &json!({"agent": agent, "seq": head.seq.get(), "hash": head.record_hash, "index": head.index.get()}),
+    ))
+}
+
+// ---- registration ----------------------------------------------------------
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct AddAgent {
+    agent: AgentName,
+    public_key: PublicKey,
+    #[serde(default)]
+    not_before: Option<UnixMillis>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RotateKey {
+    public_key: PublicKey,
+    #[serde(default)]
+    at: Option<UnixMillis>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct Retire {
+    #[serde(default)]
+    at: Option<UnixMillis>,
+}
+
+fn agent_json(agent: &AgentName, row: &crate::registry::AgentRow) -> serde_json::Value {
+    json!({"agent": agent, "project": row.project, "keys": row.keys})
+}
+
+async fn add_agent(
+    State(w): State<Arc<Witness>>,
+    headers: HeaderMap,
+    body: Body,
+) -> Result<Response, WitnessError> {
+    let principal = w.authenticate(bearer(&headers))?;
+    let bytes = read_body(body, &headers, w.config().max_body_bytes).await?;
+    let req: AddAgent = json_body(&bytes)?;
+    let not_before = req.not_before.unwrap_or_else(|| w.now());
+    let row = w
+        .registry()
+        .add_agent(&principal.project, &req.agent, req.public_key, not_before)?;
+    Ok(json_value(
+        StatusCode::CREATED,
+        &agent_json(&req.agent, &row),
+    ))
+}
+
+async fn list_agents(
+    State(w): State<Arc<Witness>>,
+    headers: HeaderMap,
+    RawQuery(raw): RawQuery,
+) -> Result<Response, WitnessError> {
+    let principal = w.authenticate(bearer(&headers))?;
+    query(raw.as_deref(), &[], &[])?;
+    let agents: Vec<_> = w
+        .registry()
+        .agents_of(&principal.project)
+        .iter()
+        .map(|(a, row)| agent_json(a, row))
+        .collect();
+    Ok(json_value(StatusCode::OK, &json!({ "agents": agents })))
+}
+
+async fn rotate_key(
+    State(w): State<Arc<Witness>>,
+    headers: HeaderMap,
+    agent: Result<Path<String>, PathRejection>,
+    body: Body,
+) -> Result<Response, WitnessError> {
+    let principal = w.authenticate(bearer(&headers))?;
+    let agent = path_agent(agent)?;
+    let bytes = read_body(body, &headers, w.config().max_body_bytes).await?;
+    let req: RotateKey = json_body(&bytes)?;
+    let at = req.at.unwrap_or_else(|| w.now());
+    let row = w
+        .registry()
+        .rotate_key(&principal.project, &agent, req.public_key, at)?;
+    Ok(json_value(StatusCode::OK, &agent_json(&agent, &row)))
+}
+
+async fn retire_agent(
+    State(w): State<Arc<Witness>>,
+    headers: HeaderMap,
+    agent: Result<Path<String>, PathRejection>,
+    body: Body,
+) -> Result<Response, WitnessError> {
+    let principal = w.authenticate(bearer(&headers))?;
+    let agent = path_agent(agent)?;
+    let bytes = read_body(body, &headers, w.config().max_body_bytes).await?;
+    let req: Retire = json_body(&bytes)?;
+    let at = req.at.unwrap_or_else(|| w.now());
+    let row = w.registry().retire_agent(&principal.project, &agent, at)?;
+    Ok(json_value(StatusCode::OK, &agent_json(&agent, &row)))
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct CreateProject {
+    name: String,
+}
+
+async fn create_project(
+    State(w): State<Arc<Witness>>,
+    headers: HeaderMap,
+    body: Body,
+) -> Result<Response, WitnessError> {
+    w.authenticate_admin(bearer(&headers))?;
+    let bytes = read_body(body, &headers, w.config().max_body_bytes).await?;
+    let req: CreateProject = json_body(&bytes)?;
+    let key = w.create_project(&req.name)?;
+    Ok(json_value(
+        StatusCode::CREATED,
+        &json!({"project": req.name, "api_key": key.token, "api_key_id": key.id()}),
+    ))
+}
+
+async fn list_projects(
+    State(w): State<Arc<Witness>>,
+    headers: HeaderMap,
+) -> Result<Response, WitnessError> {
+    w.authenticate_admin(bearer(&headers))?;
+    let projects: Vec<_> = w
+        .registry()
+        .projects()
+        .into_iter()
+        .map(|(name, row)| {
+            let agents = w.registry().agents_of(&name).len();
+            json!({"name": name, "created": row.created, "agents": agents})
+        })
+        .collect();
+    Ok(json_value(StatusCode::OK, &json!({ "projects": projects })))
+}
+
+async fn new_api_key(
+    State(w): State<Arc<Witness>>,
+    headers: HeaderMap,
+    project: Result<Path<String>, PathRejection>,
+) -> Result<Response, WitnessError> {
+    w.authenticate_admin(bearer(&headers))?;
+    let Path(project) = project.map_err(|e| WitnessError::BadRequest {
+        code: "bad_parameter",
+        message: e.body_text(),
+    })?;
+    let key = w.new_api_key(&project)?;
+    Ok(json_value(
+        StatusCode::CREATED,
+        &json!({"project": project, "api_key": key.token, "api_key_id": key.id()}),
+    ))
+}
+
+async fn revoke_api_key(
+    State(w): State<Arc<Witness>>,
+    headers: HeaderMap,
+    id: Result<Path<String>, PathRejection>,
+) -> Result<Response, WitnessError> {
+    w.authenticate_admin(bearer(&headers))?;
+    let Path(id) = id.map_err(|e| WitnessError::BadRequest {
+        code: "bad_parameter",
+        message: e.body_text(),
+    })?;
+    w.registry().revoke_api_key(&id, w.now())?;
+    Ok(json_value(
+        StatusCode::OK,
+        &json!({"api_key_id": id, "revoked": true}),
+    ))
+}
+
+// ---- exports ---------------------------------------------------------------
+
+fn owned_agents(
+    w: &Witness,
+    principal: &Principal,
+    agents: Vec<AgentName>,
+) -> Result<Vec<AgentName>, WitnessError> {
+    if agents.is_empty() {
+        return Ok(w
+            .registry()
+            .agents_of(&principal.project)
+            .into_iter()
+            .map(|(a, _)| a)
+            .collect());
+    }
+    for a in &agents {
+        w.owned_agent(principal, a)?;
+    }
+    Ok(agents)
+}
+
+async fn agent_keys(
+    State(w): State<Arc<Witness>>,
+    headers: HeaderMap,
+    RawQuery(raw): RawQuery,
+) -> Result<Response, WitnessError> {
+    let principal = w.authenticate(bearer(&headers))?;
+    let params = query(raw.as_deref(), &["agent"], &["agent"])?;
+    let only = agents_param(&params)?;
+    let doc = export::agent_keys(w.registry(), w.log().origin(), &principal.project, &only)?;
+    Ok(json_response(StatusCode::OK, export::to_canonical(&doc)?))
+}
+
+async fn head(
+    State(w): State<Arc<Witness>>,
+    headers: HeaderMap,
+    RawQuery(raw): RawQuery,
+) -> Result<Response, WitnessError> {
+    let principal = w.authenticate(bearer(&headers))?;
+    let params = query(raw.as_deref(), &["from_size", "agent"], &["agent"])?;
+    let from_size = TreeSize::new(number(
+        "from_size",
+        param(&params, "from_size").ok_or_else(|| WitnessError::BadRequest {
+            code: "missing_parameter",
+            message: "from_size is required (the pack checkpoint's size)".into(),
+        })?,
+    )?);
+    let named = agents_param(&params)?;
+    let require_all = !named.is_empty();
+    let agents = owned_agents(&w, &principal, named)?;
+    let w2 = Arc::clone(&w);
+    let doc = blocking(move || export::head(w2.log(), from_size, &agents, require_all)).await?;
+    Ok(json_response(StatusCode::OK, export::to_canonical(&doc)?))
+}
+
+fn export_range(params: &[(&'static str, String)]) -> Result<ExportRange, WitnessError> {
+    let seq = |n: &str| -> Result<Option<Seq>, WitnessError> {
+        param(params, n)
+            .map(|v| {
+                number(n, v).and_then(|x| {
+                    Seq::new(x).map_err(|e| WitnessError::BadRequest {
+                        code: "bad_parameter",
+                        message: e.to_string(),
+                    })
+                })
+            })
+            .transpose()
+    };
+    let time = |n: &str| param(params, n).map(|v| time_param(n, v)).transpose();
+    let (from, to) = (seq("from_seq")?, seq("to_seq")?);
+    let (since, until) = (time("since")?, time("until")?);
+    match (
+        from.is_some() || to.is_some(),
+        since.is_some() || until.is_some(),
+    ) {
+        (true, true) => Err(WitnessError::BadRequest {
+            code: "bad_parameter",
+            message: "give a seq range or a time range, not both".into(),
+        }),
+        (true, false) => {
+            if let (Some(f), Some(t)) = (from, to) {
+                if f > t {
+                    return Err(WitnessError::BadRequest {
+                        code: "bad_parameter",
+                        message: "from_seq is after to_seq".into(),
+                    });
+                }
+            }
+            Ok(ExportRange::Seq { from, to })
+        }
+        (false, true) => Ok(ExportRange::Time { since, until }),
+        (false, false) => Ok(ExportRange::All),
+    }
+}
+
+async fn export_pack(
+    State(w): State<Arc<Witness>>,
+    headers: HeaderMap,
+    RawQuery(raw): RawQuery,
+) -> Result<Response, WitnessError> {
+    let principal = w.authenticate(bearer(&headers))?;
+    let params = query(
+        raw.as_deref(),
+        &["agent", "from_seq", "to_seq", "since", "until"],
+        &["agent"],
+    )?;
+    let range = export_range(&params)?;
+    let named = agents_param(&params)?;
+    if named.is_empty() {
+        return Err(WitnessError::BadRequest {
+            code: "missing_parameter",
+            message: "name at least one agent (agent=NAME, repeatable)".into(),
+        });
+    }
+    let agents = owned_agents(&w, &principal, named)?;
+    let w2 = Arc::clone(&w);
+    let plan = blocking(move || export::plan_pack(w2.log(), &agents, range)).await?;
+    let (tx, rx) = tokio::sync::mpsc::channel::<Result<Bytes, std::io::Error>>(64);
+    let created = w.now();
+    tokio::task::spawn_blocking(move || {
+        let mut sink = |line: Vec<u8>| {
+            tx.blocking_send(Ok(Bytes::from(line)))
+                .map_err(|_| WitnessError::ShuttingDown)
+        };
+        if let Err(e) = export::write_pack(w.log(), &plan, created, &mut sink) {
+            if !matches!(e, WitnessError::ShuttingDown) {
+                tracing::error!(error = %e, "export failed mid-stream; the pack is cut short (no end line)");
+            }
+            let _ = tx.blocking_send(Err(std::io::Error::other("export failed")));
+        }
+    });
+    let stream = futures::stream::unfold(rx, |mut rx| async move {
+        rx.recv().await.map(|item| (item, rx))
+    });
+    Ok((
+        [
+            (
+                header::CONTENT_TYPE,
+                HeaderValue::from_static(PACK_CONTENT_TYPE),
+            ),
+            (header::CACHE_CONTROL, HeaderValue::from_static("no-store")),
+        ],
+        Body::from_stream(stream),
+    )
+        .into_response())
+}
+
+// ---- public reads ----------------------------------------------------------
+
+async fn key_directory(State(w): State<Arc<Witness>>) -> Result<Response, WitnessError> {
+    Ok(json_response(
+        StatusCode::OK,
+        export::to_canonical(w.key_directory())?,
+    ))
+}
+
+async fn metrics(State(w): State<Arc<Witness>>) -> Response {
+    let size = w.log().latest_checkpoint().checkpoint.size.get();
+    (
+        [(
+            header::CONTENT_TYPE,
+            HeaderValue::from_static("text/plain; version=0.0.4; charset=utf-8"),
+        )],
+        w.metrics().render(w.log().stats(), size),
+    )
+        .into_response()
+}
+
+async fn healthz(State(w): State<Arc<Witness>>) -> Response {
+    let size = w.log().latest_checkpoint().checkpoint.size.get();
+    json_value(StatusCode::OK, &json!({"status": "ok", "tree_size": size}))
+}

@@ -1,0 +1,384 @@
+//! The witness: record admission (issue 4 §3) and what the routes read.
+//!
+//! [`Witness::admit`] checks a record in the order the issue fixes (body
+//! size, schema and canonical form, API key, agent registered to the key's
+//! project, key active at the record's time, strict signature, clock skew)
+//! and then hands it to [`tally_log::Log::append`], which checks chain,
+//! nonce and idempotency atomically and resolves only once the entry is
+//! durable and covered by a signed checkpoint (docs/protocol.md §8).
+
+use std::future::Future;
+use std::sync::{Arc, Mutex};
+use std::task::{Context, Poll, Waker};
+use std::time::Instant;
+
+use rand_core::CryptoRngCore;
+use tally_log::{ChainHead, Log};
+use tally_schemas::canonical;
+use tally_schemas::time::Clock;
+use tally_schemas::{AgentName, LeafIndex, Receipt, Record, UnixMillis};
+use tokio::sync::{OwnedSemaphorePermit, Semaphore};
+
+use crate::config::WitnessConfig;
+use crate::error::WitnessError;
+use crate::keydir::KeyDirectory;
+use crate::metrics::Metrics;
+use crate::ratelimit::RateLimiter;
+use crate::registry::{Principal, Registry, Secret};
+
+/// Randomness for API keys, injected.
+pub type Rng = Box<dyn CryptoRngCore + Send>;
+
+/// The witness's state, shared by every route.
+pub struct Witness {
+    log: Arc<Log>,
+    registry: Arc<Registry>,
+    clock: Arc<dyn Clock>,
+    rng: Mutex<Rng>,
+    config: WitnessConfig,
+    limiter: RateLimiter,
+    metrics: Metrics,
+    in_flight: Arc<Semaphore>,
+    keys: KeyDirectory,
+    /// The last receive time handed to the log. Receive times are taken and
+    /// records queued under this lock, so `received` never decreases in log
+    /// order (check 9 of the verifier), even if the clock steps back.
+    last_received: Mutex<UnixMillis>,
+}
+
+impl std::fmt::Debug for Witness {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Witness")
+            .field("origin", &self.log.origin())
+            .field("config", &self.config)
+            .finish_non_exhaustive()
+    }
+}
+
+/// An admitted record's receipt.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Admitted {
+    /// The receipt (for a retry, the one first issued).
+    pub receipt: Receipt,
+    /// Whether the record was already in the log.
+    pub duplicate: bool,
+}
+
+impl Witness {
+    /// A witness over an open log and registry, with an injected clock,
+    /// randomness and key directory.
+    #[must_use]
+    pub fn new(
+        log: Arc<Log>,
+        registry: Arc<Registry>,
+        clock: Arc<dyn Clock>,
+        rng: Rng,
+        config: WitnessConfig,
+        keys: KeyDirectory,
+    ) -> Self {
+        let metrics = Metrics::default();
+        let size = log.latest_checkpoint().checkpoint.size;
+        metrics.start_at(size.get());
+        let last_received = size
+            .get()
+            .checked_sub(1)
+            .and_then(|i| log.entry(LeafIndex::new(i)).ok().flatten())
+            .map_or(UnixMillis::new(0), |e| e.received());
+        Self {
+            last_received: Mutex::new(last_received),
+            limiter: RateLimiter::new(config.rate_limit),
+            in_flight: Arc::new(Semaphore::new(config.max_in_flight.max(1))),
+            log,
+            registry,
+            clock,
+            rng: Mutex::new(rng),
+            config,
+            metrics,
+            keys,
+        }
+    }
+
+    /// The log.
+    #[must_use]
+    pub fn log(&self) -> &Arc<Log> {
+        &self.log
+    }
+
+    /// The registry.
+    #[must_use]
+    pub fn registry(&self) -> &Arc<Registry> {
+        &self.registry
+    }
+
+    /// The admission limits.
+    #[must_use]
+    pub fn config(&self) -> &WitnessConfig {
+        &self.config
+    }
+
+    /// The metrics.
+    #[must_use]
+    pub fn metrics(&self) -> &Metrics {
+        &self.metrics
+    }
+
+    /// The key directory.
+    #[must_use]
+    pub fn key_directory(&self) -> &KeyDirectory {
+        &self.keys
+    }
+
+    /// The witness clock.
+    #[must_use]
+    pub fn now(&self) -> UnixMillis {
+        self.clock.now()
+    }
+
+    /// Makes a secret with the injected randomness.
+    pub(crate) fn with_rng<T>(&self, f: impl FnOnce(&mut dyn CryptoRngCore) -> T) -> T {
+        let mut rng = self
+            .rng
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        f(rng.as_mut())
+    }
+
+    /// Creates a project (admin).
+    ///
+    /// # Errors
+    /// As [`Registry::create_project`].
+    pub fn create_project(&self, name: &str) -> Result<Secret, WitnessError> {
+        let now = self.now();
+        self.with_rng(|rng| self.registry.create_project(name, now, rng))
+    }
+
+    /// Makes another API key for a project (admin).
+    ///
+    /// # Errors
+    /// As [`Registry::new_api_key`].
+    pub fn new_api_key(&self, project: &str) -> Result<Secret, WitnessError> {
+        let now = self.now();
+        self.with_rng(|rng| self.registry.new_api_key(project, now, rng))
+    }
+
+    /// A permit to admit one record, or 503 when too many are in flight.
+    ///
+    /// # Errors
+    /// [`WitnessError::Overloaded`].
+    pub fn in_flight_permit(&self) -> Result<OwnedSemaphorePermit, WitnessError> {
+        Arc::clone(&self.in_flight)
+            .try_acquire_owned()
+            .map_err(|_| WitnessError::Overloaded)
+    }
+
+    /// Checks a bearer token (the value after `Bearer `).
+    ///
+    /// # Errors
+    /// [`WitnessError::Unauthorized`] when missing or unknown.
+    pub fn authenticate(&self, bearer: Option<&str>) -> Result<Principal, WitnessError> {
+        bearer
+            .and_then(|t| self.registry.authenticate(t))
+            .ok_or(WitnessError::Unauthorized)
+    }
+
+    /// Checks the admin token.
+    ///
+    /// # Errors
+    /// [`WitnessError::AdminUnauthorized`] when missing or wrong.
+    pub fn authenticate_admin(&self, bearer: Option<&str>) -> Result<(), WitnessError> {
+        match bearer {
+            Some(t) if self.registry.is_admin(t) => Ok(()),
+            _ => Err(WitnessError::AdminUnauthorized),
+        }
+    }
+
+    /// The agent, if registered to the principal's project.
+    ///
+    /// # Errors
+    /// [`WitnessError::AgentNotAllowed`] otherwise (unregistered agents get
+    /// the same answer, so names in other projects are not revealed).
+    pub fn owned_agent(
+        &self,
+        principal: &Principal,
+        agent: &AgentName,
+    ) -> Result<(), WitnessError> {
+        self.registry.with_agent(agent, |row| match row {
+            Some(r) if r.project == principal.project => Ok(()),
+            _ => Err(WitnessError::AgentNotAllowed {
+                agent: agent.clone(),
+            }),
+        })
+    }
+
+    /// Steps 4–7 of admission for a parsed record, at witness time `now`.
+    ///
+    /// # Errors
+    /// `AgentNotAllowed`, `KeyNotAllowed`, `KeyNotActive`, `BadSignature`,
+    /// `ClockSkew`, in that order of checking.
+    pub fn check_record(
+        &self,
+        principal: &Principal,
+        record: &Record,
+        now: UnixMillis,
+    ) -> Result<(), WitnessError> {
+        self.check_key_and_signature(principal, record)?;
+        self.check_skew(record, now)
+    }
+
+    /// Steps 4–6: agent registered to the project, key registered for the
+    /// agent and active at the record's time, strict signature.
+    fn check_key_and_signature(
+        &self,
+        principal: &Principal,
+        record: &Record,
+    ) -> Result<(), WitnessError> {
+        let key = self.registry.with_agent(&record.agent, |row| {
+            let row = match row {
+                Some(r) if r.project == principal.project => r,
+                _ => {
+                    return Err(WitnessError::AgentNotAllowed {
+                        agent: record.agent.clone(),
+                    })
+                }
+            };
+            let key = row
+                .key(&record.key_id)
+                .ok_or_else(|| WitnessError::KeyNotAllowed {
+                    agent: record.agent.clone(),
+                    key_id: record.key_id,
+                })?;
+            if !key.active_at(record.time) {
+                return Err(WitnessError::KeyNotActive {
+                    agent: record.agent.clone(),
+                    key_id: record.key_id,
+                    time: record.time,
+                    not_before: key.not_before,
+                    not_after: key.not_after,
+                });
+            }
+            Ok(key.public_key)
+        })?;
+        record
+            .verify_signature(&key)
+            .map_err(|_| WitnessError::BadSignature {
+                agent: record.agent.clone(),
+                key_id: record.key_id,
+            })
+    }
+
+    /// Step 7: the record's time against the witness clock.
+    fn check_skew(&self, record: &Record, now: UnixMillis) -> Result<(), WitnessError> {
+        if record.time.abs_diff(now) > self.config.max_skew_ms {
+            return Err(WitnessError::ClockSkew {
+                agent_time: record.time,
+                witness_time: now,
+                max_skew_ms: self.config.max_skew_ms,
+            });
+        }
+        Ok(())
+    }
+
+    /// Admits one record body sent with `bearer`: every check of issue 4 §3
+    /// in order, then the log append. The caller has already bounded the
+    /// body's size while reading it.
+    ///
+    /// # Errors
+    /// Every [`WitnessError`] of the admission table.
+    pub async fn admit(&self, bearer: Option<&str>, body: &[u8]) -> Result<Admitted, WitnessError> {
+        if body.len() > self.config.max_body_bytes {
+            return Err(WitnessError::BodyTooLarge {
+                size: Some(body.len() as u64),
+                max: self.config.max_body_bytes,
+            });
+        }
+        let record = Record::from_json(body)?;
+        let principal = self.authenticate(bearer)?;
+        self.limiter
+            .take(&principal.key_id, self.now())
+            .map_err(|retry_after_ms| WitnessError::RateLimited { retry_after_ms })?;
+        self.check_key_and_signature(&principal, &record)?;
+        let (mut append, early) = {
+            let mut last = self
+                .last_received
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner);
+            let now = self.now().max(*last);
+            self.check_skew(&record, now)?;
+            let mut append = Box::pin(self.log.append(record, now));
+            // The first poll queues the record (or refuses it at once); doing
+            // it under the lock makes queue order and receive-time order one.
+            let mut cx = Context::from_waker(Waker::noop());
+            let early = match append.as_mut().poll(&mut cx) {
+                Poll::Ready(result) => Some(result),
+                Poll::Pending => None,
+            };
+            *last = now;
+            (append, early)
+        };
+        let appended = match early {
+            Some(result) => result?,
+            None => (&mut append).await?,
+        };
+        if !appended.duplicate {
+            let size = tally_schemas::note::peek_checkpoint(&appended.receipt.checkpoint)
+                .map(|c| c.size.get());
+            if let Ok(size) = size {
+                self.metrics.receipt(appended.receipt.index.get(), size);
+            }
+        }
+        Ok(Admitted {
+            receipt: appended.receipt,
+            duplicate: appended.duplicate,
+        })
+    }
+
+    /// [`Witness::admit`] with metrics and the receipt's canonical bytes
+    /// (the same bytes for every retry).
+    ///
+    /// # Errors
+    /// As [`Witness::admit`].
+    pub async fn admit_measured(
+        &self,
+        bearer: Option<&str>,
+        body: &[u8],
+        started: Instant,
+    ) -> Result<Vec<u8>, WitnessError> {
+        let result = self.admit(bearer, body).await.and_then(|a| {
+            canonical::canonicalize(&a.receipt).map_err(|e| WitnessError::internal(&e))
+        });
+        let (status, code) = match &result {
+            Ok(_) => (200, "ok"),
+            Err(e) => {
+                let (s, c) = e.status_and_code();
+                (s.as_u16(), c)
+            }
+        };
+        self.metrics.admission(status, code, started.elapsed());
+        result
+    }
+
+    /// Counts a refusal that happened before [`Witness::admit_measured`]
+    /// (too large a body, no permit).
+    pub fn count_refusal(&self, e: &WitnessError, started: Instant) {
+        let (s, c) = e.status_and_code();
+        self.metrics.admission(s.as_u16(), c, started.elapsed());
+    }
+
+    /// The committed head of `agent`'s chain, for the principal's own agents.
+    ///
+    /// # Errors
+    /// `AgentNotAllowed`, `NoRecords`, or storage failure.
+    pub fn agent_head(
+        &self,
+        principal: &Principal,
+        agent: &AgentName,
+    ) -> Result<ChainHead, WitnessError> {
+        self.owned_agent(principal, agent)?;
+        self.log
+            .chain_head(agent)?
+            .ok_or_else(|| WitnessError::NoRecords {
+                agent: agent.clone(),
+                in_range: false,
+            })
+    }
+}

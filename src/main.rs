@@ -37,6 +37,18 @@ enum Command {
     /// Verify a pack offline: the twelve checks, coverage and the result
     /// (exit 0 pass, 1 fail, 2 usage or I/O error).
     Verify(cmd::verify::Args),
+    /// Run the witness: admit signed records, issue receipts, serve the
+    /// log, exports and the key directory (creates ./tally-data on first start).
+    Serve(cmd::serve::Args),
+    /// Projects and their API keys on the witness (admin token).
+    Project(cmd::project::Args),
+    /// Export trust anchors from the witness (agent-keys.json).
+    Keys(cmd::keys::Args),
+    /// Export a pack for one or more agents from the witness.
+    Export(cmd::export::Args),
+    /// Write head.json: the witness's newer checkpoint, a consistency proof
+    /// from the pack's, and each agent's latest record.
+    Head(cmd::head::Args),
 }
 
 fn main() -> ExitCode {
@@ -48,6 +60,11 @@ fn main() -> ExitCode {
         Command::Record(args) => cmd::record::run(&args),
         Command::Status(args) => cmd::status::run(&args),
         Command::Verify(args) => cmd::verify::run(&args),
+        Command::Serve(args) => cmd::serve::run(&args),
+        Command::Project(args) => cmd::project::run(&args),
+        Command::Keys(args) => cmd::keys::run(&args),
+        Command::Export(args) => cmd::export::run(&args),
+        Command::Head(args) => cmd::head::run(&args),
     };
     match result {
         Ok(code) => code,

@@ -61,6 +61,15 @@ pub enum AgentCommand {
     /// Send the agent's records that have no receipt yet to the witness,
     /// accept the receipts, and print what is left.
     Sync(SyncArgs),
+    /// Register an agent's public key with the witness, in the API key's
+    /// project (witness side; see also `rotate`, `retire`).
+    Add(super::agent_admin::AddArgs),
+    /// Rotate a registered agent's key: the current key ends at --at (default
+    /// now) and the new one starts there.
+    Rotate(super::agent_admin::RotateArgs),
+    /// Retire a registered agent: its keys end at --at (default now), so no
+    /// record timed later is admitted.
+    Retire(super::agent_admin::RetireArgs),
 }
 
 /// Arguments of `tally agent init`.
@@ -102,6 +111,9 @@ pub fn run(args: &Args) -> anyhow::Result<ExitCode> {
     match &args.command {
         AgentCommand::Init(a) => init(a),
         AgentCommand::Sync(a) => sync(a),
+        AgentCommand::Add(a) => super::agent_admin::add(a),
+        AgentCommand::Rotate(a) => super::agent_admin::rotate(a),
+        AgentCommand::Retire(a) => super::agent_admin::retire(a),
     }
 }
 

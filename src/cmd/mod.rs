@@ -1,8 +1,14 @@
 //! One module per subcommand (or group of subcommands).
 
 pub mod agent;
+pub mod agent_admin;
 pub mod canon;
+pub mod export;
 pub mod gateway;
+pub mod head;
+pub mod keys;
+pub mod project;
 pub mod record;
+pub mod serve;
 pub mod status;
 pub mod verify;

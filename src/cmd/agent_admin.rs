@@ -1,0 +1,137 @@
+//! `tally agent add|rotate|retire`: the witness side of agent keys (issue 4
+//! §2), over the project routes of docs/api.md "Agents". The validity ranges
+//! set here are what `tally keys export` writes into agent-keys.json.
+
+use std::process::ExitCode;
+
+use anyhow::Context;
+use serde_json::{json, Value};
+use tally_schemas::{AgentName, PublicKey, UnixMillis};
+
+use super::agent::parse_agent;
+use super::project::RemoteArgs;
+
+fn parse_public_key(s: &str) -> Result<PublicKey, String> {
+    PublicKey::from_base64(s.trim()).map_err(|e| e.to_string())
+}
+
+fn parse_time(s: &str) -> Result<UnixMillis, String> {
+    UnixMillis::parse_rfc3339(s).map_err(|e| e.to_string())
+}
+
+/// Arguments of `tally agent add`.
+#[derive(Debug, clap::Args)]
+pub struct AddArgs {
+    /// The agent's name (unique on the witness).
+    #[arg(value_parser = parse_agent)]
+    pub agent: AgentName,
+    /// Its Ed25519 public key, standard base64 (as `tally agent init` prints it).
+    #[arg(long, value_parser = parse_public_key)]
+    pub public_key: PublicKey,
+    /// When the key becomes valid (RFC 3339, ms precision); default now.
+    #[arg(long, value_parser = parse_time)]
+    pub not_before: Option<UnixMillis>,
+    #[command(flatten)]
+    pub remote: RemoteArgs,
+}
+
+/// Arguments of `tally agent rotate`.
+#[derive(Debug, clap::Args)]
+pub struct RotateArgs {
+    /// The agent.
+    #[arg(value_parser = parse_agent)]
+    pub agent: AgentName,
+    /// The new public key, standard base64.
+    #[arg(long, value_parser = parse_public_key)]
+    pub public_key: PublicKey,
+    /// When the old key ends and the new one starts; default now.
+    #[arg(long, value_parser = parse_time)]
+    pub at: Option<UnixMillis>,
+    #[command(flatten)]
+    pub remote: RemoteArgs,
+}
+
+/// Arguments of `tally agent retire`.
+#[derive(Debug, clap::Args)]
+pub struct RetireArgs {
+    /// The agent.
+    #[arg(value_parser = parse_agent)]
+    pub agent: AgentName,
+    /// When its keys end; default now.
+    #[arg(long, value_parser = parse_time)]
+    pub at: Option<UnixMillis>,
+    #[command(flatten)]
+    pub remote: RemoteArgs,
+}
+
+fn print_keys(v: &Value) {
+    for k in v["keys"].as_array().into_iter().flatten() {
+        println!(
+            "  key {}  valid from {}  until {}",
+            k["key_id"].as_str().unwrap_or_default(),
+            k["not_before"].as_str().unwrap_or_default(),
+            k["not_after"].as_str().unwrap_or("(open)")
+        );
+    }
+}
+
+/// Runs `tally agent add`.
+///
+/// # Errors
+/// Transport errors and refusals (exit 2).
+pub fn add(a: &AddArgs) -> anyhow::Result<ExitCode> {
+    let mut body = json!({"agent": a.agent, "public_key": a.public_key});
+    if let Some(t) = a.not_before {
+        body["not_before"] = json!(t);
+    }
+    let v = a
+        .remote
+        .remote()?
+        .post_json("/v1/agents", &body)
+        .context("registering the agent")?;
+    println!(
+        "agent {} registered in project {}",
+        a.agent,
+        v["project"].as_str().unwrap_or_default()
+    );
+    print_keys(&v);
+    Ok(ExitCode::SUCCESS)
+}
+
+/// Runs `tally agent rotate`.
+///
+/// # Errors
+/// Transport errors and refusals (exit 2).
+pub fn rotate(a: &RotateArgs) -> anyhow::Result<ExitCode> {
+    let mut body = json!({"public_key": a.public_key});
+    if let Some(t) = a.at {
+        body["at"] = json!(t);
+    }
+    let v = a
+        .remote
+        .remote()?
+        .post_json(&format!("/v1/agents/{}/rotate", a.agent), &body)
+        .context("rotating the agent's key")?;
+    println!("agent {} key rotated", a.agent);
+    print_keys(&v);
+    Ok(ExitCode::SUCCESS)
+}
+
+/// Runs `tally agent retire`.
+///
+/// # Errors
+/// Transport errors and refusals (exit 2).
+pub fn retire(a: &RetireArgs) -> anyhow::Result<ExitCode> {
+    let mut body = json!({});
+    if let Some(t) = a.at {
+        body["at"] = json!(t);
+    }
+    let v = a
+        .remote
+        .remote()?
+        .post_json(&format!("/v1/agents/{}/retire", a.agent), &body)
+        .context("retiring the agent")?;
+    println!("agent {} retired", a.agent);
+    print_keys(&v);
+    Ok(ExitCode::SUCCESS)
+}

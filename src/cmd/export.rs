@@ -1,0 +1,70 @@
+//! `tally export`: write a pack (docs/protocol.md §9.1) for one or more
+//! agents over a seq or time range, streamed from the running witness
+//! (`GET /v1/export`) to a file; the file appears only once the whole pack
+//! (through its `end` line) arrived.
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use tally_schemas::AgentName;
+
+use super::agent::parse_agent;
+use super::project::RemoteArgs;
+
+/// Arguments of `tally export`.
+#[derive(Debug, clap::Args)]
+pub struct Args {
+    /// The agents (repeatable, at least one).
+    #[arg(long = "agent", required = true, value_parser = parse_agent)]
+    pub agents: Vec<AgentName>,
+    /// First seq (inclusive).
+    #[arg(long, conflicts_with_all = ["since", "until"])]
+    pub from_seq: Option<u64>,
+    /// Last seq (inclusive).
+    #[arg(long, conflicts_with_all = ["since", "until"])]
+    pub to_seq: Option<u64>,
+    /// Records the witness received at or after this time (RFC 3339, e.g.
+    /// 2026-11-30T08:00:00.000Z).
+    #[arg(long)]
+    pub since: Option<String>,
+    /// Records the witness received before this time.
+    #[arg(long)]
+    pub until: Option<String>,
+    /// Output file (`-` for stdout).
+    #[arg(short, long, default_value = "pack.jsonl")]
+    pub output: PathBuf,
+    #[command(flatten)]
+    pub remote: RemoteArgs,
+}
+
+/// Runs `tally export`.
+///
+/// # Errors
+/// Transport errors, refusals, a pack cut short, I/O (exit 2).
+pub fn run(args: &Args) -> anyhow::Result<ExitCode> {
+    let mut query: Vec<(&str, String)> = args
+        .agents
+        .iter()
+        .map(|a| ("agent", a.to_string()))
+        .collect();
+    if let Some(v) = args.from_seq {
+        query.push(("from_seq", v.to_string()));
+    }
+    if let Some(v) = args.to_seq {
+        query.push(("to_seq", v.to_string()));
+    }
+    if let Some(v) = &args.since {
+        query.push(("since", v.clone()));
+    }
+    if let Some(v) = &args.until {
+        query.push(("until", v.clone()));
+    }
+    let bytes = args
+        .remote
+        .remote()?
+        .download("/v1/export", &query, &args.output)?;
+    if args.output.as_os_str() != "-" {
+        eprintln!("wrote {} ({bytes} bytes)", args.output.display());
+    }
+    Ok(ExitCode::SUCCESS)
+}

@@ -1,0 +1,75 @@
+//! `tally head`: write head.json (docs/protocol.md §9.4) from the running
+//! witness (`GET /v1/head`): its latest checkpoint, a consistency proof from
+//! the pack checkpoint's size, and each agent's latest record.
+
+use std::io::BufRead as _;
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use anyhow::{bail, Context};
+use tally_schemas::note::peek_checkpoint;
+use tally_schemas::pack::PackLine;
+use tally_schemas::AgentName;
+
+use super::agent::parse_agent;
+use super::project::RemoteArgs;
+
+/// Arguments of `tally head`.
+#[derive(Debug, clap::Args)]
+pub struct Args {
+    /// The pack checkpoint's tree size (the proof starts there).
+    #[arg(long, required_unless_present = "pack", conflicts_with = "pack")]
+    pub from_size: Option<u64>,
+    /// Read the size (and the agents, unless --agent is given) from a pack.
+    #[arg(long)]
+    pub pack: Option<PathBuf>,
+    /// Only these agents (repeatable); default: the pack's, or all of the project's.
+    #[arg(long = "agent", value_parser = parse_agent)]
+    pub agents: Vec<AgentName>,
+    /// Output file (`-` for stdout).
+    #[arg(short, long, default_value = "head.json")]
+    pub output: PathBuf,
+    #[command(flatten)]
+    pub remote: RemoteArgs,
+}
+
+/// Runs `tally head`.
+///
+/// # Errors
+/// Transport errors, refusals, an unreadable pack, I/O (exit 2).
+pub fn run(args: &Args) -> anyhow::Result<ExitCode> {
+    let mut agents = args.agents.clone();
+    let from_size = match (args.from_size, &args.pack) {
+        (Some(n), _) => n,
+        (None, Some(pack)) => {
+            let f =
+                std::fs::File::open(pack).with_context(|| format!("opening {}", pack.display()))?;
+            let mut first = Vec::new();
+            std::io::BufReader::new(f)
+                .read_until(b'\n', &mut first)
+                .with_context(|| format!("reading {}", pack.display()))?;
+            let PackLine::Header(h) =
+                PackLine::from_json(first.trim_ascii_end()).context("the pack's first line")?
+            else {
+                bail!("{} does not start with a pack header", pack.display());
+            };
+            if agents.is_empty() {
+                agents = h.agents.iter().map(|a| a.agent.clone()).collect();
+            }
+            peek_checkpoint(&h.checkpoint)
+                .context("the pack's checkpoint")?
+                .size
+                .get()
+        }
+        (None, None) => bail!("give --from-size or --pack"),
+    };
+    let mut query: Vec<(&str, String)> = vec![("from_size", from_size.to_string())];
+    query.extend(agents.iter().map(|a| ("agent", a.to_string())));
+    args.remote
+        .remote()?
+        .download("/v1/head", &query, &args.output)?;
+    if args.output.as_os_str() != "-" {
+        eprintln!("wrote {}", args.output.display());
+    }
+    Ok(ExitCode::SUCCESS)
+}

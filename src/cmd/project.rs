@@ -1,0 +1,322 @@
+//! `tally project …`: projects and their API keys (issue 4 §2), over the
+//! witness's admin routes (docs/api.md "Projects"). Also the small HTTP
+//! client ([`Remote`]) the other witness-side commands share: the redb files
+//! are single-process, so the CLI talks to the running `tally serve`.
+
+use std::io::Write as _;
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+
+use anyhow::{anyhow, bail, Context};
+use serde_json::{json, Value};
+
+/// Where the witness is and how to authenticate with a project's API key.
+#[derive(Debug, Clone, clap::Args)]
+pub struct RemoteArgs {
+    /// The witness's base URL.
+    #[arg(
+        long = "witness",
+        env = "TALLY_WITNESS_URL",
+        default_value = "http://127.0.0.1:7878"
+    )]
+    pub witness: String,
+    /// The project's API key.
+    #[arg(long, env = "TALLY_API_KEY", hide_env_values = true)]
+    pub api_key: Option<String>,
+}
+
+impl RemoteArgs {
+    /// A client with the API key.
+    ///
+    /// # Errors
+    /// When no API key is given.
+    pub fn remote(&self) -> anyhow::Result<Remote> {
+        let key = self
+            .api_key
+            .clone()
+            .ok_or_else(|| anyhow!("give the project's API key with --api-key or TALLY_API_KEY"))?;
+        Remote::new(&self.witness, Some(key))
+    }
+}
+
+/// Where the admin token is.
+#[derive(Debug, Clone, clap::Args)]
+pub struct AdminArgs {
+    /// The witness's base URL.
+    #[arg(
+        long = "witness",
+        env = "TALLY_WITNESS_URL",
+        default_value = "http://127.0.0.1:7878"
+    )]
+    pub witness: String,
+    /// The admin token; by default read from <data-dir>/admin.token.
+    #[arg(long, env = "TALLY_ADMIN_TOKEN", hide_env_values = true)]
+    pub admin_token: Option<String>,
+    /// The witness's data folder (to read admin.token from).
+    #[arg(long, env = "TALLY_DATA_DIR", default_value = "./tally-data")]
+    pub data_dir: PathBuf,
+}
+
+impl AdminArgs {
+    fn remote(&self) -> anyhow::Result<Remote> {
+        let token = match &self.admin_token {
+            Some(t) => t.clone(),
+            None => {
+                let path = self
+                    .data_dir
+                    .join(tally_witness::server::files::ADMIN_TOKEN);
+                std::fs::read_to_string(&path)
+                    .with_context(|| {
+                        format!(
+                            "reading the admin token from {} (or give --admin-token)",
+                            path.display()
+                        )
+                    })?
+                    .trim()
+                    .to_owned()
+            }
+        };
+        Remote::new(&self.witness, Some(token))
+    }
+}
+
+/// A blocking HTTP client for the witness's routes.
+#[derive(Debug)]
+pub struct Remote {
+    base: String,
+    bearer: Option<String>,
+    http: reqwest::Client,
+    rt: tokio::runtime::Runtime,
+}
+
+impl Remote {
+    /// A client for `base`, sending `bearer` as `Authorization: Bearer`.
+    ///
+    /// # Errors
+    /// When the runtime or client cannot be built.
+    pub fn new(base: &str, bearer: Option<String>) -> anyhow::Result<Self> {
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .context("starting the async runtime")?;
+        let http = reqwest::Client::builder()
+            .connect_timeout(std::time::Duration::from_secs(10))
+            .build()
+            .context("building the HTTP client")?;
+        Ok(Self {
+            base: base.trim_end_matches('/').to_owned(),
+            bearer,
+            http,
+            rt,
+        })
+    }
+
+    fn request(
+        &self,
+        method: reqwest::Method,
+        path: &str,
+        query: &[(&str, String)],
+    ) -> reqwest::RequestBuilder {
+        let mut r = self
+            .http
+            .request(method, format!("{}{path}", self.base))
+            .query(query);
+        if let Some(b) = &self.bearer {
+            r = r.bearer_auth(b);
+        }
+        r
+    }
+
+    async fn check(resp: reqwest::Response) -> anyhow::Result<reqwest::Response> {
+        let status = resp.status();
+        if status.is_success() {
+            return Ok(resp);
+        }
+        let body = resp.bytes().await.unwrap_or_default();
+        let (code, message) = serde_json::from_slice::<Value>(&body)
+            .ok()
+            .and_then(|v| {
+                let e = v.get("error")?;
+                Some((
+                    e.get("code")?.as_str()?.to_owned(),
+                    e.get("message")?.as_str()?.to_owned(),
+                ))
+            })
+            .unwrap_or_else(|| {
+                (
+                    format!("http_{}", status.as_u16()),
+                    String::from_utf8_lossy(&body).into_owned(),
+                )
+            });
+        bail!(
+            "the witness refused ({} {code}): {message}",
+            status.as_u16()
+        )
+    }
+
+    /// GET a JSON document.
+    ///
+    /// # Errors
+    /// Transport errors and refusals, with the witness's code and message.
+    pub fn get_json(&self, path: &str, query: &[(&str, String)]) -> anyhow::Result<Value> {
+        self.rt.block_on(async {
+            let resp = self
+                .request(reqwest::Method::GET, path, query)
+                .send()
+                .await
+                .with_context(|| format!("reaching the witness at {}", self.base))?;
+            let resp = Self::check(resp).await?;
+            Ok(resp.json::<Value>().await?)
+        })
+    }
+
+    /// POST a JSON body, returning the JSON answer.
+    ///
+    /// # Errors
+    /// As [`Remote::get_json`].
+    pub fn post_json(&self, path: &str, body: &Value) -> anyhow::Result<Value> {
+        self.rt.block_on(async {
+            let resp = self
+                .request(reqwest::Method::POST, path, &[])
+                .json(body)
+                .send()
+                .await
+                .with_context(|| format!("reaching the witness at {}", self.base))?;
+            let resp = Self::check(resp).await?;
+            Ok(resp.json::<Value>().await?)
+        })
+    }
+
+    /// GET a document and stream it to `out` (`-` for stdout), through a
+    /// temporary file renamed only once the whole body arrived.
+    ///
+    /// # Errors
+    /// Transport errors (including a body cut short), refusals, I/O.
+    pub fn download(
+        &self,
+        path: &str,
+        query: &[(&str, String)],
+        out: &Path,
+    ) -> anyhow::Result<u64> {
+        self.rt.block_on(async {
+            let mut resp = self
+                .request(reqwest::Method::GET, path, query)
+                .send()
+                .await
+                .with_context(|| format!("reaching the witness at {}", self.base))?;
+            resp = Self::check(resp).await?;
+            let to_stdout = out == Path::new("-");
+            let tmp = out.with_extension("partial");
+            let mut sink: Box<dyn std::io::Write> = if to_stdout {
+                Box::new(std::io::stdout().lock())
+            } else {
+                Box::new(std::io::BufWriter::new(
+                    std::fs::File::create(&tmp)
+                        .with_context(|| format!("creating {}", tmp.display()))?,
+                ))
+            };
+            let mut n = 0u64;
+            loop {
+                let chunk = match resp.chunk().await {
+                    Ok(Some(c)) => c,
+                    Ok(None) => break,
+                    Err(e) => {
+                        drop(sink);
+                        if !to_stdout {
+                            let _ = std::fs::remove_file(&tmp);
+                        }
+                        return Err(anyhow!(e).context("the witness's answer was cut short"));
+                    }
+                };
+                sink.write_all(&chunk)?;
+                n += chunk.len() as u64;
+            }
+            sink.flush()?;
+            drop(sink);
+            if !to_stdout {
+                std::fs::rename(&tmp, out).with_context(|| format!("writing {}", out.display()))?;
+            }
+            Ok(n)
+        })
+    }
+}
+
+/// Arguments of `tally project`.
+#[derive(Debug, clap::Args)]
+pub struct Args {
+    #[command(subcommand)]
+    pub command: ProjectCommand,
+}
+
+/// The `tally project` subcommands (admin token).
+#[derive(Debug, clap::Subcommand)]
+pub enum ProjectCommand {
+    /// Create a project and print its first API key (shown once).
+    Create {
+        /// The project's name (a-z 0-9 . _ -).
+        name: String,
+        #[command(flatten)]
+        admin: AdminArgs,
+    },
+    /// List the projects.
+    List {
+        #[command(flatten)]
+        admin: AdminArgs,
+    },
+    /// Make another API key for a project (shown once), e.g. to rotate keys.
+    NewKey {
+        /// The project.
+        name: String,
+        #[command(flatten)]
+        admin: AdminArgs,
+    },
+    /// Revoke an API key by its id (the 16 hex digits after `tally_`).
+    RevokeKey {
+        /// The key id.
+        id: String,
+        #[command(flatten)]
+        admin: AdminArgs,
+    },
+}
+
+/// Runs `tally project …`.
+///
+/// # Errors
+/// Transport errors and refusals (exit 2).
+pub fn run(args: &Args) -> anyhow::Result<ExitCode> {
+    match &args.command {
+        ProjectCommand::Create { name, admin } => {
+            let v = admin
+                .remote()?
+                .post_json("/v1/projects", &json!({ "name": name }))?;
+            println!("project {name} created");
+            println!("API key: {}", v["api_key"].as_str().unwrap_or_default());
+            println!("(shown once: it is stored only as a hash)");
+        }
+        ProjectCommand::List { admin } => {
+            let v = admin.remote()?.get_json("/v1/projects", &[])?;
+            for p in v["projects"].as_array().into_iter().flatten() {
+                println!(
+                    "{}\t{} agents\tcreated {}",
+                    p["name"].as_str().unwrap_or_default(),
+                    p["agents"],
+                    p["created"].as_str().unwrap_or_default()
+                );
+            }
+        }
+        ProjectCommand::NewKey { name, admin } => {
+            let v = admin
+                .remote()?
+                .post_json(&format!("/v1/projects/{name}/api-keys"), &json!({}))?;
+            println!("API key: {}", v["api_key"].as_str().unwrap_or_default());
+            println!("(shown once: it is stored only as a hash)");
+        }
+        ProjectCommand::RevokeKey { id, admin } => {
+            admin
+                .remote()?
+                .post_json(&format!("/v1/api-keys/{id}/revoke"), &json!({}))?;
+            println!("API key {id} revoked");
+        }
+    }
+    Ok(ExitCode::SUCCESS)
+}

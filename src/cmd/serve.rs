@@ -1,0 +1,229 @@
+//! `tally serve`: run the witness (issue 4 §1). Flags override the config
+//! file (`--config`), which overrides the defaults; docs/operations.md lists
+//! them all. On a fresh machine it needs no flags: it creates ./tally-data,
+//! the log key and the default project, and prints the API key once.
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::sync::Arc;
+use std::time::Duration;
+
+use anyhow::Context;
+use rand_core::OsRng;
+use tally_schemas::time::SystemClock;
+use tally_witness::config::{ConfigFile, RateLimit, ServeConfig, TlsFiles};
+use tally_witness::server::{self, files};
+
+/// Arguments of `tally serve`.
+#[derive(Debug, clap::Args)]
+pub struct Args {
+    /// A TOML config file (keys as in docs/operations.md); flags override it.
+    #[arg(long, env = "TALLY_CONFIG")]
+    pub config: Option<PathBuf>,
+    /// Address to listen on (port 0 picks a free port, printed at start).
+    #[arg(long, env = "TALLY_LISTEN")]
+    pub listen: Option<SocketAddr>,
+    /// The data folder (log, keys, registry); created on first start.
+    #[arg(long, env = "TALLY_DATA_DIR")]
+    pub data_dir: Option<PathBuf>,
+    /// The checkpoint origin (and log key name) of a new log
+    /// [default: tally.local/log].
+    #[arg(long)]
+    pub origin: Option<String>,
+    /// Largest |witness clock - record time| admitted, in seconds [default: 300].
+    #[arg(long)]
+    pub max_skew: Option<u64>,
+    /// Largest request body in bytes [default and maximum: 131072].
+    #[arg(long)]
+    pub max_body_bytes: Option<usize>,
+    /// Most record admissions in flight; beyond it 503 overloaded [default: 4096].
+    #[arg(long)]
+    pub max_in_flight: Option<usize>,
+    /// Records per second per API key (token bucket); 0 turns the limit off
+    /// [default: 5000].
+    #[arg(long)]
+    pub rate_limit: Option<f64>,
+    /// Token bucket size per API key [default: 2 x rate limit].
+    #[arg(long)]
+    pub rate_burst: Option<u32>,
+    /// Appends that may wait for the log's writer [default: 8192].
+    #[arg(long)]
+    pub queue_capacity: Option<usize>,
+    /// Most records per group commit [default: 2048].
+    #[arg(long)]
+    pub max_batch: Option<usize>,
+    /// Seconds to let in-flight requests finish on SIGTERM [default: 30].
+    #[arg(long)]
+    pub drain_timeout: Option<u64>,
+    /// TLS certificate chain (PEM); with --tls-key, serve HTTPS.
+    #[arg(long, requires = "tls_key")]
+    pub tls_cert: Option<PathBuf>,
+    /// TLS private key (PEM).
+    #[arg(long, requires = "tls_cert")]
+    pub tls_key: Option<PathBuf>,
+}
+
+impl Args {
+    /// Defaults, then the config file, then flags.
+    fn config(&self) -> anyhow::Result<(ServeConfig, Option<String>)> {
+        let mut c = ServeConfig::default();
+        let mut origin = None;
+        if let Some(path) = &self.config {
+            let file = ConfigFile::load(path)?;
+            origin.clone_from(&file.origin);
+            c.apply_file(file);
+        }
+        if let Some(v) = self.listen {
+            c.listen = v;
+        }
+        if let Some(v) = &self.data_dir {
+            c.data_dir.clone_from(v);
+        }
+        if let Some(v) = &self.origin {
+            origin = Some(v.clone());
+        }
+        if let Some(v) = self.max_skew {
+            c.witness.max_skew_ms = v.saturating_mul(1000);
+        }
+        if let Some(v) = self.max_body_bytes {
+            c.witness.max_body_bytes = v.min(tally_schemas::limits::MAX_WIRE_OBJECT_BYTES);
+        }
+        if let Some(v) = self.max_in_flight {
+            c.witness.max_in_flight = v.max(1);
+        }
+        if let Some(per_second) = self.rate_limit {
+            c.witness.rate_limit = (per_second > 0.0).then(|| RateLimit {
+                per_second,
+                burst: self
+                    .rate_burst
+                    .unwrap_or((per_second * 2.0).ceil().min(f64::from(u32::MAX)) as u32),
+            });
+        } else if let (Some(burst), Some(rl)) = (self.rate_burst, c.witness.rate_limit.as_mut()) {
+            rl.burst = burst;
+        }
+        if let Some(v) = self.queue_capacity {
+            c.queue_capacity = v.max(1);
+        }
+        if let Some(v) = self.max_batch {
+            c.max_batch = v.max(1);
+        }
+        if let Some(v) = self.drain_timeout {
+            c.drain_timeout_secs = v;
+        }
+        if let (Some(cert), Some(key)) = (&self.tls_cert, &self.tls_key) {
+            c.tls = Some(TlsFiles {
+                cert: cert.clone(),
+                key: key.clone(),
+            });
+        }
+        if let Some(o) = &origin {
+            c.origin.clone_from(o);
+        }
+        Ok((c, origin))
+    }
+}
+
+/// Runs `tally serve` until SIGTERM or Ctrl-C.
+///
+/// # Errors
+/// Configuration, data folder, bind or TLS errors (exit 2).
+pub fn run(args: &Args) -> anyhow::Result<ExitCode> {
+    let _ = tracing_subscriber::fmt()
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_default_env()
+                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info")),
+        )
+        .with_writer(std::io::stderr)
+        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
+        .try_init();
+    let (config, origin) = args.config()?;
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .context("starting the async runtime")?;
+    runtime.block_on(serve(config, origin))
+}
+
+async fn serve(config: ServeConfig, origin: Option<String>) -> anyhow::Result<ExitCode> {
+    let tls = config.tls.as_ref().map(server::tls_config).transpose()?;
+    let opened = server::open(
+        &config,
+        origin.as_deref(),
+        Arc::new(SystemClock),
+        Box::new(OsRng),
+    )
+    .with_context(|| format!("opening the data folder {}", config.data_dir.display()))?;
+    let listener = tokio::net::TcpListener::bind(config.listen)
+        .await
+        .with_context(|| format!("listening on {}", config.listen))?;
+    let addr = listener.local_addr().context("reading the bound address")?;
+    let scheme = if tls.is_some() { "https" } else { "http" };
+    let url = format!("{scheme}://{addr}");
+    let witness = Arc::clone(&opened.witness);
+    let log = Arc::clone(witness.log());
+    if let Some(first) = &opened.first_start {
+        let vkey = log.verifier().vkey();
+        println!(
+            "tally: first start; created the data folder {}",
+            config.data_dir.display()
+        );
+        println!();
+        println!("  project       default");
+        println!("  API key       {}", first.api_key.token);
+        println!("                (shown once: it is stored only as a hash; keep it now)");
+        println!("  witness key   {vkey}");
+        println!("  origin        {}", log.origin());
+        println!(
+            "  admin token   in {} (mode 0600)",
+            config.data_dir.join(files::ADMIN_TOKEN).display()
+        );
+        println!();
+        println!("next: register an agent and post records:");
+        println!(
+            "  export TALLY_WITNESS_URL={url} TALLY_API_KEY={}",
+            first.api_key.token
+        );
+        println!("  tally agent init claims-bot --witness {url} --api-key $TALLY_API_KEY");
+        println!("  tally agent add claims-bot --public-key <the public key it printed>");
+        println!();
+    }
+    println!(
+        "tally: listening on {url} (origin {}, tree size {})",
+        log.origin(),
+        log.latest_checkpoint().checkpoint.size
+    );
+    use std::io::Write as _;
+    let _ = std::io::stdout().flush();
+
+    let app = tally_witness::http::router(witness);
+    let drain = Duration::from_secs(config.drain_timeout_secs);
+    server::serve(listener, app, tls, shutdown_signal(), drain).await;
+    tracing::info!("drained; stopping the log");
+    server::stop_log(log).await;
+    println!("tally: stopped");
+    Ok(ExitCode::SUCCESS)
+}
+
+async fn shutdown_signal() {
+    #[cfg(unix)]
+    {
+        use tokio::signal::unix::{signal, SignalKind};
+        match signal(SignalKind::terminate()) {
+            Ok(mut term) => {
+                tokio::select! {
+                    _ = term.recv() => {}
+                    _ = tokio::signal::ctrl_c() => {}
+                }
+            }
+            Err(_) => {
+                let _ = tokio::signal::ctrl_c().await;
+            }
+        }
+    }
+    #[cfg(not(unix))]
+    {
+        let _ = tokio::signal::ctrl_c().await;
+    }
+    tracing::info!("shutdown requested: no new connections; draining in-flight requests");
+}

@@ -29,7 +29,9 @@ pub enum AppendError {
     },
     /// The record's seq/prev do not extend its agent's chain. `None`/`None`
     /// means the agent has no records yet, so only seq 0 is accepted.
-    #[error("record does not extend the chain of {agent}: head is seq {head_seq:?}, hash {head_hash:?}")]
+    #[error(
+        "record does not extend the chain of {agent}: head is seq {head_seq:?}, hash {head_hash:?}"
+    )]
     ChainConflict {
         /// The agent.
         agent: AgentName,
@@ -61,7 +63,9 @@ pub enum OpenError {
     Store(#[from] StoreError),
     /// The latest stored checkpoint is not signed by this log's key (or is
     /// malformed): refusing to sign over a log another key vouched for.
-    #[error("latest stored checkpoint (size {size}) does not verify with this log's key: {source}")]
+    #[error(
+        "latest stored checkpoint (size {size}) does not verify with this log's key: {source}"
+    )]
     ForeignCheckpoint {
         /// Its size.
         size: TreeSize,

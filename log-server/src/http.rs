@@ -61,7 +61,11 @@ impl ApiError {
 
     fn internal(e: &dyn std::fmt::Display) -> Self {
         tracing::error!(error = %e, "log read failed");
-        Self::new(StatusCode::INTERNAL_SERVER_ERROR, "internal", "internal error")
+        Self::new(
+            StatusCode::INTERNAL_SERVER_ERROR,
+            "internal",
+            "internal error",
+        )
     }
 }
 
@@ -108,7 +112,9 @@ impl From<ProofRequestError> for ApiError {
 }
 
 /// Runs a blocking storage read off the async threads.
-async fn blocking<T: Send + 'static>(f: impl FnOnce() -> Result<T, ApiError> + Send + 'static) -> Result<T, ApiError> {
+async fn blocking<T: Send + 'static>(
+    f: impl FnOnce() -> Result<T, ApiError> + Send + 'static,
+) -> Result<T, ApiError> {
     tokio::task::spawn_blocking(f)
         .await
         .map_err(|e| ApiError::internal(&e))?
@@ -118,7 +124,10 @@ async fn checkpoint(State(log): State<Arc<Log>>) -> Response {
     let cp = log.latest_checkpoint();
     (
         [
-            (header::CONTENT_TYPE, HeaderValue::from_static("text/plain; charset=utf-8")),
+            (
+                header::CONTENT_TYPE,
+                HeaderValue::from_static("text/plain; charset=utf-8"),
+            ),
             (header::CACHE_CONTROL, HeaderValue::from_static(SHORT_LIVED)),
         ],
         cp.note.clone(),
@@ -150,7 +159,11 @@ pub fn parse_tile_path(path: &str) -> Result<TilePath, &'static str> {
     }
     let level = match parts[0] {
         "entries" => None,
-        l if !l.is_empty() && l.len() <= 2 && l.bytes().all(|b| b.is_ascii_digit()) && (l == "0" || !l.starts_with('0')) => {
+        l if !l.is_empty()
+            && l.len() <= 2
+            && l.bytes().all(|b| b.is_ascii_digit())
+            && (l == "0" || !l.starts_with('0')) =>
+        {
             let l: u8 = l.parse().map_err(|_| "bad level")?;
             if l > 7 {
                 return Err("level must be 0 to 7 (a tree of 2^56 leaves)");
@@ -163,8 +176,15 @@ pub fn parse_tile_path(path: &str) -> Result<TilePath, &'static str> {
     let last = parts.len() - 1;
     if parts[last - 1].ends_with(".p") && parts.len() >= 3 {
         let w = parts[last];
-        let ok = !w.is_empty() && w.len() <= 3 && w.bytes().all(|b| b.is_ascii_digit()) && !w.starts_with('0');
-        let w: u64 = if ok { w.parse().map_err(|_| "bad width")? } else { 0 };
+        let ok = !w.is_empty()
+            && w.len() <= 3
+            && w.bytes().all(|b| b.is_ascii_digit())
+            && !w.starts_with('0');
+        let w: u64 = if ok {
+            w.parse().map_err(|_| "bad width")?
+        } else {
+            0
+        };
         if !(1..TILE_WIDTH).contains(&w) {
             return Err("partial width must be 1 to 255 without leading zeros");
         }
@@ -179,7 +199,8 @@ pub fn parse_tile_path(path: &str) -> Result<TilePath, &'static str> {
     let mut n: u64 = 0;
     for (i, g) in groups.iter().enumerate() {
         let digits = if i + 1 < groups.len() {
-            g.strip_prefix('x').ok_or("tile index groups before the last must start with x")?
+            g.strip_prefix('x')
+                .ok_or("tile index groups before the last must start with x")?
         } else {
             g
         };
@@ -213,15 +234,24 @@ async fn tile(State(log): State<Arc<Log>>, Path(path): Path<String>) -> Result<R
     let body = blocking(move || {
         let store = log.store().as_ref();
         match tp.level {
-            Some(level) => tree::tile_hashes(store, level, tp.n, want).map_err(|e| ApiError::internal(&e)),
+            Some(level) => {
+                tree::tile_hashes(store, level, tp.n, want).map_err(|e| ApiError::internal(&e))
+            }
             None => entry_bundle(store, tp.n, want),
         }
     })
     .await?;
-    let cache = if tp.partial.is_some() { SHORT_LIVED } else { IMMUTABLE };
+    let cache = if tp.partial.is_some() {
+        SHORT_LIVED
+    } else {
+        IMMUTABLE
+    };
     Ok((
         [
-            (header::CONTENT_TYPE, HeaderValue::from_static("application/octet-stream")),
+            (
+                header::CONTENT_TYPE,
+                HeaderValue::from_static("application/octet-stream"),
+            ),
             (header::CACHE_CONTROL, HeaderValue::from_static(cache)),
         ],
         body,
@@ -230,7 +260,11 @@ async fn tile(State(log): State<Arc<Log>>, Path(path): Path<String>) -> Result<R
 }
 
 /// C2SP entry bundle: each entry prefixed with its big-endian uint16 length.
-fn entry_bundle(store: &dyn crate::store::LogStore, n: u64, width: u64) -> Result<Vec<u8>, ApiError> {
+fn entry_bundle(
+    store: &dyn crate::store::LogStore,
+    n: u64,
+    width: u64,
+) -> Result<Vec<u8>, ApiError> {
     let start = n * TILE_WIDTH;
     let entries = store
         .entries(LeafIndex::new(start), LeafIndex::new(start + width))
@@ -243,8 +277,11 @@ fn entry_bundle(store: &dyn crate::store::LogStore, n: u64, width: u64) -> Resul
     }
     let mut out = Vec::new();
     for e in entries {
-        let len = u16::try_from(e.len())
-            .map_err(|_| ApiError::internal(&StoreError::Corrupt("stored entry exceeds 65535 bytes".into())))?;
+        let len = u16::try_from(e.len()).map_err(|_| {
+            ApiError::internal(&StoreError::Corrupt(
+                "stored entry exceeds 65535 bytes".into(),
+            ))
+        })?;
         out.extend_from_slice(&len.to_be_bytes());
         out.extend_from_slice(&e);
     }
@@ -252,18 +289,28 @@ fn entry_bundle(store: &dyn crate::store::LogStore, n: u64, width: u64) -> Resul
 }
 
 /// Parses a query string into known keys, refusing unknown or repeated ones.
-fn query<'a>(raw: Option<&'a str>, allowed: &[&'static str]) -> Result<Vec<(&'static str, &'a str)>, ApiError> {
+fn query<'a>(
+    raw: Option<&'a str>,
+    allowed: &[&'static str],
+) -> Result<Vec<(&'static str, &'a str)>, ApiError> {
     let mut out: Vec<(&'static str, &'a str)> = Vec::new();
     for pair in raw.unwrap_or("").split('&').filter(|p| !p.is_empty()) {
         let (k, v) = pair.split_once('=').unwrap_or((pair, ""));
         let Some(&key) = allowed.iter().find(|a| **a == k) else {
             return Err(ApiError::bad_request(
                 "unknown_parameter",
-                format!("unknown query parameter {:?}; allowed: {}", k.chars().take(40).collect::<String>(), allowed.join(", ")),
+                format!(
+                    "unknown query parameter {:?}; allowed: {}",
+                    k.chars().take(40).collect::<String>(),
+                    allowed.join(", ")
+                ),
             ));
         };
         if out.iter().any(|(seen, _)| *seen == key) {
-            return Err(ApiError::bad_request("repeated_parameter", format!("query parameter {key} is repeated")));
+            return Err(ApiError::bad_request(
+                "repeated_parameter",
+                format!("query parameter {key} is repeated"),
+            ));
         }
         out.push((key, v));
     }
@@ -271,14 +318,18 @@ fn query<'a>(raw: Option<&'a str>, allowed: &[&'static str]) -> Result<Vec<(&'st
 }
 
 fn number(name: &'static str, v: &str) -> Result<u64, ApiError> {
-    let ok = !v.is_empty() && v.len() <= 16 && v.bytes().all(|b| b.is_ascii_digit()) && (v == "0" || !v.starts_with('0'));
+    let ok = !v.is_empty()
+        && v.len() <= 16
+        && v.bytes().all(|b| b.is_ascii_digit())
+        && (v == "0" || !v.starts_with('0'));
     let n = if ok { v.parse::<u64>().ok() } else { None };
-    n.filter(|n| *n <= tally_schemas::limits::MAX_COUNTER).ok_or_else(|| {
-        ApiError::bad_request(
-            "bad_parameter",
-            format!("{name} must be a decimal integer from 0 to 2^53-1 without leading zeros"),
-        )
-    })
+    n.filter(|n| *n <= tally_schemas::limits::MAX_COUNTER)
+        .ok_or_else(|| {
+            ApiError::bad_request(
+                "bad_parameter",
+                format!("{name} must be a decimal integer from 0 to 2^53-1 without leading zeros"),
+            )
+        })
 }
 
 fn get_param<'a>(params: &[(&'static str, &'a str)], name: &str) -> Option<&'a str> {
@@ -293,16 +344,25 @@ struct InclusionBody {
     inclusion: Vec<Hash>,
 }
 
-async fn inclusion(State(log): State<Arc<Log>>, RawQuery(raw): RawQuery) -> Result<Response, ApiError> {
+async fn inclusion(
+    State(log): State<Arc<Log>>,
+    RawQuery(raw): RawQuery,
+) -> Result<Response, ApiError> {
     let params = query(raw.as_deref(), &["index", "leaf_hash", "size"])?;
-    let size = get_param(&params, "size").map(|v| number("size", v)).transpose()?.map(TreeSize::new);
+    let size = get_param(&params, "size")
+        .map(|v| number("size", v))
+        .transpose()?
+        .map(TreeSize::new);
     enum By {
         Index(LeafIndex),
         Leaf(Hash),
     }
     let by = match (get_param(&params, "index"), get_param(&params, "leaf_hash")) {
         (Some(i), None) => By::Index(LeafIndex::new(number("index", i)?)),
-        (None, Some(h)) => By::Leaf(Hash::from_hex(h).map_err(|e| ApiError::bad_request("bad_parameter", format!("leaf_hash: {e}")))?),
+        (None, Some(h)) => By::Leaf(
+            Hash::from_hex(h)
+                .map_err(|e| ApiError::bad_request("bad_parameter", format!("leaf_hash: {e}")))?,
+        ),
         _ => {
             return Err(ApiError::bad_request(
                 "missing_parameter",
@@ -324,7 +384,9 @@ async fn inclusion(State(log): State<Arc<Log>>, RawQuery(raw): RawQuery) -> Resu
             .map_err(|e| ApiError::internal(&e))?
             .first()
             .map(|e| tally_schemas::hash::leaf_hash(e))
-            .ok_or_else(|| ApiError::internal(&StoreError::Corrupt(format!("entry {index} missing"))))?;
+            .ok_or_else(|| {
+                ApiError::internal(&StoreError::Corrupt(format!("entry {index} missing")))
+            })?;
         Ok(InclusionBody {
             index,
             size,
@@ -343,7 +405,10 @@ struct ConsistencyBody {
     consistency: Vec<Hash>,
 }
 
-async fn consistency(State(log): State<Arc<Log>>, RawQuery(raw): RawQuery) -> Result<Response, ApiError> {
+async fn consistency(
+    State(log): State<Arc<Log>>,
+    RawQuery(raw): RawQuery,
+) -> Result<Response, ApiError> {
     let params = query(raw.as_deref(), &["from", "to"])?;
     let from = TreeSize::new(
         get_param(&params, "from")
@@ -351,7 +416,10 @@ async fn consistency(State(log): State<Arc<Log>>, RawQuery(raw): RawQuery) -> Re
             .transpose()?
             .ok_or_else(|| ApiError::bad_request("missing_parameter", "from is required"))?,
     );
-    let to = get_param(&params, "to").map(|v| number("to", v)).transpose()?.map(TreeSize::new);
+    let to = get_param(&params, "to")
+        .map(|v| number("to", v))
+        .transpose()?
+        .map(TreeSize::new);
     let body = blocking(move || {
         let (to, proof) = log.consistency_proof(from, to)?;
         Ok(ConsistencyBody {

@@ -28,8 +28,8 @@ use tally_schemas::limits::MAX_COUNTER;
 use tally_schemas::note::open_checkpoint;
 use tally_schemas::tree::verify_consistency;
 use tally_schemas::{
-    AgentName, Checkpoint, Entry, Hash, LeafIndex, NoteSigner, NoteVerifier, Nonce, Receipt, Record, Seq, TreeSize,
-    UnixMillis,
+    AgentName, Checkpoint, Entry, Hash, LeafIndex, Nonce, NoteSigner, NoteVerifier, Receipt,
+    Record, Seq, TreeSize, UnixMillis,
 };
 use tokio::sync::{mpsc, oneshot};
 
@@ -147,7 +147,11 @@ impl Log {
     ///
     /// # Errors
     /// [`OpenError`] when storage fails or does not extend what was signed.
-    pub fn open(store: Arc<dyn LogStore>, signer: NoteSigner, config: LogConfig) -> Result<Self, OpenError> {
+    pub fn open(
+        store: Arc<dyn LogStore>,
+        signer: NoteSigner,
+        config: LogConfig,
+    ) -> Result<Self, OpenError> {
         let latest = recover(store.as_ref(), &signer)?;
         let size = latest.checkpoint.size;
         let shared = Arc::new(Shared {
@@ -163,7 +167,11 @@ impl Log {
         let handle = std::thread::Builder::new()
             .name("tally-log-sequencer".into())
             .spawn(move || run_writer(&writer_shared, rx, max_batch, size))
-            .map_err(|e| OpenError::Store(StoreError::Backend(format!("cannot start the sequencer thread: {e}"))))?;
+            .map_err(|e| {
+                OpenError::Store(StoreError::Backend(format!(
+                    "cannot start the sequencer thread: {e}"
+                )))
+            })?;
         Ok(Self {
             shared,
             queue: Mutex::new(Some(tx)),
@@ -176,7 +184,11 @@ impl Log {
     ///
     /// # Errors
     /// [`OpenError`] as for [`Log::open`], or when the file cannot be opened.
-    pub fn open_redb(path: &Path, signer: NoteSigner, config: LogConfig) -> Result<Self, OpenError> {
+    pub fn open_redb(
+        path: &Path,
+        signer: NoteSigner,
+        config: LogConfig,
+    ) -> Result<Self, OpenError> {
         Self::open(Arc::new(RedbStore::open(path)?), signer, config)
     }
 
@@ -192,7 +204,11 @@ impl Log {
     /// [`AppendError::Entry`] for refused records; [`AppendError::Storage`]
     /// when storage failed (retrying is safe); [`AppendError::Closed`] after
     /// [`Log::shutdown`].
-    pub async fn append(&self, record: Record, received: UnixMillis) -> Result<Appended, AppendError> {
+    pub async fn append(
+        &self,
+        record: Record,
+        received: UnixMillis,
+    ) -> Result<Appended, AppendError> {
         let (reply, rx) = oneshot::channel();
         {
             let queue = self.queue.lock().map_err(|_| AppendError::Closed)?;
@@ -350,12 +366,19 @@ impl Log {
     ///
     /// # Errors
     /// [`ProofRequestError`] for sizes or indexes out of range, or storage failure.
-    pub fn inclusion_proof(&self, index: LeafIndex, size: Option<TreeSize>) -> Result<(TreeSize, Vec<Hash>), ProofRequestError> {
+    pub fn inclusion_proof(
+        &self,
+        index: LeafIndex,
+        size: Option<TreeSize>,
+    ) -> Result<(TreeSize, Vec<Hash>), ProofRequestError> {
         let size = self.proof_size(size)?;
         if !size.contains(index) {
             return Err(ProofRequestError::IndexBeyondSize { index, size });
         }
-        Ok((size, tree::inclusion_proof(self.shared.store.as_ref(), index, size)?))
+        Ok((
+            size,
+            tree::inclusion_proof(self.shared.store.as_ref(), index, size)?,
+        ))
     }
 
     /// The inclusion proof of the entry with `leaf_hash`; see [`Log::inclusion_proof`].
@@ -377,7 +400,11 @@ impl Log {
                 leaf_hash: *leaf_hash,
                 size,
             })?;
-        Ok((index, size, tree::inclusion_proof(self.shared.store.as_ref(), index, size)?))
+        Ok((
+            index,
+            size,
+            tree::inclusion_proof(self.shared.store.as_ref(), index, size)?,
+        ))
     }
 
     /// The RFC 9162 consistency proof from size `from` to size `to` (the
@@ -386,7 +413,11 @@ impl Log {
     /// # Errors
     /// [`ProofRequestError::FromEmptyTree`] for `from` = 0,
     /// [`ProofRequestError::SizesOutOfOrder`], [`ProofRequestError::SizeBeyondTree`].
-    pub fn consistency_proof(&self, from: TreeSize, to: Option<TreeSize>) -> Result<(TreeSize, Vec<Hash>), ProofRequestError> {
+    pub fn consistency_proof(
+        &self,
+        from: TreeSize,
+        to: Option<TreeSize>,
+    ) -> Result<(TreeSize, Vec<Hash>), ProofRequestError> {
         let to = self.proof_size(to)?;
         if from > to {
             return Err(ProofRequestError::SizesOutOfOrder { from, to });
@@ -394,7 +425,10 @@ impl Log {
         if from.get() == 0 {
             return Err(ProofRequestError::FromEmptyTree);
         }
-        Ok((to, tree::consistency_proof(self.shared.store.as_ref(), from, to)?))
+        Ok((
+            to,
+            tree::consistency_proof(self.shared.store.as_ref(), from, to)?,
+        ))
     }
 
     /// The root hash of the tree of `size` (at most the latest checkpoint's).
@@ -469,12 +503,19 @@ impl Iterator for ChainEntries {
         self.next = seq.next();
         let item = (|| {
             let entry = read_entry(self.store.as_ref(), index)?.ok_or_else(|| {
-                ReadError::Store(StoreError::Corrupt(format!("entry {index} is indexed but not stored")))
+                ReadError::Store(StoreError::Corrupt(format!(
+                    "entry {index} is indexed but not stored"
+                )))
             })?;
             let receipt_size = self.store.receipt_size(index)?.ok_or_else(|| {
-                ReadError::Store(StoreError::Corrupt(format!("entry {index} has no receipt size")))
+                ReadError::Store(StoreError::Corrupt(format!(
+                    "entry {index} has no receipt size"
+                )))
             })?;
-            Ok(ChainEntry { entry, receipt_size })
+            Ok(ChainEntry {
+                entry,
+                receipt_size,
+            })
         })();
         if item.is_err() {
             self.page.clear();
@@ -504,7 +545,8 @@ fn read_entry(store: &dyn LogStore, index: LeafIndex) -> Result<Option<Entry>, R
     let Some(bytes) = store.entries(index, next)?.into_iter().next() else {
         return Ok(None);
     };
-    let entry = Entry::from_json(&bytes).map_err(|source| ReadError::CorruptEntry { index, source })?;
+    let entry =
+        Entry::from_json(&bytes).map_err(|source| ReadError::CorruptEntry { index, source })?;
     if entry.index() != index {
         return Err(ReadError::Store(StoreError::Corrupt(format!(
             "entry stored at {index} says index {}",
@@ -515,13 +557,18 @@ fn read_entry(store: &dyn LogStore, index: LeafIndex) -> Result<Option<Entry>, R
 }
 
 /// Rebuilds the receipt first issued for `index` from storage.
-fn stored_receipt(store: &dyn LogStore, index: LeafIndex) -> Result<Option<(Entry, Receipt)>, ReadError> {
+fn stored_receipt(
+    store: &dyn LogStore,
+    index: LeafIndex,
+) -> Result<Option<(Entry, Receipt)>, ReadError> {
     let Some(entry) = read_entry(store, index)? else {
         return Ok(None);
     };
-    let size = store
-        .receipt_size(index)?
-        .ok_or_else(|| ReadError::Store(StoreError::Corrupt(format!("entry {index} has no receipt size"))))?;
+    let size = store.receipt_size(index)?.ok_or_else(|| {
+        ReadError::Store(StoreError::Corrupt(format!(
+            "entry {index} has no receipt size"
+        )))
+    })?;
     let note = store
         .checkpoint(size)?
         .ok_or(ReadError::MissingCheckpoint { index, size })?;
@@ -573,7 +620,10 @@ fn recover(store: &dyn LogStore, signer: &NoteSigner) -> Result<SignedCheckpoint
                 });
             }
             if cs == size {
-                return Ok(SignedCheckpoint { checkpoint: cp, note });
+                return Ok(SignedCheckpoint {
+                    checkpoint: cp,
+                    note,
+                });
             }
             Some(cp)
         }
@@ -586,15 +636,22 @@ fn recover(store: &dyn LogStore, signer: &NoteSigner) -> Result<SignedCheckpoint
 }
 
 /// Proves the stored tree of `size` with `new_root` consistent with `prev`.
-fn check_extends(store: &dyn LogStore, prev: &Checkpoint, size: TreeSize, new_root: &Hash) -> Result<(), OpenError> {
+fn check_extends(
+    store: &dyn LogStore,
+    prev: &Checkpoint,
+    size: TreeSize,
+    new_root: &Hash,
+) -> Result<(), OpenError> {
     if prev.size.get() == 0 {
         return Ok(());
     }
     let proof = tree::consistency_proof(store, prev.size, size)?;
-    verify_consistency(prev.size, size, &prev.root, new_root, &proof).map_err(|source| OpenError::Inconsistent {
-        from: prev.size,
-        to: size,
-        source,
+    verify_consistency(prev.size, size, &prev.root, new_root, &proof).map_err(|source| {
+        OpenError::Inconsistent {
+            from: prev.size,
+            to: size,
+            source,
+        }
     })
 }
 
@@ -605,7 +662,9 @@ fn sign_and_store(
     root: Hash,
 ) -> Result<SignedCheckpoint, OpenError> {
     let checkpoint = Checkpoint::new(signer.verifier().name(), size, root);
-    let note = signer.sign_checkpoint(&checkpoint).map_err(OpenError::Sign)?;
+    let note = signer
+        .sign_checkpoint(&checkpoint)
+        .map_err(OpenError::Sign)?;
     store.put_checkpoint(size, &note)?;
     Ok(SignedCheckpoint { checkpoint, note })
 }
@@ -630,7 +689,10 @@ enum Decision {
 }
 
 fn run_writer(shared: &Shared, mut rx: mpsc::Receiver<Job>, max_batch: usize, size: TreeSize) {
-    let mut state = WriterState { size, healthy: true };
+    let mut state = WriterState {
+        size,
+        healthy: true,
+    };
     while let Some(first) = rx.blocking_recv() {
         let mut jobs = vec![first];
         while jobs.len() < max_batch {
@@ -680,7 +742,15 @@ fn process_batch(shared: &Shared, state: &mut WriterState, jobs: Vec<Job>) {
     let mut decided: Vec<(Job, Decision)> = Vec::with_capacity(jobs.len());
 
     for job in jobs {
-        let d = classify(store, &job, old_size, &built, &mut by_hash, &mut by_nonce, &mut heads);
+        let d = classify(
+            store,
+            &job,
+            old_size,
+            &built,
+            &mut by_hash,
+            &mut by_nonce,
+            &mut heads,
+        );
         let d = match d {
             Ok(Some(entry)) => {
                 let pos = built.len();
@@ -748,14 +818,19 @@ fn process_batch(shared: &Shared, state: &mut WriterState, jobs: Vec<Job>) {
             Decision::New(pos) | Decision::Again(pos) => {
                 let duplicate = matches!(d, Decision::Again(_));
                 let entry = &built[pos];
-                match (&committed, tree::inclusion_proof(store, entry.index(), state.size)) {
+                match (
+                    &committed,
+                    tree::inclusion_proof(store, entry.index(), state.size),
+                ) {
                     (Some((_, note)), Ok(inclusion)) => Ok(Appended {
                         entry: entry.clone(),
                         receipt: make_receipt(entry, note.clone(), inclusion),
                         duplicate,
                     }),
                     (_, Err(e)) => Err(AppendError::Storage(e)),
-                    (None, _) => Err(AppendError::Storage(StoreError::Corrupt("no checkpoint after commit".into()))),
+                    (None, _) => Err(AppendError::Storage(StoreError::Corrupt(
+                        "no checkpoint after commit".into(),
+                    ))),
                 }
             }
             Decision::Existing(index) => existing(store, index),
@@ -824,7 +899,11 @@ fn classify(
     if index >= MAX_COUNTER {
         return Err(AppendError::LogFull);
     }
-    Ok(Some(Entry::new(LeafIndex::new(index), job.received, record.clone())?))
+    Ok(Some(Entry::new(
+        LeafIndex::new(index),
+        job.received,
+        record.clone(),
+    )?))
 }
 
 /// Steps 2 and 3 of the write path. On success the writer's size is the new
@@ -868,7 +947,8 @@ fn commit_and_sign(
     let new_root = tree::root_with(&reader, new_size)?;
     let prev = latest(shared);
     check_extends(store, &prev.checkpoint, new_size, &new_root).map_err(open_error_to_store)?;
-    let signed = sign_and_store(store, &shared.signer, new_size, new_root).map_err(open_error_to_store)?;
+    let signed =
+        sign_and_store(store, &shared.signer, new_size, new_root).map_err(open_error_to_store)?;
     let note = signed.note.clone();
     set_latest(shared, signed);
 

@@ -70,8 +70,9 @@ impl HashReader for StoredHashes<'_> {
                 match k.and_then(|k| self.overlay.get(k)) {
                     Some(h) => out[slot] = to_tlog(*h),
                     None => {
-                        *self.error.borrow_mut() =
-                            Some(StoreError::Corrupt(format!("stored hash {i} is not in the batch")));
+                        *self.error.borrow_mut() = Some(StoreError::Corrupt(format!(
+                            "stored hash {i} is not in the batch"
+                        )));
                         return Err(tlog_tiles::Error::IndexesNotInTree);
                     }
                 }
@@ -88,7 +89,8 @@ impl HashReader for StoredHashes<'_> {
                     }
                 }
                 Ok(_) => {
-                    *self.error.borrow_mut() = Some(StoreError::Corrupt("short read of stored hashes".into()));
+                    *self.error.borrow_mut() =
+                        Some(StoreError::Corrupt("short read of stored hashes".into()));
                     return Err(tlog_tiles::Error::IndexesNotInTree);
                 }
                 Err(e) => {
@@ -107,12 +109,16 @@ impl HashReader for StoredHashes<'_> {
 /// [`StoreError`] when a stored hash cannot be read.
 pub fn root(store: &dyn LogStore, size: TreeSize) -> Result<Hash, StoreError> {
     let r = StoredHashes::new(store);
-    tlog_tiles::tree_hash(size.get(), &r).map(from_tlog).map_err(|e| r.lift(e))
+    tlog_tiles::tree_hash(size.get(), &r)
+        .map(from_tlog)
+        .map_err(|e| r.lift(e))
 }
 
 /// The root of the tree of `size` leaves with a batch's hashes laid over the store.
 pub(crate) fn root_with(reader: &StoredHashes<'_>, size: TreeSize) -> Result<Hash, StoreError> {
-    tlog_tiles::tree_hash(size.get(), reader).map(from_tlog).map_err(|e| reader.lift(e))
+    tlog_tiles::tree_hash(size.get(), reader)
+        .map(from_tlog)
+        .map_err(|e| reader.lift(e))
 }
 
 /// RFC 9162 inclusion proof of leaf `index` in the tree of `size`. The
@@ -120,9 +126,15 @@ pub(crate) fn root_with(reader: &StoredHashes<'_>, size: TreeSize) -> Result<Has
 ///
 /// # Errors
 /// [`StoreError`] when a stored hash cannot be read or the arguments are out of range.
-pub fn inclusion_proof(store: &dyn LogStore, index: LeafIndex, size: TreeSize) -> Result<Vec<Hash>, StoreError> {
+pub fn inclusion_proof(
+    store: &dyn LogStore,
+    index: LeafIndex,
+    size: TreeSize,
+) -> Result<Vec<Hash>, StoreError> {
     if !size.contains(index) {
-        return Err(StoreError::Conflict(format!("leaf {index} is not in a tree of size {size}")));
+        return Err(StoreError::Conflict(format!(
+            "leaf {index} is not in a tree of size {size}"
+        )));
     }
     let r = StoredHashes::new(store);
     tlog_tiles::prove_record(size.get(), index.get(), &r)
@@ -135,9 +147,15 @@ pub fn inclusion_proof(store: &dyn LogStore, index: LeafIndex, size: TreeSize) -
 ///
 /// # Errors
 /// [`StoreError`] when a stored hash cannot be read or the sizes are out of range.
-pub fn consistency_proof(store: &dyn LogStore, from: TreeSize, to: TreeSize) -> Result<Vec<Hash>, StoreError> {
+pub fn consistency_proof(
+    store: &dyn LogStore,
+    from: TreeSize,
+    to: TreeSize,
+) -> Result<Vec<Hash>, StoreError> {
     if from.get() == 0 || from > to {
-        return Err(StoreError::Conflict(format!("no consistency proof from size {from} to {to}")));
+        return Err(StoreError::Conflict(format!(
+            "no consistency proof from size {from} to {to}"
+        )));
     }
     let r = StoredHashes::new(store);
     tlog_tiles::prove_tree(to.get(), from.get(), &r)
@@ -150,13 +168,18 @@ pub fn consistency_proof(store: &dyn LogStore, from: TreeSize, to: TreeSize) -> 
 ///
 /// # Errors
 /// [`StoreError`] when an earlier stored hash cannot be read.
-pub fn batch_hashes(store: &dyn LogStore, old_size: TreeSize, leaves: &[Hash]) -> Result<Vec<Hash>, StoreError> {
+pub fn batch_hashes(
+    store: &dyn LogStore,
+    old_size: TreeSize,
+    leaves: &[Hash],
+) -> Result<Vec<Hash>, StoreError> {
     let first = tlog_tiles::stored_hash_count(old_size.get());
     let mut added: Vec<Hash> = Vec::with_capacity(leaves.len() * 2);
     for (k, leaf) in leaves.iter().enumerate() {
         let n = old_size.get() + k as u64;
         let r = StoredHashes::with_overlay(store, first, &added);
-        let new = tlog_tiles::stored_hashes_for_record_hash(n, to_tlog(*leaf), &r).map_err(|e| r.lift(e))?;
+        let new = tlog_tiles::stored_hashes_for_record_hash(n, to_tlog(*leaf), &r)
+            .map_err(|e| r.lift(e))?;
         drop(r);
         added.extend(new.into_iter().map(from_tlog));
     }
@@ -169,7 +192,12 @@ pub fn batch_hashes(store: &dyn LogStore, old_size: TreeSize, leaves: &[Hash]) -
 ///
 /// # Errors
 /// [`StoreError`] when a stored hash cannot be read.
-pub fn tile_hashes(store: &dyn LogStore, level: u8, n: u64, width: u64) -> Result<Vec<u8>, StoreError> {
+pub fn tile_hashes(
+    store: &dyn LogStore,
+    level: u8,
+    n: u64,
+    width: u64,
+) -> Result<Vec<u8>, StoreError> {
     let start = n * TILE_WIDTH;
     let indexes: Vec<u64> = (0..width)
         .map(|i| tlog_tiles::stored_hash_index(TILE_HEIGHT * level, start + i))

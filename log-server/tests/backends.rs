@@ -12,7 +12,10 @@ use tally_schemas::tree::{reference, verify_consistency};
 use tally_schemas::{Hash, LeafIndex, NoteSigner, SecretKey, Seq, TreeSize};
 
 fn rt() -> tokio::runtime::Runtime {
-    tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap()
+    tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap()
 }
 
 fn open(store: &Arc<dyn tally_log::LogStore>) -> Log {
@@ -38,7 +41,10 @@ fn empty_log_has_a_signed_checkpoint_of_size_zero_and_no_proofs() {
                 size: TreeSize::new(0)
             })
         );
-        assert_eq!(log.consistency_proof(TreeSize::new(0), None), Err(ProofRequestError::FromEmptyTree));
+        assert_eq!(
+            log.consistency_proof(TreeSize::new(0), None),
+            Err(ProofRequestError::FromEmptyTree)
+        );
         assert_eq!(
             log.consistency_proof(TreeSize::new(1), None),
             Err(ProofRequestError::SizesOutOfOrder {
@@ -67,7 +73,10 @@ fn appends_get_sequential_indexes_and_receipts_that_verify() {
                 let (cp, entry) = got.receipt.verify(&record, signer().verifier()).unwrap();
                 assert_eq!(entry, got.entry);
                 assert!(cp.size.contains(entry.index()));
-                assert_eq!(log.checkpoint_note(cp.size).unwrap().as_deref(), Some(got.receipt.checkpoint.as_str()));
+                assert_eq!(
+                    log.checkpoint_note(cp.size).unwrap().as_deref(),
+                    Some(got.receipt.checkpoint.as_str())
+                );
                 assert_eq!(log.receipt_size(entry.index()).unwrap(), Some(cp.size));
             }
         });
@@ -100,7 +109,10 @@ fn a_retried_record_gets_the_same_entry_and_byte_identical_receipt() {
                 serde_json::to_vec(&again.receipt).unwrap(),
                 serde_json::to_vec(&first.receipt).unwrap()
             );
-            assert_eq!(log.receipt(first.entry.index()).unwrap().unwrap().1, first.receipt);
+            assert_eq!(
+                log.receipt(first.entry.index()).unwrap().unwrap().1,
+                first.receipt
+            );
         });
         assert_eq!(log.latest_checkpoint().checkpoint.size, TreeSize::new(6));
     }
@@ -171,7 +183,9 @@ fn records_that_do_not_extend_the_chain_are_refused_with_the_head() {
                     }
                 );
             }
-            log.append(a.record_at(1, Some(r0.hash()), 6, "one"), now()).await.unwrap();
+            log.append(a.record_at(1, Some(r0.hash()), 6, "one"), now())
+                .await
+                .unwrap();
         });
         assert_eq!(log.latest_checkpoint().checkpoint.size, TreeSize::new(2));
     }
@@ -242,10 +256,22 @@ fn proofs_match_the_reference_tree_for_every_size() {
         });
         for s in 1..=n as usize {
             let root = reference::root(&leaves[..s]);
-            assert_eq!(log.root(TreeSize::new(s as u64)).unwrap(), root, "{} root {s}", b.name());
+            assert_eq!(
+                log.root(TreeSize::new(s as u64)).unwrap(),
+                root,
+                "{} root {s}",
+                b.name()
+            );
             for i in 0..s {
-                let (_, p) = log.inclusion_proof(LeafIndex::new(i as u64), Some(TreeSize::new(s as u64))).unwrap();
-                assert_eq!(p, reference::inclusion_proof(i, &leaves[..s]), "{} incl {i} {s}", b.name());
+                let (_, p) = log
+                    .inclusion_proof(LeafIndex::new(i as u64), Some(TreeSize::new(s as u64)))
+                    .unwrap();
+                assert_eq!(
+                    p,
+                    reference::inclusion_proof(i, &leaves[..s]),
+                    "{} incl {i} {s}",
+                    b.name()
+                );
             }
             let (idx, _, p) = log
                 .inclusion_proof_by_leaf_hash(&leaves[s - 1], Some(TreeSize::new(s as u64)))
@@ -253,10 +279,23 @@ fn proofs_match_the_reference_tree_for_every_size() {
             assert_eq!(idx, LeafIndex::new(s as u64 - 1));
             assert_eq!(p, reference::inclusion_proof(s - 1, &leaves[..s]));
             for m in 1..=s {
-                let (_, p) = log.consistency_proof(TreeSize::new(m as u64), Some(TreeSize::new(s as u64))).unwrap();
-                assert_eq!(p, reference::consistency_proof(m, &leaves[..s]), "{} cons {m} {s}", b.name());
-                verify_consistency(TreeSize::new(m as u64), TreeSize::new(s as u64), &reference::root(&leaves[..m]), &root, &p)
+                let (_, p) = log
+                    .consistency_proof(TreeSize::new(m as u64), Some(TreeSize::new(s as u64)))
                     .unwrap();
+                assert_eq!(
+                    p,
+                    reference::consistency_proof(m, &leaves[..s]),
+                    "{} cons {m} {s}",
+                    b.name()
+                );
+                verify_consistency(
+                    TreeSize::new(m as u64),
+                    TreeSize::new(s as u64),
+                    &reference::root(&leaves[..m]),
+                    &root,
+                    &p,
+                )
+                .unwrap();
             }
         }
         assert_eq!(
@@ -298,14 +337,21 @@ fn chain_entries_are_read_in_seq_order_within_the_range() {
         for (k, e) in all.iter().enumerate() {
             assert_eq!(e.entry.record().seq.get(), k as u64);
             assert_eq!(e.entry.record().hash(), hashes[k]);
-            assert_eq!(Some(e.receipt_size), log.receipt_size(e.entry.index()).unwrap());
+            assert_eq!(
+                Some(e.receipt_size),
+                log.receipt_size(e.entry.index()).unwrap()
+            );
         }
         let some: Vec<_> = log
             .chain_entries(&a.name, Seq::new(10).unwrap(), Some(Seq::new(270).unwrap()))
             .map(|e| e.unwrap().entry.record().seq.get())
             .collect();
         assert_eq!(some, (10..270).collect::<Vec<_>>());
-        assert_eq!(log.chain_entries(&a.name, Seq::new(300).unwrap(), None).count(), 0);
+        assert_eq!(
+            log.chain_entries(&a.name, Seq::new(300).unwrap(), None)
+                .count(),
+            0
+        );
         let none = tally_schemas::AgentName::new("nobody").unwrap();
         assert_eq!(log.chain_entries(&none, Seq::GENESIS, None).count(), 0);
     }
@@ -323,9 +369,14 @@ fn reopening_keeps_state_and_continues() {
                 for _ in 0..4 {
                     log.append(a.next(), now()).await.unwrap();
                 }
-                log.append(a.record_at(0, None, 77, "stale fork"), now()).await
+                log.append(a.record_at(0, None, 77, "stale fork"), now())
+                    .await
             });
-            assert!(matches!(got, Err(AppendError::ChainConflict { .. })), "{}", b.name());
+            assert!(
+                matches!(got, Err(AppendError::ChainConflict { .. })),
+                "{}",
+                b.name()
+            );
             let first = log.receipt(LeafIndex::new(0)).unwrap().unwrap();
             let cp = log.latest_checkpoint();
             log.shutdown();
@@ -340,10 +391,18 @@ fn reopening_keeps_state_and_continues() {
         });
         let cp2 = log.latest_checkpoint();
         let (_, p) = log.consistency_proof(cp1.checkpoint.size, None).unwrap();
-        verify_consistency(cp1.checkpoint.size, cp2.checkpoint.size, &cp1.checkpoint.root, &cp2.checkpoint.root, &p).unwrap();
+        verify_consistency(
+            cp1.checkpoint.size,
+            cp2.checkpoint.size,
+            &cp1.checkpoint.root,
+            &cp2.checkpoint.root,
+            &p,
+        )
+        .unwrap();
         log.shutdown();
         // Another key must not take over this log.
-        let other = NoteSigner::from_secret(common::ORIGIN, SecretKey::from_seed(&[8; 32])).unwrap();
+        let other =
+            NoteSigner::from_secret(common::ORIGIN, SecretKey::from_seed(&[8; 32])).unwrap();
         assert!(matches!(
             Log::open(Arc::clone(&store), other, LogConfig::default()),
             Err(OpenError::ForeignCheckpoint { .. })
@@ -358,7 +417,9 @@ fn the_same_record_twice_in_one_batch_gets_one_entry() {
         let log = open(&b.make(&dir));
         let mut a = Agent::new("alpha");
         let r = a.next();
-        let got = rt().block_on(futures_join_all((0..5).map(|_| log.append(r.clone(), now()))));
+        let got = rt().block_on(futures_join_all(
+            (0..5).map(|_| log.append(r.clone(), now())),
+        ));
         let receipts: Vec<_> = got.into_iter().map(|g| g.unwrap().receipt).collect();
         assert!(receipts.iter().all(|x| *x == receipts[0]), "{}", b.name());
         assert_eq!(log.latest_checkpoint().checkpoint.size, TreeSize::new(1));

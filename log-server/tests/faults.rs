@@ -19,7 +19,10 @@ use tally_schemas::tree::verify_consistency;
 use tally_schemas::{AgentName, Hash, LeafIndex, Nonce, Record, Seq, TreeSize};
 
 fn rt() -> tokio::runtime::Runtime {
-    tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap()
+    tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap()
 }
 
 /// Every stored checkpoint is signed and consistent with the latest one.
@@ -27,7 +30,9 @@ fn assert_checkpoints_consistent(log: &Log, store: &dyn LogStore) {
     let latest = log.latest_checkpoint();
     let mut seen = 0;
     for size in 0..=latest.checkpoint.size.get() {
-        let Some(note) = store.checkpoint(TreeSize::new(size)).unwrap() else { continue };
+        let Some(note) = store.checkpoint(TreeSize::new(size)).unwrap() else {
+            continue;
+        };
         seen += 1;
         let cp = open_checkpoint(&note, signer().verifier()).unwrap();
         assert_eq!(cp.size.get(), size);
@@ -35,7 +40,14 @@ fn assert_checkpoints_consistent(log: &Log, store: &dyn LogStore) {
             continue;
         }
         let (_, proof) = log.consistency_proof(cp.size, None).unwrap();
-        verify_consistency(cp.size, latest.checkpoint.size, &cp.root, &latest.checkpoint.root, &proof).unwrap();
+        verify_consistency(
+            cp.size,
+            latest.checkpoint.size,
+            &cp.root,
+            &latest.checkpoint.root,
+            &proof,
+        )
+        .unwrap();
     }
     assert!(seen > 0);
 }
@@ -54,7 +66,10 @@ fn every_write_fault_is_survived_by_retrying_the_same_record() {
         (vec![Fault::Pass, Fault::Fail], false),
         (vec![Fault::Pass, Fault::FailAfterLanding], true),
         (vec![Fault::Pass, Fault::Pass, Fault::Fail], true),
-        (vec![Fault::Pass, Fault::Pass, Fault::FailAfterLanding], true),
+        (
+            vec![Fault::Pass, Fault::Pass, Fault::FailAfterLanding],
+            true,
+        ),
     ] {
         let (inner, faulty) = scripted(&fault);
         let log = Log::open(faulty.clone(), signer(), LogConfig::default()).unwrap();
@@ -62,10 +77,16 @@ fn every_write_fault_is_survived_by_retrying_the_same_record() {
         let r0 = a.next();
         rt().block_on(async {
             let err = log.append(r0.clone(), now()).await.unwrap_err();
-            assert!(matches!(err, AppendError::Storage(StoreError::Injected { .. })), "{fault:?}: {err}");
+            assert!(
+                matches!(err, AppendError::Storage(StoreError::Injected { .. })),
+                "{fault:?}: {err}"
+            );
             // Nothing unsigned is visible, whether or not the batch landed.
             assert_eq!(log.latest_checkpoint().checkpoint.size, TreeSize::new(0));
-            assert_eq!(inner.size().unwrap(), TreeSize::new(u64::from(landed_batch)));
+            assert_eq!(
+                inner.size().unwrap(),
+                TreeSize::new(u64::from(landed_batch))
+            );
             let again = log.append(r0.clone(), now()).await.unwrap();
             assert_eq!(again.duplicate, landed_batch, "{fault:?}");
             assert_eq!(again.entry.index(), LeafIndex::new(0));
@@ -86,7 +107,13 @@ fn every_write_fault_is_survived_by_retrying_the_same_record() {
 fn a_crash_between_commit_and_checkpoint_recovers_and_signs_the_landed_batch() {
     // The batch lands but its checkpoint write fails; then the process "dies".
     // Writes: checkpoint 0, batch 1, checkpoint 1, batch 2, checkpoint 2 (fails).
-    let (inner, faulty) = scripted(&[Fault::Pass, Fault::Pass, Fault::Pass, Fault::Pass, Fault::Fail]);
+    let (inner, faulty) = scripted(&[
+        Fault::Pass,
+        Fault::Pass,
+        Fault::Pass,
+        Fault::Pass,
+        Fault::Fail,
+    ]);
     let mut a = Agent::new("alpha");
     let records: Vec<Record> = (0..3).map(|_| a.next()).collect();
     {
@@ -100,13 +127,19 @@ fn a_crash_between_commit_and_checkpoint_recovers_and_signs_the_landed_batch() {
         // Dropped without shutdown: the crash.
     }
     assert_eq!(inner.size().unwrap(), TreeSize::new(2));
-    assert_eq!(inner.latest_checkpoint().unwrap().unwrap().0, TreeSize::new(1));
+    assert_eq!(
+        inner.latest_checkpoint().unwrap().unwrap().0,
+        TreeSize::new(1)
+    );
     let log = Log::open(inner.clone(), signer(), LogConfig::default()).unwrap();
     assert_eq!(log.latest_checkpoint().checkpoint.size, TreeSize::new(2));
     rt().block_on(async {
         let again = log.append(records[1].clone(), now()).await.unwrap();
         assert!(again.duplicate);
-        let (cp, _) = again.receipt.verify(&records[1], signer().verifier()).unwrap();
+        let (cp, _) = again
+            .receipt
+            .verify(&records[1], signer().verifier())
+            .unwrap();
         assert_eq!(cp.size, TreeSize::new(2));
         log.append(records[2].clone(), now()).await.unwrap();
     });
@@ -141,7 +174,11 @@ fn random_faults_never_lose_an_acknowledged_entry_or_sign_inconsistent_checkpoin
             observed.push(log.latest_checkpoint());
         }
     });
-    let faults = faulty.history().iter().filter(|(_, f)| *f != Fault::Pass).count();
+    let faults = faulty
+        .history()
+        .iter()
+        .filter(|(_, f)| *f != Fault::Pass)
+        .count();
     assert!(faults > 20, "only {faults} faults injected");
     assert_eq!(log.latest_checkpoint().checkpoint.size, TreeSize::new(200));
     let latest = log.latest_checkpoint();
@@ -149,7 +186,14 @@ fn random_faults_never_lose_an_acknowledged_entry_or_sign_inconsistent_checkpoin
         let (cp, entry) = receipt.verify(r, signer().verifier()).unwrap();
         assert_eq!(log.entry(entry.index()).unwrap().unwrap(), entry);
         let (_, proof) = log.consistency_proof(cp.size, None).unwrap();
-        verify_consistency(cp.size, latest.checkpoint.size, &cp.root, &latest.checkpoint.root, &proof).unwrap();
+        verify_consistency(
+            cp.size,
+            latest.checkpoint.size,
+            &cp.root,
+            &latest.checkpoint.root,
+            &proof,
+        )
+        .unwrap();
     }
     for cp in &observed {
         if cp.checkpoint.size.get() > 0 {
@@ -210,7 +254,12 @@ impl LogStore for TestStore {
     fn chain_head(&self, agent: &AgentName) -> Result<Option<ChainHead>, StoreError> {
         self.inner.chain_head(agent)
     }
-    fn agent_indexes(&self, agent: &AgentName, from: Seq, limit: usize) -> Result<Vec<(Seq, LeafIndex)>, StoreError> {
+    fn agent_indexes(
+        &self,
+        agent: &AgentName,
+        from: Seq,
+        limit: usize,
+    ) -> Result<Vec<(Seq, LeafIndex)>, StoreError> {
         self.inner.agent_indexes(agent, from, limit)
     }
     fn index_of_nonce(&self, nonce: &Nonce) -> Result<Option<LeafIndex>, StoreError> {
@@ -241,8 +290,14 @@ fn a_full_queue_refuses_at_once_with_overloaded_and_loses_nothing() {
     };
     let log = Arc::new(Log::open(store.clone(), signer(), config).unwrap());
     // One agent per record: the queued ones may reach the queue in any order.
-    let records: Vec<Record> = (0..4).map(|i| Agent::new(&format!("agent-{i}")).next()).collect();
-    let runtime = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().unwrap();
+    let records: Vec<Record> = (0..4)
+        .map(|i| Agent::new(&format!("agent-{i}")).next())
+        .collect();
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .unwrap();
     let gate = store.gate.lock().unwrap();
     // The first append is taken by the writer, which blocks in its commit.
     let first = runtime.spawn({
@@ -263,18 +318,29 @@ fn a_full_queue_refuses_at_once_with_overloaded_and_loses_nothing() {
     std::thread::sleep(Duration::from_millis(100));
     // The fourth is refused at once, while the writer is still blocked.
     let refused = runtime.block_on(log.append(records[3].clone(), now()));
-    assert_eq!(refused.unwrap_err(), AppendError::Overloaded { capacity: 2 });
+    assert_eq!(
+        refused.unwrap_err(),
+        AppendError::Overloaded { capacity: 2 }
+    );
     drop(gate);
     let first = runtime.block_on(first).unwrap().unwrap();
     assert_eq!(first.entry.index(), LeafIndex::new(0));
     for (k, q) in queued.into_iter().enumerate() {
         let got = runtime.block_on(q).unwrap().unwrap();
-        got.receipt.verify(&records[k + 1], signer().verifier()).unwrap();
+        got.receipt
+            .verify(&records[k + 1], signer().verifier())
+            .unwrap();
     }
     // The refused record was not written; it can be sent again.
-    let got = runtime.block_on(log.append(records[3].clone(), now())).unwrap();
+    let got = runtime
+        .block_on(log.append(records[3].clone(), now()))
+        .unwrap();
     assert_eq!(got.entry.index(), LeafIndex::new(3));
-    assert_eq!(log.stats().largest_batch, 2, "the two queued appends commit together");
+    assert_eq!(
+        log.stats().largest_batch,
+        2,
+        "the two queued appends commit together"
+    );
 }
 
 #[test]
@@ -309,7 +375,10 @@ fn a_store_that_does_not_match_what_was_signed_is_refused_at_open() {
     store.flip_hashes.store(false, Ordering::SeqCst);
     // The store itself refuses a second, different checkpoint for a size.
     let (size, _) = store.latest_checkpoint().unwrap().unwrap();
-    assert!(matches!(store.put_checkpoint(size, "forged"), Err(StoreError::Conflict(_))));
+    assert!(matches!(
+        store.put_checkpoint(size, "forged"),
+        Err(StoreError::Conflict(_))
+    ));
     let log = Log::open(store.clone(), signer(), LogConfig::default()).unwrap();
     assert_eq!(log.latest_checkpoint().checkpoint.size, TreeSize::new(3));
 }

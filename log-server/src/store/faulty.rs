@@ -106,10 +106,16 @@ impl FaultyStore {
         fault
     }
 
-    fn write(&self, kind: WriteKind, op: impl FnOnce() -> Result<(), StoreError>) -> Result<(), StoreError> {
+    fn write(
+        &self,
+        kind: WriteKind,
+        op: impl FnOnce() -> Result<(), StoreError>,
+    ) -> Result<(), StoreError> {
         match self.next_fault(kind) {
             Fault::Pass => op(),
-            Fault::Fail => Err(StoreError::Injected { landed: "did not land" }),
+            Fault::Fail => Err(StoreError::Injected {
+                landed: "did not land",
+            }),
             Fault::FailAfterLanding => {
                 op()?;
                 Err(StoreError::Injected { landed: "landed" })
@@ -140,7 +146,12 @@ impl LogStore for FaultyStore {
     fn chain_head(&self, agent: &AgentName) -> Result<Option<ChainHead>, StoreError> {
         self.inner.chain_head(agent)
     }
-    fn agent_indexes(&self, agent: &AgentName, from: Seq, limit: usize) -> Result<Vec<(Seq, LeafIndex)>, StoreError> {
+    fn agent_indexes(
+        &self,
+        agent: &AgentName,
+        from: Seq,
+        limit: usize,
+    ) -> Result<Vec<(Seq, LeafIndex)>, StoreError> {
         self.inner.agent_indexes(agent, from, limit)
     }
     fn index_of_nonce(&self, nonce: &Nonce) -> Result<Option<LeafIndex>, StoreError> {
@@ -156,6 +167,8 @@ impl LogStore for FaultyStore {
         self.write(WriteKind::Batch, || self.inner.commit_batch(batch))
     }
     fn put_checkpoint(&self, size: TreeSize, note: &str) -> Result<(), StoreError> {
-        self.write(WriteKind::Checkpoint, || self.inner.put_checkpoint(size, note))
+        self.write(WriteKind::Checkpoint, || {
+            self.inner.put_checkpoint(size, note)
+        })
     }
 }

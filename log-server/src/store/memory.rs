@@ -74,7 +74,9 @@ impl LogStore for MemoryStore {
 
     fn receipt_size(&self, index: LeafIndex) -> Result<Option<TreeSize>, StoreError> {
         let s = self.lock()?;
-        Ok(usize::try_from(index.get()).ok().and_then(|i| s.receipt_sizes.get(i).copied()))
+        Ok(usize::try_from(index.get())
+            .ok()
+            .and_then(|i| s.receipt_sizes.get(i).copied()))
     }
 
     fn checkpoint(&self, size: TreeSize) -> Result<Option<String>, StoreError> {
@@ -93,7 +95,12 @@ impl LogStore for MemoryStore {
         Ok(self.lock()?.heads.get(agent).cloned())
     }
 
-    fn agent_indexes(&self, agent: &AgentName, from: Seq, limit: usize) -> Result<Vec<(Seq, LeafIndex)>, StoreError> {
+    fn agent_indexes(
+        &self,
+        agent: &AgentName,
+        from: Seq,
+        limit: usize,
+    ) -> Result<Vec<(Seq, LeafIndex)>, StoreError> {
         let s = self.lock()?;
         let name = agent.as_str().to_owned();
         s.agent_seq
@@ -130,13 +137,16 @@ impl LogStore for MemoryStore {
             )));
         }
         if s.hashes.len() as u64 != tlog_tiles::stored_hash_count(batch.old_size.get()) {
-            return Err(StoreError::Corrupt("stored hash count does not match the tree size".into()));
+            return Err(StoreError::Corrupt(
+                "stored hash count does not match the tree size".into(),
+            ));
         }
         s.hashes.extend_from_slice(&batch.hashes);
         for e in &batch.entries {
             s.entries.push(e.canonical.clone());
             s.receipt_sizes.push(batch.receipt_size);
-            s.agent_seq.insert((e.agent.as_str().to_owned(), e.seq.get()), e.index);
+            s.agent_seq
+                .insert((e.agent.as_str().to_owned(), e.seq.get()), e.index);
             s.nonces.insert(e.nonce.as_bytes().to_vec(), e.index);
             s.records.insert(e.record_hash, e.index);
             s.leaves.insert(e.leaf_hash, e.index);
@@ -149,7 +159,10 @@ impl LogStore for MemoryStore {
 
     fn put_checkpoint(&self, size: TreeSize, note: &str) -> Result<(), StoreError> {
         let mut s = self.lock()?;
-        let latest = s.checkpoints.last_key_value().map(|(k, _)| TreeSize::new(*k));
+        let latest = s
+            .checkpoints
+            .last_key_value()
+            .map(|(k, _)| TreeSize::new(*k));
         let tree_size = TreeSize::new(s.entries.len() as u64);
         let existing = s.checkpoints.get(&size.get()).map(String::as_str);
         if check_put_checkpoint(size, note, tree_size, existing, latest)? {

@@ -133,7 +133,9 @@ impl BatchWrite {
             )));
         }
         if self.receipt_size != self.new_size() {
-            return Err(StoreError::Conflict("receipt size is not the new tree size".into()));
+            return Err(StoreError::Conflict(
+                "receipt size is not the new tree size".into(),
+            ));
         }
         Ok(())
     }
@@ -191,7 +193,12 @@ pub trait LogStore: Send + Sync + 'static {
     ///
     /// # Errors
     /// [`StoreError`] when the backend fails.
-    fn agent_indexes(&self, agent: &AgentName, from: Seq, limit: usize) -> Result<Vec<(Seq, LeafIndex)>, StoreError>;
+    fn agent_indexes(
+        &self,
+        agent: &AgentName,
+        from: Seq,
+        limit: usize,
+    ) -> Result<Vec<(Seq, LeafIndex)>, StoreError>;
 
     /// The index of the entry whose record used `nonce`.
     ///

@@ -22,7 +22,8 @@ const RECEIPT_SIZES: TableDefinition<u64, u64> = TableDefinition::new("receipt_s
 /// `checkpoints`: tree size → signed checkpoint note (UTF-8 text).
 const CHECKPOINTS: TableDefinition<u64, &str> = TableDefinition::new("checkpoints");
 /// `chain_heads`: agent name → (seq, record hash, leaf index).
-const CHAIN_HEADS: TableDefinition<&str, (u64, [u8; 32], u64)> = TableDefinition::new("chain_heads");
+const CHAIN_HEADS: TableDefinition<&str, (u64, [u8; 32], u64)> =
+    TableDefinition::new("chain_heads");
 /// `agent_seq`: (agent name, seq) → leaf index.
 const AGENT_SEQ: TableDefinition<(&str, u64), u64> = TableDefinition::new("agent_seq");
 /// `nonces`: nonce bytes → leaf index of the record that used it.
@@ -123,7 +124,9 @@ impl LogStore for RedbStore {
         found
             .into_iter()
             .zip(indexes)
-            .map(|(h, i)| h.ok_or_else(|| StoreError::Corrupt(format!("stored hash {i} is missing"))))
+            .map(|(h, i)| {
+                h.ok_or_else(|| StoreError::Corrupt(format!("stored hash {i} is missing")))
+            })
             .collect()
     }
 
@@ -158,7 +161,9 @@ impl LogStore for RedbStore {
     fn latest_checkpoint(&self) -> Result<Option<(TreeSize, String)>, StoreError> {
         self.read(|tx| {
             let t = tx.open_table(CHECKPOINTS)?;
-            let last = t.last()?.map(|(k, v)| (TreeSize::new(k.value()), v.value().to_owned()));
+            let last = t
+                .last()?
+                .map(|(k, v)| (TreeSize::new(k.value()), v.value().to_owned()));
             Ok(last)
         })
     }
@@ -178,11 +183,19 @@ impl LogStore for RedbStore {
         .transpose()
     }
 
-    fn agent_indexes(&self, agent: &AgentName, from: Seq, limit: usize) -> Result<Vec<(Seq, LeafIndex)>, StoreError> {
+    fn agent_indexes(
+        &self,
+        agent: &AgentName,
+        from: Seq,
+        limit: usize,
+    ) -> Result<Vec<(Seq, LeafIndex)>, StoreError> {
         let rows = self.read(|tx| {
             let t = tx.open_table(AGENT_SEQ)?;
             let mut out = Vec::new();
-            for row in t.range((agent.as_str(), from.get())..=(agent.as_str(), u64::MAX))?.take(limit) {
+            for row in t
+                .range((agent.as_str(), from.get())..=(agent.as_str(), u64::MAX))?
+                .take(limit)
+            {
                 let (k, v) = row?;
                 out.push((k.value().1, v.value()));
             }
@@ -215,7 +228,10 @@ impl LogStore for RedbStore {
         let tx = self.db.begin_write().map_err(backend)?;
         {
             let mut meta = tx.open_table(META).map_err(backend)?;
-            let stored = meta.get("tree_size").map_err(backend)?.map_or(0, |g| g.value());
+            let stored = meta
+                .get("tree_size")
+                .map_err(backend)?
+                .map_or(0, |g| g.value());
             if stored != batch.old_size.get() {
                 // Dropping `tx` aborts it.
                 return Err(StoreError::Conflict(format!(
@@ -226,10 +242,14 @@ impl LogStore for RedbStore {
             let mut hashes = tx.open_table(HASHES).map_err(backend)?;
             let first = tlog_tiles::stored_hash_count(batch.old_size.get());
             if hashes.len().map_err(backend)? != first {
-                return Err(StoreError::Corrupt("stored hash count does not match the tree size".into()));
+                return Err(StoreError::Corrupt(
+                    "stored hash count does not match the tree size".into(),
+                ));
             }
             for (k, h) in batch.hashes.iter().enumerate() {
-                hashes.insert(first + k as u64, *h.as_bytes()).map_err(backend)?;
+                hashes
+                    .insert(first + k as u64, *h.as_bytes())
+                    .map_err(backend)?;
             }
             let mut entries = tx.open_table(ENTRIES).map_err(backend)?;
             let mut receipts = tx.open_table(RECEIPT_SIZES).map_err(backend)?;
@@ -240,19 +260,29 @@ impl LogStore for RedbStore {
             for e in &batch.entries {
                 let i = e.index.get();
                 entries.insert(i, e.canonical.as_slice()).map_err(backend)?;
-                receipts.insert(i, batch.receipt_size.get()).map_err(backend)?;
-                agent_seq.insert((e.agent.as_str(), e.seq.get()), i).map_err(backend)?;
+                receipts
+                    .insert(i, batch.receipt_size.get())
+                    .map_err(backend)?;
+                agent_seq
+                    .insert((e.agent.as_str(), e.seq.get()), i)
+                    .map_err(backend)?;
                 nonces.insert(e.nonce.as_bytes(), i).map_err(backend)?;
-                records.insert(*e.record_hash.as_bytes(), i).map_err(backend)?;
+                records
+                    .insert(*e.record_hash.as_bytes(), i)
+                    .map_err(backend)?;
                 leaves.insert(*e.leaf_hash.as_bytes(), i).map_err(backend)?;
             }
             let mut heads = tx.open_table(CHAIN_HEADS).map_err(backend)?;
             for (agent, h) in &batch.heads {
                 heads
-                    .insert(agent.as_str(), (h.seq.get(), *h.record_hash.as_bytes(), h.index.get()))
+                    .insert(
+                        agent.as_str(),
+                        (h.seq.get(), *h.record_hash.as_bytes(), h.index.get()),
+                    )
                     .map_err(backend)?;
             }
-            meta.insert("tree_size", batch.new_size().get()).map_err(backend)?;
+            meta.insert("tree_size", batch.new_size().get())
+                .map_err(backend)?;
         }
         tx.commit().map_err(backend)
     }
@@ -261,10 +291,20 @@ impl LogStore for RedbStore {
         let tx = self.db.begin_write().map_err(backend)?;
         {
             let meta = tx.open_table(META).map_err(backend)?;
-            let tree_size = TreeSize::new(meta.get("tree_size").map_err(backend)?.map_or(0, |g| g.value()));
+            let tree_size = TreeSize::new(
+                meta.get("tree_size")
+                    .map_err(backend)?
+                    .map_or(0, |g| g.value()),
+            );
             let mut t = tx.open_table(CHECKPOINTS).map_err(backend)?;
-            let latest = t.last().map_err(backend)?.map(|(k, _)| TreeSize::new(k.value()));
-            let existing = t.get(size.get()).map_err(backend)?.map(|g| g.value().to_owned());
+            let latest = t
+                .last()
+                .map_err(backend)?
+                .map(|(k, _)| TreeSize::new(k.value()));
+            let existing = t
+                .get(size.get())
+                .map_err(backend)?
+                .map(|g| g.value().to_owned());
             if check_put_checkpoint(size, note, tree_size, existing.as_deref(), latest)? {
                 return Ok(());
             }

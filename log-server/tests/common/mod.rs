@@ -9,7 +9,9 @@ use tally_log::store::memory::MemoryStore;
 use tally_log::store::redb::RedbStore;
 use tally_log::LogStore;
 use tally_schemas::record::NoteBody;
-use tally_schemas::{AgentName, Body, Hash, Nonce, NoteSigner, Record, SecretKey, Seq, UnixMillis, UnsignedRecord};
+use tally_schemas::{
+    AgentName, Body, Hash, Nonce, NoteSigner, Record, SecretKey, Seq, UnixMillis, UnsignedRecord,
+};
 
 pub const ORIGIN: &str = "log.example/test";
 
@@ -46,7 +48,13 @@ impl Agent {
         let mut nonce = vec![0u8; 16];
         nonce[..8].copy_from_slice(&salt.to_be_bytes());
         nonce[8..16].copy_from_slice(&seq.to_be_bytes());
-        nonce.extend_from_slice(self.name.as_str().as_bytes().get(..8.min(self.name.as_str().len())).unwrap());
+        nonce.extend_from_slice(
+            self.name
+                .as_str()
+                .as_bytes()
+                .get(..8.min(self.name.as_str().len()))
+                .unwrap(),
+        );
         UnsignedRecord {
             agent: self.name.clone(),
             key_id: self.key.public_key().key_id(),
@@ -54,7 +62,9 @@ impl Agent {
             prev,
             time: UnixMillis::new(1_796_025_600_000 + seq as i64),
             nonce: Nonce::from_bytes(nonce).unwrap(),
-            body: Body::Note(NoteBody { text: text.to_owned() }),
+            body: Body::Note(NoteBody {
+                text: text.to_owned(),
+            }),
         }
         .sign(&self.key)
         .unwrap()
@@ -63,10 +73,26 @@ impl Agent {
     /// The next record of the chain; the chain advances.
     pub fn next(&mut self) -> Record {
         self.counter += 1;
-        let r = self.record_at(self.next_seq, self.prev, self.counter, &format!("note {}", self.counter));
+        let r = self.record_at(
+            self.next_seq,
+            self.prev,
+            self.counter,
+            &format!("note {}", self.counter),
+        );
         self.next_seq += 1;
         self.prev = Some(r.hash());
         r
+    }
+
+    /// The next record of the chain with another record's nonce; the chain
+    /// does not advance.
+    pub fn next_with_nonce(&self, nonce: Nonce) -> Record {
+        let mut u = self
+            .record_at(self.next_seq, self.prev, u64::MAX, "replay")
+            .unsigned()
+            .clone();
+        u.nonce = nonce;
+        u.sign(&self.key).unwrap()
     }
 
     /// Moves the chain to a known head.
@@ -108,7 +134,9 @@ impl Backend {
 }
 
 /// `join_all` without the futures crate: polls every future on one task.
-pub async fn futures_join_all<F: std::future::Future>(futs: impl Iterator<Item = F>) -> Vec<F::Output> {
+pub async fn futures_join_all<F: std::future::Future>(
+    futs: impl Iterator<Item = F>,
+) -> Vec<F::Output> {
     let mut handles: Vec<std::pin::Pin<Box<F>>> = futs.map(Box::pin).collect();
     let mut out: Vec<Option<F::Output>> = handles.iter().map(|_| None).collect();
     std::future::poll_fn(|cx| {
@@ -130,4 +158,3 @@ pub async fn futures_join_all<F: std::future::Future>(futs: impl Iterator<Item =
     .await;
     out.into_iter().map(|o| o.unwrap()).collect()
 }
-

@@ -261,8 +261,10 @@ impl Receipt {
     /// [`ReceiptParseError`] naming the first rule broken.
     pub fn from_json(bytes: &[u8]) -> Result<Self, ReceiptParseError> {
         let value = canonical::parse_strict(bytes, Limits::WIRE)?;
-        check_version(&value, RECEIPT_VERSION, |found| ReceiptParseError::UnsupportedVersion { found })
-            .map_err(|e| e.unwrap_or_else(|message| ReceiptParseError::Schema { message }))?;
+        check_version(&value, RECEIPT_VERSION, |found| {
+            ReceiptParseError::UnsupportedVersion { found }
+        })
+        .map_err(|e| e.unwrap_or_else(|message| ReceiptParseError::Schema { message }))?;
         serde_json::from_value(value).map_err(|e| ReceiptParseError::Schema {
             message: e.to_string(),
         })

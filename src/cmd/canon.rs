@@ -25,9 +25,12 @@ pub struct Args {
 pub fn run(args: &Args) -> anyhow::Result<ExitCode> {
     let mut bytes = Vec::new();
     if args.file.as_os_str() == "-" {
-        std::io::stdin().read_to_end(&mut bytes).context("reading standard input")?;
+        std::io::stdin()
+            .read_to_end(&mut bytes)
+            .context("reading standard input")?;
     } else {
-        bytes = std::fs::read(&args.file).with_context(|| format!("reading {}", args.file.display()))?;
+        bytes = std::fs::read(&args.file)
+            .with_context(|| format!("reading {}", args.file.display()))?;
     }
     let limits = Limits {
         max_bytes: MAX_TOOL_DEFINITION_BYTES,

@@ -116,6 +116,8 @@ pub struct StoreStatus {
     pub last_sync_error: Option<SyncErrorNote>,
     /// Set when the witness's view of the chain differs from ours.
     pub fork: Option<SyncErrorNote>,
+    /// Receipts kept after the witness lost the records they were for.
+    pub superseded_receipts: u64,
 }
 
 /// Where appends go. The redb [`ChainStore`] is the real one; tests wrap it
@@ -390,6 +392,7 @@ impl ChainStore {
             },
             last_sync_error: read_note(SYNC_ERROR)?,
             fork: read_note(FORK)?,
+            superseded_receipts: tx.open_table(SUPERSEDED)?.len()?,
         })
     }
 }

@@ -65,6 +65,7 @@ fn agent_status(args: &Args, agent: &AgentName) -> anyhow::Result<Value> {
     out["not_receipted"] = json!(s.records.saturating_sub(s.sync_cursor));
     out["last_sync_error"] = serde_json::to_value(&s.last_sync_error)?;
     out["fork"] = serde_json::to_value(&s.fork)?;
+    out["superseded_receipts"] = json!(s.superseded_receipts);
     if args.records {
         let mut all = Vec::new();
         let mut from = 0;
@@ -123,6 +124,12 @@ fn print_text(s: &Value) {
             e["message"].as_str().unwrap_or("?")
         ),
         None => println!("  last sync error: none"),
+    }
+    if s["superseded_receipts"].as_u64().unwrap_or(0) > 0 {
+        println!(
+            "  !!! {} receipts were superseded: the witness lost records it had receipted (they were sent again)",
+            s["superseded_receipts"]
+        );
     }
     if let Some(f) = s.get("fork").and_then(Value::as_object) {
         println!(

@@ -1,0 +1,374 @@
+//! Syncing against a fake witness that speaks the witness HTTP contract on
+//! loopback (issue 6 §1): records go in order, receipts are accepted before
+//! they are stored, transient errors are retried, a fork halts syncing, a
+//! witness that lost records gets them again, and `--strict` calls wait for
+//! a real receipt.
+
+use std::collections::{BTreeSet, HashMap};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use axum::extract::State;
+use axum::http::StatusCode;
+use axum::routing::{get, post};
+use axum::{Json, Router};
+use serde_json::{json, Value};
+use tally_gateway::acceptance::{TrustedLogKey, WitnessTrust};
+use tally_gateway::proxy::{run_proxy, ProxyConfig, ProxyDeps, StrictPolicy};
+use tally_gateway::recorder::Recorder;
+use tally_gateway::store::ChainStore;
+use tally_gateway::sync::{Step, Syncer};
+use tally_gateway::witness::WitnessClient;
+use tally_schemas::note::NoteSigner;
+use tally_schemas::record::NoteBody;
+use tally_schemas::time::SystemClock;
+use tally_schemas::tree::reference;
+use tally_schemas::{
+    AgentName, Body, Checkpoint, Entry, Hash, LeafIndex, Nonce, Receipt, Record, SecretKey, Seq,
+    TreeSize, UnixMillis, UnsignedRecord,
+};
+use tokio::io::{AsyncBufReadExt as _, AsyncWriteExt as _, BufReader};
+use tokio::sync::{watch, Notify};
+
+const ORIGIN: &str = "fake.test/log";
+
+#[derive(Default)]
+struct Log {
+    leaves: Vec<Hash>,
+    heads: HashMap<String, (u64, Hash)>,
+    receipts: HashMap<Hash, Value>,
+    fail_next: usize,
+    posts: Vec<u64>,
+}
+
+#[derive(Clone)]
+struct Fake {
+    log: Arc<Mutex<Log>>,
+    signer: Arc<NoteSigner>,
+}
+
+fn err(status: StatusCode, body: Value) -> (StatusCode, Json<Value>) {
+    (status, Json(body))
+}
+
+async fn post_record(State(f): State<Fake>, body: axum::body::Bytes) -> (StatusCode, Json<Value>) {
+    let record = match Record::from_json(&body) {
+        Ok(r) => r,
+        Err(e) => {
+            return err(
+                StatusCode::BAD_REQUEST,
+                json!({"error": {"code": "malformed", "message": e.to_string()}}),
+            )
+        }
+    };
+    let mut log = f.log.lock().unwrap();
+    log.posts.push(record.seq.get());
+    if log.fail_next > 0 {
+        log.fail_next -= 1;
+        return err(
+            StatusCode::SERVICE_UNAVAILABLE,
+            json!({"error": {"code": "overloaded", "message": "busy"}}),
+        );
+    }
+    if let Some(r) = log.receipts.get(&record.hash()) {
+        return (StatusCode::OK, Json(r.clone()));
+    }
+    let head = log.heads.get(record.agent.as_str()).copied();
+    let extends = match head {
+        None => record.seq == Seq::GENESIS,
+        Some((seq, hash)) => record.seq.get() == seq + 1 && record.prev == Some(hash),
+    };
+    if !extends {
+        let head = head.map_or(Value::Null, |(seq, hash)| json!({"seq": seq, "hash": hash}));
+        return err(
+            StatusCode::CONFLICT,
+            json!({"error": {"code": "chain_conflict", "message": "does not extend the chain", "head": head}}),
+        );
+    }
+    let index = log.leaves.len() as u64;
+    let received = UnixMillis::now();
+    let entry = Entry::new(LeafIndex::new(index), received, record.clone()).unwrap();
+    log.leaves.push(entry.leaf_hash());
+    let size = log.leaves.len() as u64;
+    let checkpoint = f
+        .signer
+        .sign_checkpoint(&Checkpoint::new(
+            ORIGIN,
+            TreeSize::new(size),
+            reference::root(&log.leaves),
+        ))
+        .unwrap();
+    let receipt = Receipt {
+        v: 1,
+        record_hash: record.hash(),
+        nonce: record.nonce.clone(),
+        index: LeafIndex::new(index),
+        received,
+        checkpoint,
+        inclusion: reference::inclusion_proof(index as usize, &log.leaves),
+    };
+    let v = serde_json::to_value(&receipt).unwrap();
+    log.receipts.insert(record.hash(), v.clone());
+    log.heads
+        .insert(record.agent.to_string(), (record.seq.get(), record.hash()));
+    (StatusCode::OK, Json(v))
+}
+
+async fn keys(State(f): State<Fake>) -> Json<Value> {
+    Json(
+        json!({"v": 1, "origin": ORIGIN, "keys": [{"vkey": f.signer.verifier().vkey(), "not_before": null, "not_after": null}]}),
+    )
+}
+
+async fn start_fake(signer_seed: u8) -> (String, Fake) {
+    let fake = Fake {
+        log: Arc::new(Mutex::new(Log::default())),
+        signer: Arc::new(
+            NoteSigner::from_secret(ORIGIN, SecretKey::from_seed(&[signer_seed; 32])).unwrap(),
+        ),
+    };
+    let app = Router::new()
+        .route("/v1/records", post(post_record))
+        .route("/.well-known/tally/keys", get(keys))
+        .with_state(fake.clone());
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let url = format!("http://{}", listener.local_addr().unwrap());
+    tokio::spawn(async move { axum::serve(listener, app).await });
+    (url, fake)
+}
+
+struct Agent {
+    store: Arc<ChainStore>,
+    recorder: Recorder,
+    _dir: tempfile::TempDir,
+}
+
+fn agent() -> Agent {
+    let dir = tempfile::tempdir().unwrap();
+    let store = Arc::new(ChainStore::open(&dir.path().join("chain.redb")).unwrap());
+    let recorder = Recorder::start(
+        AgentName::new("sync-bot").unwrap(),
+        SecretKey::from_seed(&[8; 32]),
+        Arc::new(SystemClock),
+        Arc::clone(&store),
+    )
+    .unwrap();
+    Agent {
+        store,
+        recorder,
+        _dir: dir,
+    }
+}
+
+fn pinned(seed: u8) -> WitnessTrust {
+    let signer = NoteSigner::from_secret(ORIGIN, SecretKey::from_seed(&[seed; 32])).unwrap();
+    WitnessTrust::new(vec![TrustedLogKey {
+        verifier: signer.verifier().clone(),
+        not_before: None,
+        not_after: None,
+    }])
+}
+
+fn syncer(a: &Agent, url: &str, trust: WitnessTrust) -> Syncer {
+    Syncer::new(
+        Arc::clone(&a.store),
+        "sync-bot",
+        WitnessClient::new(url, Some("test-key".into())).unwrap(),
+        trust,
+        Arc::new(SystemClock),
+        300_000,
+    )
+}
+
+async fn note(a: &Agent, text: &str) -> Record {
+    a.recorder
+        .handle()
+        .append(Body::Note(NoteBody { text: text.into() }), None)
+        .await
+        .unwrap()
+}
+
+fn soon() -> tokio::time::Instant {
+    tokio::time::Instant::now() + Duration::from_secs(10)
+}
+
+#[tokio::test]
+async fn syncs_in_order_retries_transient_failures_and_stores_accepted_receipts() {
+    let (url, fake) = start_fake(1).await;
+    let a = agent();
+    for i in 0..3 {
+        note(&a, &format!("n{i}")).await;
+    }
+    fake.log.lock().unwrap().fail_next = 2;
+    let s = syncer(&a, &url, pinned(1));
+    assert_eq!(s.sync_until_idle(soon()).await, Step::Idle);
+    let st = a.store.status().unwrap();
+    assert_eq!((st.records, st.receipted, st.sync_cursor), (3, 3, 3));
+    assert_eq!(st.last_sync_error, None);
+    assert_eq!(fake.log.lock().unwrap().posts, vec![0, 0, 0, 1, 2]);
+    assert_eq!(
+        *s.progress().borrow(),
+        tally_gateway::sync::SyncProgress {
+            cursor: 3,
+            ..Default::default()
+        }
+    );
+    // Nothing left: a second run sends nothing.
+    assert_eq!(s.sync_until_idle(soon()).await, Step::Idle);
+    assert_eq!(fake.log.lock().unwrap().posts.len(), 5);
+}
+
+#[tokio::test]
+async fn a_receipt_that_is_not_accepted_halts_syncing_and_is_not_stored() {
+    let (url, _fake) = start_fake(1).await;
+    let a = agent();
+    note(&a, "n0").await;
+    let s = syncer(&a, &url, pinned(2)); // another key is pinned
+    match s.sync_until_idle(soon()).await {
+        Step::Halt(n) => assert_eq!(n.code, "receipt_untrusted", "{n:?}"),
+        other => panic!("{other:?}"),
+    }
+    let st = a.store.status().unwrap();
+    assert_eq!((st.receipted, st.sync_cursor), (0, 0));
+    assert_eq!(st.last_sync_error.unwrap().code, "receipt_untrusted");
+}
+
+#[tokio::test]
+async fn a_different_chain_at_the_witness_is_a_fork() {
+    let (url, fake) = start_fake(1).await;
+    // Someone else wrote seq 0 of this agent's chain.
+    let other = UnsignedRecord {
+        agent: AgentName::new("sync-bot").unwrap(),
+        key_id: SecretKey::from_seed(&[9; 32]).public_key().key_id(),
+        seq: Seq::GENESIS,
+        prev: None,
+        time: UnixMillis::now(),
+        nonce: Nonce::from_bytes(vec![1; 16]).unwrap(),
+        body: Body::Note(NoteBody {
+            text: "not ours".into(),
+        }),
+    }
+    .sign(&SecretKey::from_seed(&[9; 32]))
+    .unwrap();
+    fake.log
+        .lock()
+        .unwrap()
+        .heads
+        .insert("sync-bot".into(), (0, other.hash()));
+    let a = agent();
+    note(&a, "ours").await;
+    let s = syncer(&a, &url, pinned(1));
+    match s.sync_until_idle(soon()).await {
+        Step::Halt(n) => assert!(n.message.contains("FORK"), "{n:?}"),
+        other => panic!("{other:?}"),
+    }
+    assert!(a.store.fork().unwrap().is_some());
+
+    // A witness ahead of our chain is a fork too.
+    fake.log
+        .lock()
+        .unwrap()
+        .heads
+        .insert("sync-bot".into(), (5, other.hash()));
+    let b = agent();
+    note(&b, "ours").await;
+    match syncer(&b, &url, pinned(1)).sync_until_idle(soon()).await {
+        Step::Halt(n) => assert!(n.message.contains("beyond our local chain"), "{n:?}"),
+        other => panic!("{other:?}"),
+    }
+}
+
+#[tokio::test]
+async fn records_a_witness_lost_are_sent_again_and_the_old_receipts_kept() {
+    let (url, fake) = start_fake(1).await;
+    let a = agent();
+    let first = note(&a, "n0").await;
+    note(&a, "n1").await;
+    note(&a, "n2").await;
+    let s = syncer(&a, &url, pinned(1));
+    assert_eq!(s.sync_until_idle(soon()).await, Step::Idle);
+    {
+        // The witness forgets everything after seq 0.
+        let mut log = fake.log.lock().unwrap();
+        log.heads.insert("sync-bot".into(), (0, first.hash()));
+        log.receipts.retain(|h, _| *h == first.hash());
+    }
+    note(&a, "n3").await;
+    assert_eq!(s.sync_until_idle(soon()).await, Step::Idle);
+    let st = a.store.status().unwrap();
+    assert_eq!((st.records, st.receipted, st.sync_cursor), (4, 4, 4));
+    // The receipts the witness issued before it lost the records stay, as evidence.
+    assert_eq!(st.superseded_receipts, 2);
+    assert_eq!(fake.log.lock().unwrap().posts[3..], [3, 1, 2, 3]);
+}
+
+#[tokio::test]
+async fn without_a_witness_at_all_sync_retries_and_records_the_error() {
+    let a = agent();
+    note(&a, "n0").await;
+    let s = syncer(&a, "http://127.0.0.1:9", pinned(1));
+    match s
+        .sync_until_idle(tokio::time::Instant::now() + Duration::from_millis(500))
+        .await
+    {
+        Step::Retry(n) => assert_eq!(n.code, "transport"),
+        other => panic!("{other:?}"),
+    }
+    assert_eq!(
+        a.store.status().unwrap().last_sync_error.unwrap().code,
+        "transport"
+    );
+}
+
+#[tokio::test]
+async fn a_strict_call_is_forwarded_once_its_decision_is_receipted() {
+    let (url, fake) = start_fake(1).await;
+    let a = agent();
+    let s = Arc::new(syncer(&a, &url, pinned(1)));
+    let (_stop_tx, stop_rx) = watch::channel(false);
+    tokio::spawn(Arc::clone(&s).run(a.recorder.handle().committed(), stop_rx));
+
+    let (client_end, gw_client) = tokio::io::duplex(1 << 16);
+    let (server_end, gw_server) = tokio::io::duplex(1 << 16);
+    let (ci, co) = tokio::io::split(gw_client);
+    let (so, si) = tokio::io::split(gw_server);
+    let deps = ProxyDeps {
+        recorder: a.recorder.handle(),
+        store: Some(Arc::clone(&a.store)),
+        receipts: Some(s.progress()),
+        client_gone: Arc::new(Notify::new()),
+    };
+    let config = ProxyConfig {
+        strict: StrictPolicy::All,
+        strict_timeout: Duration::from_secs(10),
+        ..ProxyConfig::default()
+    };
+    tokio::spawn(run_proxy(config, deps, ci, co, si, so));
+    let (_from_gw, mut client) = tokio::io::split(client_end);
+    let (to_server, _server) = tokio::io::split(server_end);
+    let mut to_server = BufReader::new(to_server);
+    client
+        .write_all(b"{\"jsonrpc\":\"2.0\",\"id\":1,\"method\":\"tools/call\",\"params\":{\"name\":\"pay\",\"arguments\":{}}}\n")
+        .await
+        .unwrap();
+    let mut line = Vec::new();
+    tokio::time::timeout(
+        Duration::from_secs(10),
+        to_server.read_until(b'\n', &mut line),
+    )
+    .await
+    .unwrap()
+    .unwrap();
+    assert!(line.starts_with(b"{\"jsonrpc\":\"2.0\",\"id\":1"));
+    // By the time the server saw the call, the witness had its decision.
+    assert_eq!(fake.log.lock().unwrap().posts, vec![0]);
+    assert!(a.store.receipt(0).unwrap().is_some());
+    let kinds: BTreeSet<_> = a
+        .store
+        .records(0, 10)
+        .unwrap()
+        .iter()
+        .map(|r| r.kind().as_str())
+        .collect();
+    assert_eq!(kinds, BTreeSet::from(["decision"]));
+}

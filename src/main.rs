@@ -37,6 +37,9 @@ enum Command {
     /// Verify a pack offline: the twelve checks, coverage and the result
     /// (exit 0 pass, 1 fail, 2 usage or I/O error).
     Verify(cmd::verify::Args),
+    /// Follow a log's checkpoints and prove each consistent with the last
+    /// one verified; print both checkpoints as evidence of a fork.
+    Monitor(cmd::monitor::Args),
     /// Run the witness: admit signed records, issue receipts, serve the
     /// log, exports and the key directory (creates ./tally-data on first start).
     Serve(cmd::serve::Args),
@@ -60,6 +63,7 @@ fn main() -> ExitCode {
         Command::Record(args) => cmd::record::run(&args),
         Command::Status(args) => cmd::status::run(&args),
         Command::Verify(args) => cmd::verify::run(&args),
+        Command::Monitor(args) => cmd::monitor::run(&args),
         Command::Serve(args) => cmd::serve::run(&args),
         Command::Project(args) => cmd::project::run(&args),
         Command::Keys(args) => cmd::keys::run(&args),

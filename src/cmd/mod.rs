@@ -5,6 +5,7 @@ pub mod agent_admin;
 pub mod canon;
 pub mod export;
 pub mod gateway;
+pub mod monitor;
 pub mod head;
 pub mod keys;
 pub mod project;

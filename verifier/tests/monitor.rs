@@ -63,7 +63,7 @@ impl View {
             Some((i, w)) => (i, w.parse::<usize>().ok()?),
             None => (rest, 256),
         };
-        let index: usize = index_part.replace('x', "").replace('/', "").parse().ok()?;
+        let index: usize = index_part.replace(['x', '/'], "").parse().ok()?;
         let span = 1usize << (8 * level);
         let nodes = n / span;
         if index * 256 + width > nodes {

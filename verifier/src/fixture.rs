@@ -470,6 +470,12 @@ impl Fixture {
     }
 }
 
+/// `JCS(entry)` as the verifier rebuilds it from a pack record (§7.1).
+#[must_use]
+pub fn leaf_bytes(index: LeafIndex, received: UnixMillis, record: &Record) -> Vec<u8> {
+    leaf_data(index, received, record)
+}
+
 /// Serialises pack lines as JSON Lines.
 ///
 /// # Panics

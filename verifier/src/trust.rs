@@ -288,3 +288,66 @@ impl TrustFile {
         })
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use tally_schemas::note::{Checkpoint, NoteSigner};
+    use tally_schemas::tree::TreeSize;
+    use tally_schemas::{Hash, SecretKey};
+
+    fn cosign(note: &str, name: &str, key: &SecretKey, ts: u64) -> String {
+        let w = WitnessKey::new(name, key.public_key()).unwrap();
+        let body = note.split("\n\n").next().unwrap().to_owned() + "\n";
+        let sig = key.sign_raw(&cosignature_message(ts, body.as_bytes()));
+        let mut raw = w.id().to_be_bytes().to_vec();
+        raw.extend_from_slice(&ts.to_be_bytes());
+        raw.extend_from_slice(sig.as_bytes());
+        format!("{note}\u{2014} {name} {}\n", BASE64.encode(raw))
+    }
+
+    #[test]
+    fn trust_file_and_cosignature_quorum() {
+        let log =
+            NoteSigner::from_secret("tally.local/log", SecretKey::from_seed(&[1; 32])).unwrap();
+        let w1 = SecretKey::from_seed(&[2; 32]);
+        let w2 = SecretKey::from_seed(&[3; 32]);
+        let k1 = WitnessKey::new("w1.example", w1.public_key()).unwrap();
+        let k2 = WitnessKey::new("w2.example", w2.public_key()).unwrap();
+        let text = format!(
+            "# pinned\nlog {}\nwitness {}\nwitness {}\nquorum 2\n",
+            log.verifier().vkey(),
+            k1.vkey(),
+            k2.vkey()
+        );
+        let trust = TrustFile::parse(&text).unwrap();
+        assert_eq!(&trust.log, log.verifier());
+        let note = log
+            .sign_checkpoint(&Checkpoint::new(
+                "tally.local/log",
+                TreeSize::new(3),
+                Hash::sha256(b"r"),
+            ))
+            .unwrap();
+        let one = cosign(&note, "w1.example", &w1, 1_800_000_000);
+        let two = cosign(&one, "w2.example", &w2, 1_800_000_001);
+        assert_eq!(trust.witnesses.check(&two), Ok(2));
+        assert!(trust
+            .witnesses
+            .check(&one)
+            .unwrap_err()
+            .contains("1 of the 2"));
+        // A cosignature by w2's name but w1's key does not verify.
+        let forged = cosign(&one, "w2.example", &w1, 1_800_000_001);
+        assert!(trust.witnesses.check(&forged).is_err());
+        assert!(TrustFile::parse("witness x\n").is_err());
+        assert_eq!(
+            TrustFile::parse(&format!("log {}\nquorum 1\n", log.verifier().vkey())),
+            Err(TrustError::Quorum {
+                quorum: 1,
+                witnesses: 0
+            })
+        );
+        assert!(TrustFile::parse(&format!("log {}\nfoo bar\n", log.verifier().vkey())).is_err());
+    }
+}

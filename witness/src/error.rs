@@ -305,6 +305,10 @@ impl IntoResponse for WitnessError {
                     h.insert(header::RETRY_AFTER, v);
                 }
             }
+            Self::BodyTooLarge { .. } => {
+                // The rest of the body is not read: the connection cannot be reused.
+                h.insert(header::CONNECTION, HeaderValue::from_static("close"));
+            }
             Self::Overloaded | Self::ShuttingDown => {
                 h.insert(header::RETRY_AFTER, HeaderValue::from_static("1"));
             }

@@ -1,0 +1,657 @@
+//! The ordered end-to-end walk through the real `tally` binary (issue 4 §6):
+//! a fresh `tally serve`, the quickstart (register an agent, post records),
+//! every row of the admission status table, the CLI exports checked by
+//! `tally verify`, SIGTERM, and a restart that returns the same receipts.
+
+use std::io::{BufRead, BufReader};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use rand_core::OsRng;
+use serde_json::{json, Value};
+use tally_schemas::note::NoteVerifier;
+use tally_schemas::record::NoteBody;
+use tally_schemas::{
+    AgentName, Body, Hash, Nonce, Receipt, Record, SecretKey, Seq, UnixMillis, UnsignedRecord,
+};
+
+const TALLY: &str = env!("CARGO_BIN_EXE_tally");
+
+/// A running `tally serve`, killed on drop.
+struct Server {
+    child: Child,
+    url: String,
+    banner: String,
+}
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+impl Server {
+    fn start(data: &Path, extra: &[&str]) -> Self {
+        let mut child = Command::new(TALLY)
+            .arg("serve")
+            .arg("--data-dir")
+            .arg(data)
+            .args(["--listen", "127.0.0.1:0"])
+            .args(extra)
+            .env("RUST_LOG", "warn")
+            .stdout(Stdio::piped())
+            .stderr(Stdio::inherit())
+            .spawn()
+            .expect("start tally serve");
+        let mut out = BufReader::new(child.stdout.take().unwrap());
+        let mut banner = String::new();
+        let deadline = Instant::now() + Duration::from_secs(30);
+        loop {
+            let mut line = String::new();
+            assert!(
+                out.read_line(&mut line).unwrap() > 0,
+                "tally serve exited early: {banner}"
+            );
+            banner.push_str(&line);
+            if let Some(rest) = line.strip_prefix("tally: listening on ") {
+                let url = rest.split_whitespace().next().unwrap().to_owned();
+                // Keep draining stdout so the server never blocks on a full pipe.
+                std::thread::spawn(move || for _ in out.lines() {});
+                return Self { child, url, banner };
+            }
+            assert!(Instant::now() < deadline, "no listening line: {banner}");
+        }
+    }
+
+    fn banner_value(&self, label: &str) -> String {
+        self.banner
+            .lines()
+            .find_map(|l| {
+                l.trim_start()
+                    .strip_prefix(label)
+                    .map(|v| v.trim().to_owned())
+            })
+            .unwrap_or_else(|| panic!("no {label} in banner:\n{}", self.banner))
+    }
+
+    fn sigterm(mut self) -> std::process::ExitStatus {
+        let pid = self.child.id().to_string();
+        assert!(Command::new("kill")
+            .args(["-TERM", &pid])
+            .status()
+            .unwrap()
+            .success());
+        let status = self.child.wait().unwrap();
+        std::mem::forget(self);
+        status
+    }
+}
+
+struct Agent {
+    name: AgentName,
+    key: SecretKey,
+    seq: u64,
+    prev: Option<Hash>,
+}
+
+impl Agent {
+    fn new(name: &str) -> Self {
+        Self {
+            name: AgentName::new(name).unwrap(),
+            key: SecretKey::generate(&mut OsRng),
+            seq: 0,
+            prev: None,
+        }
+    }
+
+    fn draft_at(&self, time: UnixMillis, text: &str) -> Record {
+        UnsignedRecord {
+            agent: self.name.clone(),
+            key_id: self.key.public_key().key_id(),
+            seq: Seq::new(self.seq).unwrap(),
+            prev: self.prev,
+            time,
+            nonce: Nonce::random(&mut OsRng),
+            body: Body::Note(NoteBody { text: text.into() }),
+        }
+        .sign(&self.key)
+        .unwrap()
+    }
+
+    fn draft(&self, text: &str) -> Record {
+        self.draft_at(UnixMillis::now(), text)
+    }
+
+    fn accept(&mut self, r: &Record) {
+        self.seq = r.seq.get() + 1;
+        self.prev = Some(r.hash());
+    }
+}
+
+fn tally(args: &[&str], env: &[(&str, &str)]) -> (bool, String, String) {
+    let out = Command::new(TALLY)
+        .args(args)
+        .envs(env.iter().copied())
+        .env_remove("TALLY_API_KEY")
+        .env_remove("TALLY_WITNESS_URL")
+        .envs(env.iter().copied())
+        .output()
+        .expect("run tally");
+    (
+        out.status.success(),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+async fn post(
+    http: &reqwest::Client,
+    url: &str,
+    key: Option<&str>,
+    body: Vec<u8>,
+) -> (u16, Vec<u8>) {
+    let mut req = http.post(format!("{url}/v1/records")).body(body);
+    if let Some(k) = key {
+        req = req.bearer_auth(k);
+    }
+    match req.send().await {
+        Ok(resp) => {
+            let s = resp.status().as_u16();
+            (s, resp.bytes().await.unwrap_or_default().to_vec())
+        }
+        Err(e) => panic!("POST failed: {e}"),
+    }
+}
+
+fn code(body: &[u8]) -> String {
+    serde_json::from_slice::<Value>(body).map_or_else(
+        |_| format!("(not JSON: {})", String::from_utf8_lossy(body)),
+        |v| v["error"]["code"].as_str().unwrap_or_default().to_owned(),
+    )
+}
+
+#[track_caller]
+fn expect(got: (u16, Vec<u8>), status: u16, want: &str) -> Vec<u8> {
+    assert_eq!(
+        (got.0, code(&got.1).as_str()),
+        (status, want),
+        "{}",
+        String::from_utf8_lossy(&got.1)
+    );
+    got.1
+}
+
+async fn register(http: &reqwest::Client, url: &str, key: &str, agent: &Agent) {
+    let r = http
+        .post(format!("{url}/v1/agents"))
+        .bearer_auth(key)
+        .json(&json!({"agent": agent.name, "public_key": agent.key.public_key(), "not_before": UnixMillis::new(UnixMillis::now().as_millis() - 3_600_000)}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status().as_u16(), 201);
+}
+
+fn mode(p: &Path) -> u32 {
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::metadata(p).unwrap().permissions().mode() & 0o777
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn ordered_walk_through_the_real_binary() {
+    let tmp = tempfile::tempdir().unwrap();
+    let data: PathBuf = tmp.path().join("tally-data");
+    let http = reqwest::Client::new();
+
+    // 1. First start: the data folder, the key (0600), the banner printed once.
+    let server = Server::start(&data, &[]);
+    let url = server.url.clone();
+    let api_key = server.banner_value("API key");
+    let vkey = server.banner_value("witness key");
+    assert_eq!(server.banner_value("origin"), "tally.local/log");
+    assert!(api_key.starts_with("tally_"));
+    for f in [
+        "log.skey",
+        "keys.json",
+        "log.redb",
+        "witness.redb",
+        "admin.token",
+    ] {
+        assert!(data.join(f).exists(), "{f}");
+    }
+    assert_eq!(mode(&data.join("log.skey")), 0o600);
+    assert_eq!(mode(&data.join("admin.token")), 0o600);
+    let log_key = NoteVerifier::from_vkey(&vkey).unwrap();
+
+    // 2. Public reads.
+    let keys: Value = http
+        .get(format!("{url}/.well-known/tally/keys"))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(keys["keys"][0]["vkey"], vkey);
+    assert_eq!(keys["keys"][0]["not_after"], Value::Null);
+    let health = http.get(format!("{url}/healthz")).send().await.unwrap();
+    assert_eq!(health.status().as_u16(), 200);
+
+    // 3. The quickstart: register an agent with the CLI, post records.
+    let env = [
+        ("TALLY_WITNESS_URL", url.as_str()),
+        ("TALLY_API_KEY", api_key.as_str()),
+    ];
+    let mut bot = Agent::new("claims-bot");
+    let pk = bot.key.public_key().to_base64();
+    let (ok, out, err) = tally(&["agent", "add", "claims-bot", "--public-key", &pk], &env);
+    assert!(ok, "{out}{err}");
+    let (ok, _, err) = tally(&["agent", "add", "claims-bot", "--public-key", &pk], &env);
+    assert!(!ok && err.contains("exists"), "{err}");
+    let (ok, out, err) = tally(
+        &[
+            "project",
+            "create",
+            "other",
+            "--data-dir",
+            data.to_str().unwrap(),
+            "--witness",
+            &url,
+        ],
+        &[],
+    );
+    assert!(ok, "{out}{err}");
+    let other_key = out
+        .lines()
+        .find_map(|l| l.strip_prefix("API key: "))
+        .unwrap()
+        .to_owned();
+
+    // 200, and a retry gets the same bytes.
+    let r0 = bot.draft("first");
+    let receipt0 = expect(
+        post(&http, &url, Some(&api_key), r0.canonical_bytes().to_vec()).await,
+        200,
+        "",
+    );
+    Receipt::from_json(&receipt0)
+        .unwrap()
+        .verify(&r0, &log_key)
+        .unwrap();
+    bot.accept(&r0);
+    let again = expect(
+        post(&http, &url, Some(&api_key), r0.canonical_bytes().to_vec()).await,
+        200,
+        "",
+    );
+    assert_eq!(receipt0, again);
+    for i in 1..5 {
+        let r = bot.draft(&format!("note {i}"));
+        expect(
+            post(&http, &url, Some(&api_key), r.canonical_bytes().to_vec()).await,
+            200,
+            "",
+        );
+        bot.accept(&r);
+    }
+
+    // 4. Every row of the status table.
+    expect(
+        post(&http, &url, Some(&api_key), b"{\"v\":1".to_vec()).await,
+        400,
+        "malformed",
+    );
+    let mut v2 = serde_json::to_value(bot.draft("v2")).unwrap();
+    v2["v"] = json!(2);
+    expect(
+        post(
+            &http,
+            &url,
+            Some(&api_key),
+            serde_json::to_vec(&v2).unwrap(),
+        )
+        .await,
+        400,
+        "unsupported_version",
+    );
+    let next = bot.draft("next");
+    expect(
+        post(&http, &url, None, next.canonical_bytes().to_vec()).await,
+        401,
+        "unauthorized",
+    );
+    expect(
+        post(
+            &http,
+            &url,
+            Some("tally_0123456789abcdef_000000000000000000000000000000000000000000000000"),
+            next.canonical_bytes().to_vec(),
+        )
+        .await,
+        401,
+        "unauthorized",
+    );
+    expect(
+        post(
+            &http,
+            &url,
+            Some(&other_key),
+            next.canonical_bytes().to_vec(),
+        )
+        .await,
+        403,
+        "agent_not_allowed",
+    );
+    let impostor = Agent {
+        key: SecretKey::generate(&mut OsRng),
+        ..Agent::new("claims-bot")
+    };
+    expect(
+        post(
+            &http,
+            &url,
+            Some(&api_key),
+            impostor.draft("x").canonical_bytes().to_vec(),
+        )
+        .await,
+        403,
+        "key_not_allowed",
+    );
+    let fork = Agent {
+        seq: 1,
+        prev: Some(r0.hash()),
+        ..Agent {
+            key: bot.key.clone(),
+            ..Agent::new("claims-bot")
+        }
+    };
+    let conflict = expect(
+        post(
+            &http,
+            &url,
+            Some(&api_key),
+            fork.draft("fork").canonical_bytes().to_vec(),
+        )
+        .await,
+        409,
+        "chain_conflict",
+    );
+    let head: Value = serde_json::from_slice::<Value>(&conflict).unwrap()["error"]["head"].clone();
+    assert_eq!(head["seq"], 4);
+    assert_eq!(head["hash"], bot.prev.unwrap().to_hex());
+    let mut replay = bot.draft("replay").unsigned().clone();
+    replay.nonce = r0.nonce.clone();
+    let replay = replay.sign(&bot.key).unwrap();
+    let body = expect(
+        post(
+            &http,
+            &url,
+            Some(&api_key),
+            replay.canonical_bytes().to_vec(),
+        )
+        .await,
+        409,
+        "nonce_replayed",
+    );
+    assert_eq!(
+        serde_json::from_slice::<Value>(&body).unwrap()["error"]["first_index"],
+        0
+    );
+    expect(
+        post(&http, &url, Some(&api_key), vec![b'{'; 10 * 1024 * 1024]).await,
+        413,
+        "too_large",
+    );
+    let mut forged = serde_json::to_value(&next).unwrap();
+    forged["sig"] = serde_json::to_value(bot.draft("other").signature()).unwrap();
+    expect(
+        post(
+            &http,
+            &url,
+            Some(&api_key),
+            serde_json::to_vec(&forged).unwrap(),
+        )
+        .await,
+        422,
+        "bad_signature",
+    );
+    let late = bot.draft_at(
+        UnixMillis::new(UnixMillis::now().as_millis() + 3_600_000),
+        "an hour ahead",
+    );
+    let body = expect(
+        post(&http, &url, Some(&api_key), late.canonical_bytes().to_vec()).await,
+        422,
+        "clock_skew",
+    );
+    assert_eq!(
+        serde_json::from_slice::<Value>(&body).unwrap()["error"]["max_skew_ms"],
+        300_000
+    );
+    let retiree = Agent::new("retiree");
+    register(&http, &url, &api_key, &retiree).await;
+    let (ok, out, err) = tally(&["agent", "retire", "retiree"], &env);
+    assert!(ok, "{out}{err}");
+    expect(
+        post(
+            &http,
+            &url,
+            Some(&api_key),
+            retiree.draft("after").canonical_bytes().to_vec(),
+        )
+        .await,
+        422,
+        "key_not_active",
+    );
+
+    // 429 and 503 on a second witness with tight limits.
+    {
+        let data2 = tmp.path().join("tight");
+        let tight = Server::start(&data2, &["--rate-limit", "1", "--rate-burst", "1"]);
+        let key2 = tight.banner_value("API key");
+        let mut a = Agent::new("rl");
+        register(&http, &tight.url, &key2, &a).await;
+        let r = a.draft("one");
+        expect(
+            post(&http, &tight.url, Some(&key2), r.canonical_bytes().to_vec()).await,
+            200,
+            "",
+        );
+        a.accept(&r);
+        expect(
+            post(
+                &http,
+                &tight.url,
+                Some(&key2),
+                a.draft("two").canonical_bytes().to_vec(),
+            )
+            .await,
+            429,
+            "rate_limited",
+        );
+        let data3 = tmp.path().join("busy");
+        let busy = Server::start(&data3, &["--max-in-flight", "1", "--rate-limit", "0"]);
+        let key3 = busy.banner_value("API key");
+        let mut saw_503 = false;
+        for round in 0..5 {
+            let agents: Vec<Agent> = (0..24)
+                .map(|i| Agent::new(&format!("busy-{round}-{i}")))
+                .collect();
+            for a in &agents {
+                register(&http, &busy.url, &key3, a).await;
+            }
+            let tasks: Vec<_> = agents
+                .iter()
+                .map(|a| {
+                    let (http, u, k, b) = (
+                        http.clone(),
+                        busy.url.clone(),
+                        key3.clone(),
+                        a.draft("x").canonical_bytes().to_vec(),
+                    );
+                    tokio::spawn(async move { post(&http, &u, Some(&k), b).await })
+                })
+                .collect();
+            for t in tasks {
+                let (s, b) = t.await.unwrap();
+                match s {
+                    200 => {}
+                    503 => {
+                        assert_eq!(code(&b), "overloaded");
+                        saw_503 = true;
+                    }
+                    other => panic!("unexpected {other}: {}", String::from_utf8_lossy(&b)),
+                }
+            }
+            if saw_503 {
+                break;
+            }
+        }
+        assert!(
+            saw_503,
+            "24 concurrent posts to a witness with one admission slot never met 503"
+        );
+    }
+
+    // 5. Reads: the agent head (own project only) and metrics.
+    let head: Value = http
+        .get(format!("{url}/v1/agents/claims-bot/head"))
+        .bearer_auth(&api_key)
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(head["seq"], 4);
+    let r = http
+        .get(format!("{url}/v1/agents/claims-bot/head"))
+        .bearer_auth(&other_key)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status().as_u16(), 403);
+    let metrics = http
+        .get(format!("{url}/metrics"))
+        .send()
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    assert!(
+        metrics.contains("tally_admissions_total{status=\"409\",code=\"chain_conflict\"} 1"),
+        "{metrics}"
+    );
+    assert!(metrics.contains("tally_admission_seconds_bucket"));
+
+    // 6. Exports with the CLI, checked by `tally verify`.
+    let dir = tmp.path();
+    let (keys_f, pack_f, head_f) = (
+        dir.join("agent-keys.json"),
+        dir.join("pack.jsonl"),
+        dir.join("head.json"),
+    );
+    let (ok, out, err) = tally(&["keys", "export", "-o", keys_f.to_str().unwrap()], &env);
+    assert!(ok, "{out}{err}");
+    let (ok, out, err) = tally(
+        &[
+            "export",
+            "--agent",
+            "claims-bot",
+            "-o",
+            pack_f.to_str().unwrap(),
+        ],
+        &env,
+    );
+    assert!(ok, "{out}{err}");
+    let more = bot.draft("after the export");
+    expect(
+        post(&http, &url, Some(&api_key), more.canonical_bytes().to_vec()).await,
+        200,
+        "",
+    );
+    bot.accept(&more);
+    let (ok, out, err) = tally(
+        &[
+            "head",
+            "--pack",
+            pack_f.to_str().unwrap(),
+            "-o",
+            head_f.to_str().unwrap(),
+        ],
+        &env,
+    );
+    assert!(ok, "{out}{err}");
+    let pack_text = std::fs::read_to_string(&pack_f).unwrap();
+    assert_eq!(
+        pack_text
+            .lines()
+            .filter(|l| l.starts_with("{\"receipt\"") || l.contains("\"type\":\"record\""))
+            .count(),
+        5
+    );
+    let (ok, out, err) = tally(
+        &[
+            "verify",
+            pack_f.to_str().unwrap(),
+            "--agent-keys",
+            keys_f.to_str().unwrap(),
+            "--witness-key",
+            &vkey,
+            "--head",
+            head_f.to_str().unwrap(),
+        ],
+        &[],
+    );
+    assert!(
+        ok && out.lines().last().unwrap_or_default().starts_with("PASS"),
+        "tally verify:\n{out}{err}"
+    );
+    let (ok, _, err) = tally(
+        &[
+            "export",
+            "--agent",
+            "claims-bot",
+            "-o",
+            pack_f.to_str().unwrap(),
+        ],
+        &[
+            ("TALLY_WITNESS_URL", url.as_str()),
+            ("TALLY_API_KEY", other_key.as_str()),
+        ],
+    );
+    assert!(!ok && err.contains("agent_not_allowed"), "{err}");
+
+    // 7. SIGTERM drains and exits 0; a restart shows no API key and answers the same receipt.
+    let status = server.sigterm();
+    assert!(status.success(), "{status}");
+    let server = Server::start(&data, &[]);
+    assert!(!server.banner.contains("API key"), "{}", server.banner);
+    let again = expect(
+        post(
+            &http,
+            &server.url,
+            Some(&api_key),
+            r0.canonical_bytes().to_vec(),
+        )
+        .await,
+        200,
+        "",
+    );
+    assert_eq!(receipt0, again);
+    let r = bot.draft("after restart");
+    expect(
+        post(
+            &http,
+            &server.url,
+            Some(&api_key),
+            r.canonical_bytes().to_vec(),
+        )
+        .await,
+        200,
+        "",
+    );
+}

@@ -40,6 +40,8 @@ enum Command {
     /// Follow a log's checkpoints and prove each consistent with the last
     /// one verified; print both checkpoints as evidence of a fork.
     Monitor(cmd::monitor::Args),
+    /// Benchmarks (`tally bench verify`: the offline verifier).
+    Bench(cmd::bench_verify::Args),
     /// Run the witness: admit signed records, issue receipts, serve the
     /// log, exports and the key directory (creates ./tally-data on first start).
     Serve(cmd::serve::Args),
@@ -64,6 +66,7 @@ fn main() -> ExitCode {
         Command::Status(args) => cmd::status::run(&args),
         Command::Verify(args) => cmd::verify::run(&args),
         Command::Monitor(args) => cmd::monitor::run(&args),
+        Command::Bench(args) => cmd::bench_verify::run(&args),
         Command::Serve(args) => cmd::serve::run(&args),
         Command::Project(args) => cmd::project::run(&args),
         Command::Keys(args) => cmd::keys::run(&args),

@@ -196,7 +196,10 @@ async fn serve(config: ServeConfig, origin: Option<String>) -> anyhow::Result<Ex
     use std::io::Write as _;
     let _ = std::io::stdout().flush();
 
-    let app = tally_witness::http::router(witness);
+    let app =
+        tally_witness::http::router(Arc::clone(&witness)).merge(tally_witness::console::router(
+            tally_witness::console::Console::open(witness, &config.data_dir, tls.is_some())?,
+        ));
     let drain = Duration::from_secs(config.drain_timeout_secs);
     server::serve(listener, app, tls, shutdown_signal(), drain).await;
     tracing::info!("drained; stopping the log");

@@ -13,6 +13,7 @@
 //! - [`keydir`], [`metrics`], [`ratelimit`]: the smaller parts.
 
 pub mod config;
+pub mod console;
 pub mod error;
 pub mod export;
 pub mod http;

@@ -1,0 +1,1144 @@
+//! The console's route handlers (docs/api.md "Console"). Operator routes
+//! need a session ([`super::auth`]); `/console/a/<token>/…` routes need a
+//! live auditor link ([`super::store`]) and show only its agents and time
+//! range. Bad input (paths, queries, forms, uploads) gets a 4xx page, never
+//! a panic; a 5xx page says nothing about internals (the detail goes to the
+//! log).
+
+use std::collections::HashSet;
+use std::sync::Arc;
+
+use axum::body::{Body, Bytes};
+use axum::extract::multipart::MultipartRejection;
+use axum::extract::rejection::{FormRejection, PathRejection, QueryRejection};
+use axum::extract::{Form, Multipart, Path, Query, State};
+use axum::http::{header, HeaderMap, HeaderValue, StatusCode};
+use axum::response::{IntoResponse, Redirect, Response};
+use maud::Markup;
+use serde::Deserialize;
+use tally_schemas::limits::{MAX_AGENTS_PER_PACK, MAX_WIRE_OBJECT_BYTES};
+use tally_schemas::note::NoteVerifier;
+use tally_schemas::pack::{AgentKeys, Head};
+use tally_schemas::{AgentName, LeafIndex, UnixMillis};
+use tally_verifier::Verification;
+
+use super::auth::{self, Operator};
+use super::data::{self, TimeRange};
+use super::pages::{self, AuditorScope, CallFilter, View};
+use super::store::{AuditorLink, LinkStoreError, NewLink};
+use super::{Console, MAX_VERIFY_PACK_BYTES};
+use crate::error::WitnessError;
+use crate::export::{self, ExportRange};
+use crate::http::PACK_CONTENT_TYPE;
+
+type S = State<Arc<Console>>;
+
+/// A page that could not be shown: status and a message safe to show.
+#[derive(Debug)]
+pub(crate) struct PageError {
+    status: StatusCode,
+    message: String,
+    view: Option<Box<View>>,
+}
+
+impl PageError {
+    fn new(status: StatusCode, message: impl Into<String>) -> Self {
+        Self {
+            status,
+            message: message.into(),
+            view: None,
+        }
+    }
+
+    fn bad(message: impl Into<String>) -> Self {
+        Self::new(StatusCode::BAD_REQUEST, message)
+    }
+
+    fn not_found() -> Self {
+        Self::new(StatusCode::NOT_FOUND, "There is no such page.")
+    }
+
+    fn with_view(mut self, view: &View) -> Self {
+        self.view = Some(Box::new(view.clone()));
+        self
+    }
+}
+
+impl From<WitnessError> for PageError {
+    fn from(e: WitnessError) -> Self {
+        let (status, _) = e.status_and_code();
+        let message = if status.is_server_error() {
+            "The witness could not show this page; the detail is in its log.".to_owned()
+        } else {
+            e.to_string()
+        };
+        Self::new(status, message)
+    }
+}
+
+impl IntoResponse for PageError {
+    fn into_response(self) -> Response {
+        page(
+            self.status,
+            &pages::error(self.view.as_deref(), self.status.as_u16(), &self.message),
+        )
+    }
+}
+
+fn page(status: StatusCode, markup: &Markup) -> Response {
+    (
+        status,
+        [(
+            header::CONTENT_TYPE,
+            HeaderValue::from_static("text/html; charset=utf-8"),
+        )],
+        markup.0.clone(),
+    )
+        .into_response()
+}
+
+fn ok(markup: &Markup) -> Response {
+    page(StatusCode::OK, markup)
+}
+
+async fn blocking<T: Send + 'static>(
+    f: impl FnOnce() -> Result<T, PageError> + Send + 'static,
+) -> Result<T, PageError> {
+    tokio::task::spawn_blocking(f)
+        .await
+        .map_err(|e| PageError::from(WitnessError::internal(&e)))?
+}
+
+// ---- who is asking ---------------------------------------------------------
+
+/// Why an operator route did not run: no session (go log in), or a page.
+#[derive(Debug)]
+pub(crate) enum Refusal {
+    /// No live session: redirect to the login page.
+    Login,
+    /// A refusal page.
+    Page(PageError),
+}
+
+impl IntoResponse for Refusal {
+    fn into_response(self) -> Response {
+        match self {
+            Self::Login => Redirect::to("/console/login").into_response(),
+            Self::Page(p) => p.into_response(),
+        }
+    }
+}
+
+/// The logged-in operator and their view, or a redirect to the login page.
+fn operator(c: &Console, headers: &HeaderMap) -> Result<(Operator, View), Refusal> {
+    match c.sessions.operator(&c.witness, headers) {
+        Some(op) => {
+            let view = View {
+                project: op.project.clone(),
+                base: "/console".into(),
+                csrf: Some(op.csrf.clone()),
+                auditor: None,
+            };
+            Ok((op, view))
+        }
+        None => Err(Refusal::Login),
+    }
+}
+
+/// The project's agents.
+fn project_agents(c: &Console, project: &str) -> Vec<AgentName> {
+    c.witness
+        .registry()
+        .agents_of(project)
+        .into_iter()
+        .map(|(a, _)| a)
+        .collect()
+}
+
+/// What a request may see: the agents, the time range, the view.
+struct Scope {
+    view: View,
+    agents: Vec<AgentName>,
+    range: TimeRange,
+}
+
+impl Scope {
+    fn allows(&self, agent: &AgentName) -> bool {
+        self.agents.contains(agent)
+    }
+}
+
+fn operator_scope(c: &Console, headers: &HeaderMap) -> Result<(Operator, Scope), Refusal> {
+    let (op, view) = operator(c, headers)?;
+    let agents = project_agents(c, &op.project);
+    Ok((
+        op,
+        Scope {
+            view,
+            agents,
+            range: TimeRange::default(),
+        },
+    ))
+}
+
+fn auditor_scope(
+    c: &Console,
+    token: &Result<Path<String>, PathRejection>,
+) -> Result<(AuditorLink, Scope), PageError> {
+    let refused = || {
+        PageError::new(
+            StatusCode::NOT_FOUND,
+            "This auditor link is unknown, expired or revoked. Ask the operator for a new one.",
+        )
+    };
+    let Ok(Path(token)) = token else {
+        return Err(refused());
+    };
+    let (_, link) = c
+        .links
+        .open_token(token, c.witness.now())
+        .ok_or_else(refused)?;
+    let owned: HashSet<AgentName> = project_agents(c, &link.project).into_iter().collect();
+    let agents: Vec<AgentName> = link
+        .agents
+        .iter()
+        .filter(|a| owned.contains(*a))
+        .cloned()
+        .collect();
+    let range = TimeRange {
+        since: link.since,
+        until: link.until,
+    };
+    let view = View {
+        project: link.project.clone(),
+        base: format!("/console/a/{token}"),
+        csrf: None,
+        auditor: Some(AuditorScope {
+            agents: agents.clone(),
+            range,
+            expires: link.expires,
+        }),
+    };
+    Ok((
+        link,
+        Scope {
+            view,
+            agents,
+            range,
+        },
+    ))
+}
+
+fn path_agent(p: Result<Path<String>, PathRejection>) -> Result<AgentName, PageError> {
+    let Path(s) = p.map_err(|_| PageError::not_found())?;
+    AgentName::new(&s).map_err(|_| PageError::not_found())
+}
+
+fn path_index(p: Result<Path<String>, PathRejection>) -> Result<LeafIndex, PageError> {
+    let Path(s) = p.map_err(|_| PageError::not_found())?;
+    let ok = !s.is_empty() && s.len() <= 16 && s.bytes().all(|b| b.is_ascii_digit());
+    let n = ok
+        .then(|| s.parse::<u64>().ok())
+        .flatten()
+        .filter(|n| *n <= tally_schemas::limits::MAX_COUNTER)
+        .ok_or_else(PageError::not_found)?;
+    Ok(LeafIndex::new(n))
+}
+
+// ---- login -----------------------------------------------------------------
+
+pub(crate) async fn login_form() -> Response {
+    ok(&pages::login(None))
+}
+
+#[derive(Deserialize)]
+pub(crate) struct LoginForm {
+    api_key: String,
+}
+
+pub(crate) async fn login(
+    State(c): S,
+    headers: HeaderMap,
+    form: Result<Form<LoginForm>, FormRejection>,
+) -> Response {
+    if !auth::same_site_post(&headers) {
+        return PageError::new(StatusCode::FORBIDDEN, "Cross-site form posts are refused.")
+            .into_response();
+    }
+    let Ok(Form(form)) = form else {
+        return page(
+            StatusCode::BAD_REQUEST,
+            &pages::login(Some("Enter an API key.")),
+        );
+    };
+    match c.sessions.login(&c.witness, &form.api_key) {
+        Some((_, token)) => {
+            let mut r = Redirect::to("/console").into_response();
+            if let Ok(v) = HeaderValue::from_str(&auth::session_cookie(&token, c.secure_cookies)) {
+                r.headers_mut().insert(header::SET_COOKIE, v);
+            }
+            r
+        }
+        None => page(
+            StatusCode::UNAUTHORIZED,
+            &pages::login(Some("That API key is unknown or revoked.")),
+        ),
+    }
+}
+
+/// The pairs of a form body (repeatable names allowed).
+type Pairs = Vec<(String, String)>;
+
+fn field<'a>(pairs: &'a Pairs, name: &str) -> Option<&'a str> {
+    pairs
+        .iter()
+        .find(|(k, _)| k == name)
+        .map(|(_, v)| v.as_str())
+}
+
+/// Checks the origin and CSRF token of an operator's form post.
+fn checked_post(
+    c: &Console,
+    headers: &HeaderMap,
+    form: Result<Form<Pairs>, FormRejection>,
+) -> Result<(Operator, View, Pairs), Refusal> {
+    let (op, view) = operator(c, headers)?;
+    if !auth::same_site_post(headers) {
+        return Err(Refusal::Page(
+            PageError::new(StatusCode::FORBIDDEN, "Cross-site form posts are refused.")
+                .with_view(&view),
+        ));
+    }
+    let Ok(Form(pairs)) = form else {
+        return Err(Refusal::Page(
+            PageError::bad("The form could not be read.").with_view(&view),
+        ));
+    };
+    if !auth::csrf_ok(&op, field(&pairs, "csrf")) {
+        return Err(Refusal::Page(
+            PageError::new(
+                StatusCode::FORBIDDEN,
+                "The form's token does not match your session; reload the page and try again.",
+            )
+            .with_view(&view),
+        ));
+    }
+    Ok((op, view, pairs))
+}
+
+pub(crate) async fn logout(
+    State(c): S,
+    headers: HeaderMap,
+    form: Result<Form<Pairs>, FormRejection>,
+) -> Response {
+    match checked_post(&c, &headers, form) {
+        Ok((op, _, _)) => {
+            c.sessions.logout(&op.session_id);
+            let mut r = Redirect::to("/console/login").into_response();
+            if let Ok(v) = HeaderValue::from_str(&auth::clear_cookie(c.secure_cookies)) {
+                r.headers_mut().insert(header::SET_COOKIE, v);
+            }
+            r
+        }
+        Err(r) => r.into_response(),
+    }
+}
+
+// ---- overview --------------------------------------------------------------
+
+pub(crate) async fn overview(State(c): S, headers: HeaderMap) -> Response {
+    let (_, scope) = match operator_scope(&c, &headers) {
+        Ok(s) => s,
+        Err(r) => return r.into_response(),
+    };
+    let view = scope.view.clone();
+    let result = blocking(move || {
+        let w = &c.witness;
+        let now = w.now();
+        let summaries = data::agent_summaries(w, &scope.agents)?;
+        let set: HashSet<AgentName> = scope.agents.iter().cloned().collect();
+        let (counts, truncated) = data::records_per_hour(w, &set, now)?;
+        let cp = w.log().latest_checkpoint();
+        Ok(pages::overview(
+            &scope.view,
+            &summaries,
+            &counts,
+            truncated,
+            &cp,
+            w.log().stats(),
+            now,
+        ))
+    })
+    .await;
+    match result {
+        Ok(m) => ok(&m),
+        Err(e) => e.with_view(&view).into_response(),
+    }
+}
+
+pub(crate) async fn auditor_home(
+    State(c): S,
+    token: Result<Path<String>, PathRejection>,
+) -> Response {
+    let (_, scope) = match auditor_scope(&c, &token) {
+        Ok(s) => s,
+        Err(e) => return e.into_response(),
+    };
+    let view = scope.view.clone();
+    match blocking(move || {
+        let summaries = data::agent_summaries(&c.witness, &scope.agents)?;
+        Ok(pages::auditor_home(&scope.view, &summaries))
+    })
+    .await
+    {
+        Ok(m) => ok(&m),
+        Err(e) => e.with_view(&view).into_response(),
+    }
+}
+
+// ---- agent page ------------------------------------------------------------
+
+#[derive(Deserialize, Default)]
+pub(crate) struct AgentQuery {
+    #[serde(default)]
+    q: String,
+    #[serde(default)]
+    status: String,
+    #[serde(default)]
+    page: Option<String>,
+}
+
+fn call_filter(q: Result<Query<AgentQuery>, QueryRejection>) -> Result<CallFilter, PageError> {
+    let Query(q) = q.map_err(|_| PageError::bad("The search could not be read."))?;
+    if q.q.len() > 256 {
+        return Err(PageError::bad("The search text is longer than 256 bytes."));
+    }
+    if !["", "all", "open", "error", "ok"].contains(&q.status.as_str()) {
+        return Err(PageError::bad("status must be all, open, error or ok."));
+    }
+    let page = match q.page.as_deref() {
+        None | Some("") => 1,
+        Some(p) => p
+            .parse::<usize>()
+            .ok()
+            .filter(|n| (1..=1_000_000).contains(n))
+            .ok_or_else(|| PageError::bad("page must be a number from 1."))?,
+    };
+    Ok(CallFilter {
+        q: q.q,
+        status: q.status,
+        page,
+    })
+}
+
+/// The verifier's report over `agent`'s records in `range`, cached until the
+/// log grows.
+fn agent_report(
+    c: &Console,
+    project: &str,
+    agent: &AgentName,
+    range: TimeRange,
+) -> Result<Result<Arc<Verification>, String>, PageError> {
+    let size = c.witness.log().latest_checkpoint().checkpoint.size.get();
+    let key = (vec![agent.clone()], range);
+    if let Some(v) = c.cached_report(&key, size) {
+        return Ok(Ok(v));
+    }
+    match data::verify_export(
+        &c.witness,
+        project,
+        std::slice::from_ref(agent),
+        range.export_range(),
+    ) {
+        Ok(v) => {
+            let v = Arc::new(v);
+            c.cache_report(key, size, Arc::clone(&v));
+            Ok(Ok(v))
+        }
+        Err(WitnessError::NoRecords { .. }) => Ok(Err(
+            "No witnessed records in range, so there is no pack to verify yet.".into(),
+        )),
+        Err(e) => Err(e.into()),
+    }
+}
+
+async fn agent_common(
+    c: Arc<Console>,
+    scope: Scope,
+    agent: Result<Path<String>, PathRejection>,
+    query: Result<Query<AgentQuery>, QueryRejection>,
+) -> Response {
+    let view = scope.view.clone();
+    let result = async {
+        let agent = path_agent(agent)?;
+        if !scope.allows(&agent) {
+            return Err(PageError::not_found());
+        }
+        let filter = call_filter(query)?;
+        blocking(move || {
+            let w = &c.witness;
+            let now = w.now();
+            let summary = data::agent_summaries(w, std::slice::from_ref(&agent))?
+                .pop()
+                .ok_or_else(PageError::not_found)?;
+            let keys = w
+                .registry()
+                .agent(&agent)
+                .map(|r| r.keys)
+                .unwrap_or_default();
+            let chain = data::chain_view(w, &agent, summary.head.as_ref(), scope.range)?;
+            let report = agent_report(&c, &scope.view.project, &agent, scope.range)?;
+            Ok(pages::agent(
+                &scope.view,
+                &pages::AgentPage {
+                    summary: &summary,
+                    keys: &keys,
+                    chain: &chain,
+                    verification: report.as_deref().map_err(Clone::clone),
+                    filter: &filter,
+                    now,
+                },
+            ))
+        })
+        .await
+    }
+    .await;
+    match result {
+        Ok(m) => ok(&m),
+        Err(e) => e.with_view(&view).into_response(),
+    }
+}
+
+pub(crate) async fn agent_page(
+    State(c): S,
+    headers: HeaderMap,
+    agent: Result<Path<String>, PathRejection>,
+    query: Result<Query<AgentQuery>, QueryRejection>,
+) -> Response {
+    match operator_scope(&c, &headers) {
+        Ok((_, scope)) => agent_common(c, scope, agent, query).await,
+        Err(r) => r.into_response(),
+    }
+}
+
+#[derive(Deserialize)]
+pub(crate) struct AuditorAgentPath {
+    token: String,
+    agent: String,
+}
+
+pub(crate) async fn auditor_agent(
+    State(c): S,
+    path: Result<Path<AuditorAgentPath>, PathRejection>,
+    query: Result<Query<AgentQuery>, QueryRejection>,
+) -> Response {
+    let Ok(Path(p)) = path else {
+        return PageError::not_found().into_response();
+    };
+    match auditor_scope(&c, &Ok(Path(p.token))) {
+        Ok((_, scope)) => agent_common(c, scope, Ok(Path(p.agent)), query).await,
+        Err(e) => e.into_response(),
+    }
+}
+
+// ---- record page -----------------------------------------------------------
+
+async fn record_common(
+    c: Arc<Console>,
+    scope: Scope,
+    index: Result<Path<String>, PathRejection>,
+) -> Response {
+    let view = scope.view.clone();
+    let result = async {
+        let index = path_index(index)?;
+        blocking(move || {
+            let detail = data::record_detail(&c.witness, index)?
+                .filter(|d| {
+                    scope.allows(&d.entry.record().agent)
+                        && scope.range.contains(d.entry.received())
+                })
+                .ok_or_else(PageError::not_found)?;
+            Ok(pages::record(&scope.view, &detail))
+        })
+        .await
+    }
+    .await;
+    match result {
+        Ok(m) => ok(&m),
+        Err(e) => e.with_view(&view).into_response(),
+    }
+}
+
+pub(crate) async fn record_page(
+    State(c): S,
+    headers: HeaderMap,
+    index: Result<Path<String>, PathRejection>,
+) -> Response {
+    match operator_scope(&c, &headers) {
+        Ok((_, scope)) => record_common(c, scope, index).await,
+        Err(r) => r.into_response(),
+    }
+}
+
+#[derive(Deserialize)]
+pub(crate) struct AuditorIndexPath {
+    token: String,
+    index: String,
+}
+
+pub(crate) async fn auditor_record(
+    State(c): S,
+    path: Result<Path<AuditorIndexPath>, PathRejection>,
+) -> Response {
+    let Ok(Path(p)) = path else {
+        return PageError::not_found().into_response();
+    };
+    match auditor_scope(&c, &Ok(Path(p.token))) {
+        Ok((_, scope)) => record_common(c, scope, Ok(Path(p.index))).await,
+        Err(e) => e.into_response(),
+    }
+}
+
+// ---- packs -----------------------------------------------------------------
+
+/// Streams the pack of `agents` over `range` as a download. Agents with
+/// nothing in a time range are left out; with none left, 404.
+async fn pack_download(
+    c: Arc<Console>,
+    agents: Vec<AgentName>,
+    range: ExportRange,
+    filename: String,
+) -> Result<Response, PageError> {
+    let w = Arc::clone(&c.witness);
+    let plan = blocking(move || {
+        let mut agents = agents;
+        loop {
+            if agents.is_empty() {
+                return Err(PageError::new(
+                    StatusCode::NOT_FOUND,
+                    "There are no witnessed records to export in this range.",
+                ));
+            }
+            match export::plan_pack(w.log(), &agents, range) {
+                Ok(plan) => return Ok(plan),
+                Err(WitnessError::NoRecords { agent, .. }) => agents.retain(|a| *a != agent),
+                Err(e) => return Err(e.into()),
+            }
+        }
+    })
+    .await?;
+    let (tx, rx) = tokio::sync::mpsc::channel::<Result<Bytes, std::io::Error>>(64);
+    let w = Arc::clone(&c.witness);
+    let created = w.now();
+    tokio::task::spawn_blocking(move || {
+        let mut sink = |line: Vec<u8>| {
+            tx.blocking_send(Ok(Bytes::from(line)))
+                .map_err(|_| WitnessError::ShuttingDown)
+        };
+        if let Err(e) = export::write_pack(w.log(), &plan, created, &mut sink) {
+            if !matches!(e, WitnessError::ShuttingDown) {
+                tracing::error!(error = %e, "console export failed mid-stream; the pack is cut short (no end line)");
+            }
+            let _ = tx.blocking_send(Err(std::io::Error::other("export failed")));
+        }
+    });
+    let stream = futures::stream::unfold(rx, |mut rx| async move {
+        rx.recv().await.map(|item| (item, rx))
+    });
+    let disposition = HeaderValue::from_str(&format!("attachment; filename=\"{filename}\""))
+        .map_err(|e| PageError::from(WitnessError::internal(&e)))?;
+    Ok((
+        [
+            (
+                header::CONTENT_TYPE,
+                HeaderValue::from_static(PACK_CONTENT_TYPE),
+            ),
+            (header::CONTENT_DISPOSITION, disposition),
+        ],
+        Body::from_stream(stream),
+    )
+        .into_response())
+}
+
+pub(crate) async fn agent_pack(
+    State(c): S,
+    headers: HeaderMap,
+    agent: Result<Path<String>, PathRejection>,
+) -> Response {
+    let (_, scope) = match operator_scope(&c, &headers) {
+        Ok(s) => s,
+        Err(r) => return r.into_response(),
+    };
+    let result = async {
+        let agent = path_agent(agent)?;
+        if !scope.allows(&agent) {
+            return Err(PageError::not_found());
+        }
+        let name = format!("{agent}.pack.jsonl");
+        pack_download(Arc::clone(&c), vec![agent], ExportRange::All, name).await
+    }
+    .await;
+    result.unwrap_or_else(|e| e.with_view(&scope.view).into_response())
+}
+
+pub(crate) async fn record_pack(
+    State(c): S,
+    headers: HeaderMap,
+    index: Result<Path<String>, PathRejection>,
+) -> Response {
+    let (_, scope) = match operator_scope(&c, &headers) {
+        Ok(s) => s,
+        Err(r) => return r.into_response(),
+    };
+    let view = scope.view.clone();
+    let result = async {
+        let index = path_index(index)?;
+        let c2 = Arc::clone(&c);
+        let (agent, from, to) = blocking(move || {
+            let d = data::record_detail(&c2.witness, index)?
+                .filter(|d| scope.allows(&d.entry.record().agent))
+                .ok_or_else(PageError::not_found)?;
+            let (from, to) = d.pack_range();
+            Ok((d.entry.record().agent.clone(), from, to))
+        })
+        .await?;
+        let name = format!("{agent}-{from}.pack.jsonl");
+        let range = ExportRange::Seq {
+            from: Some(from),
+            to: Some(to),
+        };
+        pack_download(c, vec![agent], range, name).await
+    }
+    .await;
+    result.unwrap_or_else(|e| e.with_view(&view).into_response())
+}
+
+pub(crate) async fn auditor_pack(
+    State(c): S,
+    token: Result<Path<String>, PathRejection>,
+) -> Response {
+    let (_, scope) = match auditor_scope(&c, &token) {
+        Ok(s) => s,
+        Err(e) => return e.into_response(),
+    };
+    let name = match scope.agents.as_slice() {
+        [one] => format!("{one}.pack.jsonl"),
+        _ => "pack.jsonl".to_owned(),
+    };
+    pack_download(
+        Arc::clone(&c),
+        scope.agents.clone(),
+        scope.range.export_range(),
+        name,
+    )
+    .await
+    .unwrap_or_else(|e| e.with_view(&scope.view).into_response())
+}
+
+pub(crate) async fn auditor_keys(
+    State(c): S,
+    token: Result<Path<String>, PathRejection>,
+) -> Response {
+    let (link, scope) = match auditor_scope(&c, &token) {
+        Ok(s) => s,
+        Err(e) => return e.into_response(),
+    };
+    let w = &c.witness;
+    let doc = export::agent_keys(w.registry(), w.log().origin(), &link.project, &scope.agents)
+        .and_then(|d| export::to_canonical(&d));
+    match doc {
+        Ok(bytes) => (
+            [
+                (
+                    header::CONTENT_TYPE,
+                    HeaderValue::from_static("application/json"),
+                ),
+                (
+                    header::CONTENT_DISPOSITION,
+                    HeaderValue::from_static("attachment; filename=\"agent-keys.json\""),
+                ),
+            ],
+            bytes,
+        )
+            .into_response(),
+        Err(e) => PageError::from(e).with_view(&scope.view).into_response(),
+    }
+}
+
+// ---- verify ----------------------------------------------------------------
+
+fn vkey(c: &Console) -> String {
+    c.witness.log().verifier().vkey()
+}
+
+pub(crate) async fn verify_form(State(c): S, headers: HeaderMap) -> Response {
+    match operator(&c, &headers) {
+        Ok((_, view)) => ok(&pages::verify(&view, &vkey(&c), None)),
+        Err(r) => r.into_response(),
+    }
+}
+
+pub(crate) async fn auditor_verify_form(
+    State(c): S,
+    token: Result<Path<String>, PathRejection>,
+) -> Response {
+    match auditor_scope(&c, &token) {
+        Ok((_, scope)) => ok(&pages::verify(&scope.view, &vkey(&c), None)),
+        Err(e) => e.into_response(),
+    }
+}
+
+/// Why an upload was refused before a report could be made.
+type UploadError = String;
+
+/// Reads a small multipart field whole, refusing one over `max` bytes.
+async fn small_field(
+    field: &mut axum::extract::multipart::Field<'_>,
+    name: &str,
+    max: usize,
+) -> Result<Vec<u8>, UploadError> {
+    let mut out = Vec::new();
+    while let Some(chunk) = field
+        .chunk()
+        .await
+        .map_err(|e| format!("reading {name}: {}", e.body_text()))?
+    {
+        if out.len() + chunk.len() > max {
+            return Err(format!("{name} is larger than {max} bytes"));
+        }
+        out.extend_from_slice(&chunk);
+    }
+    Ok(out)
+}
+
+/// Reads the verify form (fields in the form's order: csrf, witness key,
+/// agent keys, head, then the pack, streamed into the verifier) and returns
+/// the report. Nothing is written anywhere.
+async fn run_upload(
+    c: &Console,
+    mut multipart: Multipart,
+    csrf: Option<&Operator>,
+) -> Result<Verification, UploadError> {
+    let mut log_key: Option<NoteVerifier> = None;
+    let mut keys: Option<AgentKeys> = None;
+    let mut head: Option<Head> = None;
+    let mut csrf_seen = csrf.is_none();
+    loop {
+        let mut field = match multipart.next_field().await {
+            Ok(Some(f)) => f,
+            Ok(None) => return Err("the form has no pack; choose a pack file".into()),
+            Err(e) => return Err(format!("the upload could not be read: {}", e.body_text())),
+        };
+        let name = field.name().unwrap_or("").to_owned();
+        if !csrf_seen {
+            if name != "csrf" {
+                return Err("the form's token is missing; reload the page".into());
+            }
+            let token = small_field(&mut field, "csrf", 256).await?;
+            let token = String::from_utf8(token).unwrap_or_default();
+            if csrf.is_some_and(|op| auth::csrf_ok(op, Some(&token))) {
+                csrf_seen = true;
+                continue;
+            }
+            return Err("the form's token does not match your session; reload the page".into());
+        }
+        match name.as_str() {
+            "witness_key" => {
+                let text = small_field(&mut field, "the witness key", 1024).await?;
+                let text = String::from_utf8(text)
+                    .map_err(|_| "the witness key is not UTF-8".to_owned())?;
+                let text = text.trim();
+                if !text.is_empty() {
+                    log_key = Some(
+                        NoteVerifier::from_vkey(text).map_err(|e| format!("--witness-key: {e}"))?,
+                    );
+                }
+            }
+            "agent_keys" => {
+                let bytes =
+                    small_field(&mut field, "agent-keys.json", MAX_WIRE_OBJECT_BYTES).await?;
+                keys = Some(
+                    AgentKeys::from_json(&bytes).map_err(|e| format!("agent-keys.json: {e}"))?,
+                );
+            }
+            "head" => {
+                let bytes = small_field(&mut field, "head.json", MAX_WIRE_OBJECT_BYTES).await?;
+                if !bytes.is_empty() {
+                    head = Some(Head::from_json(&bytes).map_err(|e| format!("head.json: {e}"))?);
+                }
+            }
+            "pack" => {
+                let keys = keys.ok_or_else(|| "choose an agent-keys.json file".to_owned())?;
+                return stream_pack(c, field, keys, log_key, head).await;
+            }
+            _ => {
+                return Err(format!(
+                    "unexpected form field {:?}",
+                    name.chars().take(40).collect::<String>()
+                ))
+            }
+        }
+    }
+}
+
+async fn stream_pack(
+    c: &Console,
+    mut field: axum::extract::multipart::Field<'_>,
+    keys: AgentKeys,
+    log_key: Option<NoteVerifier>,
+    head: Option<Head>,
+) -> Result<Verification, UploadError> {
+    let log_key = log_key.unwrap_or_else(|| c.witness.log().verifier().clone());
+    let max_skew = c.witness.config().max_skew_ms;
+    let (tx, mut rx) = tokio::sync::mpsc::channel::<std::io::Result<Vec<u8>>>(16);
+    let verifier = tokio::task::spawn_blocking(move || {
+        let reader = data::ChunkReader::new(move || rx.blocking_recv());
+        data::run_verify(reader, &keys, &log_key, head.as_ref(), max_skew)
+    });
+    let mut total = 0usize;
+    let mut too_large = false;
+    loop {
+        match field.chunk().await {
+            Ok(Some(chunk)) => {
+                total += chunk.len();
+                if total > MAX_VERIFY_PACK_BYTES {
+                    too_large = true;
+                    let _ = tx
+                        .send(Err(std::io::Error::other("the pack is too large")))
+                        .await;
+                    break;
+                }
+                if tx.send(Ok(chunk.to_vec())).await.is_err() {
+                    break; // the verifier stopped reading
+                }
+            }
+            Ok(None) => break,
+            Err(e) => {
+                let _ = tx.send(Err(std::io::Error::other(e.body_text()))).await;
+                break;
+            }
+        }
+    }
+    drop(tx);
+    let result = verifier
+        .await
+        .map_err(|_| "the verifier stopped unexpectedly".to_owned())?;
+    if too_large {
+        return Err(format!(
+            "the pack is larger than the {MAX_VERIFY_PACK_BYTES} bytes the console accepts; verify it with `tally verify`"
+        ));
+    }
+    result.map_err(|e| format!("pack: {e}"))
+}
+
+pub(crate) async fn verify_upload(
+    State(c): S,
+    headers: HeaderMap,
+    multipart: Result<Multipart, MultipartRejection>,
+) -> Response {
+    let (op, view) = match operator(&c, &headers) {
+        Ok(x) => x,
+        Err(r) => return r.into_response(),
+    };
+    if !auth::same_site_post(&headers) {
+        return PageError::new(StatusCode::FORBIDDEN, "Cross-site form posts are refused.")
+            .with_view(&view)
+            .into_response();
+    }
+    let result = match multipart {
+        Ok(m) => run_upload(&c, m, Some(&op)).await,
+        Err(e) => Err(format!("the upload could not be read: {}", e.body_text())),
+    };
+    verify_result(&c, &view, result)
+}
+
+pub(crate) async fn auditor_verify_upload(
+    State(c): S,
+    token: Result<Path<String>, PathRejection>,
+    headers: HeaderMap,
+    multipart: Result<Multipart, MultipartRejection>,
+) -> Response {
+    let (_, scope) = match auditor_scope(&c, &token) {
+        Ok(s) => s,
+        Err(e) => return e.into_response(),
+    };
+    if !auth::same_site_post(&headers) {
+        return PageError::new(StatusCode::FORBIDDEN, "Cross-site form posts are refused.")
+            .with_view(&scope.view)
+            .into_response();
+    }
+    let result = match multipart {
+        Ok(m) => run_upload(&c, m, None).await,
+        Err(e) => Err(format!("the upload could not be read: {}", e.body_text())),
+    };
+    verify_result(&c, &scope.view, result)
+}
+
+fn verify_result(c: &Console, view: &View, result: Result<Verification, UploadError>) -> Response {
+    match &result {
+        Ok(v) => ok(&pages::verify(view, &vkey(c), Some(Ok(v)))),
+        Err(e) => page(
+            StatusCode::BAD_REQUEST,
+            &pages::verify(view, &vkey(c), Some(Err(e.clone()))),
+        ),
+    }
+}
+
+// ---- auditor links ---------------------------------------------------------
+
+fn links_markup(c: &Console, view: &View, made: Option<&str>, message: Option<&str>) -> Markup {
+    let agents = project_agents(c, &view.project);
+    let links = c.links.list(&view.project);
+    pages::links(view, &agents, &links, made, message, c.witness.now())
+}
+
+pub(crate) async fn links_page(State(c): S, headers: HeaderMap) -> Response {
+    match operator(&c, &headers) {
+        Ok((_, view)) => ok(&links_markup(&c, &view, None, None)),
+        Err(r) => r.into_response(),
+    }
+}
+
+/// Parses the link form into a [`NewLink`].
+fn new_link(c: &Console, project: &str, pairs: &Pairs) -> Result<NewLink, String> {
+    let owned: HashSet<AgentName> = project_agents(c, project).into_iter().collect();
+    let mut agents = Vec::new();
+    for (_, v) in pairs.iter().filter(|(k, _)| k == "agent") {
+        let a = AgentName::new(v).map_err(|_| "an agent name is not valid".to_owned())?;
+        if !owned.contains(&a) {
+            return Err(format!("agent {a} is not in project {project}"));
+        }
+        if !agents.contains(&a) {
+            agents.push(a);
+        }
+    }
+    if agents.is_empty() {
+        return Err("choose at least one agent".into());
+    }
+    if agents.len() > MAX_AGENTS_PER_PACK {
+        return Err(format!("a link shows at most {MAX_AGENTS_PER_PACK} agents"));
+    }
+    agents.sort();
+    let time = |name: &str| -> Result<Option<UnixMillis>, String> {
+        match field(pairs, name).map(str::trim) {
+            None | Some("") => Ok(None),
+            Some(t) => UnixMillis::parse_rfc3339(t)
+                .map(Some)
+                .map_err(|e| format!("{name}: {e}")),
+        }
+    };
+    let (since, until) = (time("since")?, time("until")?);
+    if let (Some(s), Some(u)) = (since, until) {
+        if s >= u {
+            return Err("the range's start must be before its end".into());
+        }
+    }
+    let hours = field(pairs, "expires_hours")
+        .unwrap_or("72")
+        .trim()
+        .parse::<i64>()
+        .ok()
+        .filter(|h| (1..=8760).contains(h))
+        .ok_or_else(|| "expires after must be 1 to 8760 hours".to_owned())?;
+    let label = field(pairs, "label").unwrap_or("").trim().to_owned();
+    if label.len() > 100 || label.chars().any(char::is_control) {
+        return Err("the label is at most 100 bytes without control characters".into());
+    }
+    let now = c.witness.now();
+    Ok(NewLink {
+        project: project.to_owned(),
+        agents,
+        since,
+        until,
+        expires: UnixMillis::new(now.as_millis().saturating_add(hours * 3_600_000)),
+        label,
+    })
+}
+
+pub(crate) async fn links_create(
+    State(c): S,
+    headers: HeaderMap,
+    form: Result<Form<Pairs>, FormRejection>,
+) -> Response {
+    let (op, view, pairs) = match checked_post(&c, &headers, form) {
+        Ok(x) => x,
+        Err(r) => return r.into_response(),
+    };
+    let new = match new_link(&c, &op.project, &pairs) {
+        Ok(n) => n,
+        Err(m) => {
+            return page(
+                StatusCode::BAD_REQUEST,
+                &links_markup(&c, &view, None, Some(&m)),
+            )
+        }
+    };
+    let now = c.witness.now();
+    let made = c.witness.with_rng(|rng| c.links.create(new, now, rng));
+    match made {
+        Ok((_, token)) => {
+            let url = format!("/console/a/{token}");
+            ok(&links_markup(&c, &view, Some(&url), None))
+        }
+        Err(LinkStoreError::TooMany) => page(
+            StatusCode::CONFLICT,
+            &links_markup(&c, &view, None, Some(&LinkStoreError::TooMany.to_string())),
+        ),
+        Err(e) => PageError::from(WitnessError::internal(&e))
+            .with_view(&view)
+            .into_response(),
+    }
+}
+
+pub(crate) async fn links_revoke(
+    State(c): S,
+    headers: HeaderMap,
+    id: Result<Path<String>, PathRejection>,
+    form: Result<Form<Pairs>, FormRejection>,
+) -> Response {
+    let (op, view, _) = match checked_post(&c, &headers, form) {
+        Ok(x) => x,
+        Err(r) => return r.into_response(),
+    };
+    let Ok(Path(id)) = id else {
+        return PageError::not_found().with_view(&view).into_response();
+    };
+    match c.links.revoke(&op.project, &id, c.witness.now()) {
+        Ok(()) => Redirect::to("/console/links").into_response(),
+        Err(LinkStoreError::NotFound) => PageError::not_found().with_view(&view).into_response(),
+        Err(e) => PageError::from(WitnessError::internal(&e))
+            .with_view(&view)
+            .into_response(),
+    }
+}
+
+// ---- assets and the rest ---------------------------------------------------
+
+const CSS: &str = include_str!("assets/console.css");
+const JS: &str = include_str!("assets/console.js");
+
+fn asset(content_type: &'static str, body: &'static str) -> Response {
+    (
+        [
+            (header::CONTENT_TYPE, HeaderValue::from_static(content_type)),
+            (
+                header::CACHE_CONTROL,
+                HeaderValue::from_static("public, max-age=3600"),
+            ),
+        ],
+        body,
+    )
+        .into_response()
+}
+
+pub(crate) async fn css() -> Response {
+    asset("text/css; charset=utf-8", CSS)
+}
+
+pub(crate) async fn js() -> Response {
+    asset("text/javascript; charset=utf-8", JS)
+}
+
+pub(crate) async fn not_found() -> Response {
+    PageError::not_found().into_response()
+}

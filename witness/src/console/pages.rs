@@ -1,0 +1,668 @@
+//! The console's HTML (issue 7, "Pages"), written with `maud`, whose
+//! `(expr)` splices are HTML-escaped. Every value that came from a record
+//! (agent, tool, call id, list id, note text) is hostile input and is only
+//! ever spliced that way; this module never uses `PreEscaped` (maud's own
+//! `DOCTYPE` constant is the only pre-escaped text on a page). No inline script or style: the Content-Security-Policy set in
+//! [`super::security_headers`] forbids both, and the SVG chart is styled
+//! through classes.
+
+use maud::{html, Markup, DOCTYPE};
+use tally_schemas::report::CheckStatus;
+use tally_schemas::{AgentName, UnixMillis};
+use tally_verifier::Verification;
+
+use super::data::{AgentSummary, CallRow, ChainView, RecordDetail, TimeRange, CHART_HOURS};
+use super::store::AuditorLink;
+
+/// Rows per page of the calls table.
+pub const PAGE_ROWS: usize = 50;
+
+/// Who is looking, and where the links of a page point.
+#[derive(Debug, Clone)]
+pub struct View {
+    /// The project.
+    pub project: String,
+    /// URL prefix: `/console` or `/console/a/<token>`.
+    pub base: String,
+    /// For an operator: the CSRF token of the session's forms.
+    pub csrf: Option<String>,
+    /// For an auditor: the link's scope.
+    pub auditor: Option<AuditorScope>,
+}
+
+/// What an auditor link shows.
+#[derive(Debug, Clone)]
+pub struct AuditorScope {
+    /// The agents.
+    pub agents: Vec<AgentName>,
+    /// The time range.
+    pub range: TimeRange,
+    /// Expiry.
+    pub expires: UnixMillis,
+}
+
+fn time(t: UnixMillis) -> String {
+    t.to_rfc3339()
+}
+
+fn opt_time(t: Option<UnixMillis>) -> String {
+    t.map_or_else(|| "—".to_owned(), time)
+}
+
+fn range_text(r: &TimeRange) -> String {
+    match (r.since, r.until) {
+        (None, None) => "all records".into(),
+        (Some(s), None) => format!("records received from {}", time(s)),
+        (None, Some(u)) => format!("records received before {}", time(u)),
+        (Some(s), Some(u)) => format!("records received from {} to {}", time(s), time(u)),
+    }
+}
+
+/// The page frame: head, navigation, main.
+pub fn layout(view: Option<&View>, title: &str, body: Markup) -> Markup {
+    html! {
+        (DOCTYPE)
+        html lang="en" {
+            head {
+                meta charset="utf-8";
+                meta name="viewport" content="width=device-width, initial-scale=1";
+                meta name="referrer" content="no-referrer";
+                title { (title) " · tally console" }
+                link rel="stylesheet" href="/console/assets/console.css";
+                script src="/console/assets/console.js" defer {}
+            }
+            body {
+                header.top {
+                    span.brand { "tally" }
+                    @if let Some(v) = view {
+                        nav {
+                            @if v.auditor.is_some() {
+                                a href=(v.base) { "Agents" }
+                                a href=(format!("{}/verify", v.base)) { "Verify" }
+                                a href=(format!("{}/pack", v.base)) download { "Download pack" }
+                                span.badge.readonly { "read-only auditor view" }
+                            } @else {
+                                a href="/console" { "Overview" }
+                                a href="/console/verify" { "Verify" }
+                                a href="/console/links" { "Auditor links" }
+                                span.project { "project " (v.project) }
+                                @if let Some(csrf) = &v.csrf {
+                                    form.inline method="post" action="/console/logout" {
+                                        input type="hidden" name="csrf" value=(csrf);
+                                        button type="submit" { "Log out" }
+                                    }
+                                }
+                            }
+                        }
+                    }
+                }
+                main { (body) }
+            }
+        }
+    }
+}
+
+/// The login form.
+pub fn login(message: Option<&str>) -> Markup {
+    layout(
+        None,
+        "Log in",
+        html! {
+            h1 { "Log in" }
+            p { "Log in with one of your project's API keys (as " code { "tally serve" } " printed it on first start, or " code { "tally project key" } " made it). The console shows that project's agents." }
+            @if let Some(m) = message { p.error role="alert" { (m) } }
+            form method="post" action="/console/login" {
+                label for="api_key" { "API key" }
+                input #api_key type="password" name="api_key" autocomplete="off" required;
+                button type="submit" { "Log in" }
+            }
+        },
+    )
+}
+
+/// An error page.
+pub fn error(view: Option<&View>, status: u16, message: &str) -> Markup {
+    layout(
+        view,
+        "Error",
+        html! {
+            h1 { "Error " (status) }
+            p.error role="alert" { (message) }
+        },
+    )
+}
+
+fn chart(counts: &[u64], now: UnixMillis) -> Markup {
+    let max = counts.iter().copied().max().unwrap_or(0).max(1);
+    let (w, h, gap) = (20u64, 100u64, 4u64);
+    let width = counts.len() as u64 * (w + gap);
+    let hour = 3_600_000i64;
+    let first_hour = (now.as_millis().div_euclid(hour) + 1 - CHART_HOURS as i64) * hour;
+    html! {
+        svg.chart role="img" aria-label="records per hour, last 24 hours" viewBox=(format!("0 0 {width} {}", h + 16)) {
+            @for (i, c) in counts.iter().enumerate() {
+                @let bar = if *c == 0 { 0 } else { (c * h / max).max(2) };
+                @let x = i as u64 * (w + gap);
+                @let start = UnixMillis::new(first_hour + i as i64 * hour);
+                rect.bar x=(x) y=(h - bar) width=(w) height=(bar) data-count=(c) {
+                    title { (c) " records from " (time(start)) }
+                }
+                @if i % 6 == 0 {
+                    text.axis x=(x) y=(h + 13) { (time(start).get(11..16).unwrap_or("")) }
+                }
+            }
+        }
+    }
+}
+
+/// The overview of the operator's project.
+pub fn overview(
+    view: &View,
+    agents: &[AgentSummary],
+    counts: &[u64],
+    chart_truncated: bool,
+    checkpoint: &tally_log::SignedCheckpoint,
+    stats: tally_log::LogStats,
+    now: UnixMillis,
+) -> Markup {
+    let total: u64 = counts.iter().sum();
+    layout(
+        Some(view),
+        "Overview",
+        html! {
+            h1 { "Overview" }
+            section.cards {
+                div.card { div.label { "log size" } div.value #log-size { (checkpoint.checkpoint.size) } div.small { "entries in the latest checkpoint" } }
+                div.card { div.label { "agents" } div.value #agent-count { (agents.len()) } div.small { "in project " (view.project) } }
+                div.card { div.label { "last 24 hours" } div.value #records-24h { (total) } div.small { "records of this project" } }
+                div.card { div.label { "since start" } div.value { (stats.entries) } div.small { "entries committed in " (stats.batches) " batches" } }
+            }
+            h2 { "Records per hour" }
+            (chart(counts, now))
+            @if chart_truncated { p.small { "The chart counts only the newest entries of a busy log." } }
+            h2 { "Agents" }
+            @if agents.is_empty() {
+                p { "No agents yet. Register one with " code { "tally agent add" } "." }
+            } @else {
+                table #agents {
+                    thead { tr { th { "agent" } th.num { "records" } th { "last activity" } th { "head" } th { "keys" } } }
+                    tbody {
+                        @for a in agents {
+                            tr {
+                                td { a href=(format!("{}/agents/{}", view.base, a.agent)) { (a.agent) } }
+                                td.num { (a.records()) }
+                                td { (opt_time(a.last_received)) }
+                                td.mono { @if let Some(h) = &a.head { "seq " (h.seq) " @" (h.index) } @else { "—" } }
+                                td { (a.active_keys) " active of " (a.keys) }
+                            }
+                        }
+                    }
+                }
+            }
+            h2 { "Latest checkpoint" }
+            dl.kv {
+                dt { "origin" } dd.mono { (checkpoint.checkpoint.origin) }
+                dt { "tree size" } dd.mono #checkpoint-size { (checkpoint.checkpoint.size) }
+                dt { "root hash" } dd.mono { (checkpoint.checkpoint.root) }
+            }
+            pre.note #checkpoint-note { (checkpoint.note) }
+        },
+    )
+}
+
+/// The auditor's landing page: the link's agents and scope.
+pub fn auditor_home(view: &View, agents: &[AgentSummary]) -> Markup {
+    let scope = view.auditor.as_ref();
+    layout(
+        Some(view),
+        "Auditor view",
+        html! {
+            h1 { "Auditor view" }
+            @if let Some(s) = scope {
+                p #scope { "Read-only. Shows " (range_text(&s.range)) " of " (s.agents.len()) " agent(s) of project " (view.project) "; the link expires at " (time(s.expires)) "." }
+            }
+            p {
+                a.button href=(format!("{}/pack", view.base)) download { "Download the pack" }
+                " "
+                a.button href=(format!("{}/agent-keys.json", view.base)) download { "Download agent-keys.json" }
+            }
+            p.small { "Verify the pack offline with " code { "tally verify PACK --agent-keys agent-keys.json --witness-key VKEY" } ". Get the agent keys and the witness key from the operator out of band as well: a verification is only as good as its trust anchors." }
+            table #agents {
+                thead { tr { th { "agent" } th.num { "records in chain" } th { "last activity" } } }
+                tbody {
+                    @for a in agents {
+                        tr {
+                            td { a href=(format!("{}/agents/{}", view.base, a.agent)) { (a.agent) } }
+                            td.num { (a.records()) }
+                            td { (opt_time(a.last_received)) }
+                        }
+                    }
+                }
+            }
+        },
+    )
+}
+
+fn status_class(s: CheckStatus) -> &'static str {
+    match s {
+        CheckStatus::Pass => "pass",
+        CheckStatus::Fail => "fail",
+        CheckStatus::Pending => "pending",
+        CheckStatus::NotChecked => "notchecked",
+    }
+}
+
+fn status_word(s: CheckStatus) -> &'static str {
+    match s {
+        CheckStatus::Pass => "pass",
+        CheckStatus::Fail => "fail",
+        CheckStatus::Pending => "pending",
+        CheckStatus::NotChecked => "not checked",
+    }
+}
+
+/// The twelve checks, coverage and result of a verification, and the exact
+/// text `tally verify` prints.
+pub fn report(v: &Verification) -> Markup {
+    let text = v.to_text();
+    let result = text.lines().last().unwrap_or("");
+    html! {
+        table.checks {
+            thead { tr { th { "check" } th { "status" } th { "message" } } }
+            tbody {
+                @for c in &v.report.checks {
+                    tr class=(status_class(c.status)) data-check=(c.id.as_str()) {
+                        td.mono { (c.id.as_str()) }
+                        td { span class=(format!("st {}", status_class(c.status))) { (status_word(c.status)) } }
+                        td { (c.message) }
+                    }
+                }
+            }
+        }
+        @if !v.report.coverage.is_empty() {
+            ul.coverage {
+                @for line in &v.report.coverage { li { "coverage: " (line) } }
+            }
+        }
+        p.result class=(if result.starts_with("PASS") { "pass" } else { "fail" }) { (result) }
+        details {
+            summary { "as " code { "tally verify" } " prints it" }
+            pre.report-text { (text) }
+        }
+    }
+}
+
+/// Query of the calls table.
+#[derive(Debug, Clone, Default)]
+pub struct CallFilter {
+    /// Text searched in tool names and call ids.
+    pub q: String,
+    /// `all`, `open`, `error` or `ok`.
+    pub status: String,
+    /// 1-based page.
+    pub page: usize,
+}
+
+impl CallFilter {
+    /// Whether `row` passes the filter.
+    #[must_use]
+    pub fn matches(&self, row: &CallRow) -> bool {
+        let status_ok = match self.status.as_str() {
+            "open" => row.is_open(),
+            "error" => row.is_error(),
+            "ok" => !row.is_open() && !row.is_error(),
+            _ => true,
+        };
+        let q = self.q.to_lowercase();
+        status_ok
+            && (q.is_empty()
+                || row.tool.to_lowercase().contains(&q)
+                || row.call_id.to_lowercase().contains(&q))
+    }
+
+    fn query(&self, page: usize) -> String {
+        let enc = |s: &str| {
+            let mut out = String::new();
+            for b in s.bytes() {
+                if b.is_ascii_alphanumeric() || b"-_.~".contains(&b) {
+                    out.push(char::from(b));
+                } else {
+                    out.push_str(&format!("%{b:02X}"));
+                }
+            }
+            out
+        };
+        format!(
+            "?q={}&status={}&page={page}",
+            enc(&self.q),
+            enc(&self.status)
+        )
+    }
+}
+
+/// Inputs of an agent page.
+#[derive(Debug)]
+pub struct AgentPage<'a> {
+    /// The agent.
+    pub summary: &'a AgentSummary,
+    /// Its registered keys.
+    pub keys: &'a [tally_schemas::pack::AgentKey],
+    /// The chain read.
+    pub chain: &'a ChainView,
+    /// The verifier's report over the agent's pack (or why there is none).
+    pub verification: Result<&'a Verification, String>,
+    /// The table's filter.
+    pub filter: &'a CallFilter,
+    /// Now (key status).
+    pub now: UnixMillis,
+}
+
+/// The agent page.
+pub fn agent(view: &View, p: &AgentPage<'_>) -> Markup {
+    let a = p.summary;
+    let base = &view.base;
+    let matching: Vec<&CallRow> = p
+        .chain
+        .calls
+        .iter()
+        .filter(|c| p.filter.matches(c))
+        .collect();
+    let pages = matching.len().div_ceil(PAGE_ROWS).max(1);
+    let page = p.filter.page.clamp(1, pages);
+    let shown = matching.iter().skip((page - 1) * PAGE_ROWS).take(PAGE_ROWS);
+    let open = p.chain.calls.iter().filter(|c| c.is_open()).count();
+    let errors = p.chain.calls.iter().filter(|c| c.is_error()).count();
+    let changes: Vec<&String> = match &p.verification {
+        Ok(v) => v
+            .report
+            .coverage
+            .iter()
+            .filter(|l| l.starts_with(&format!("{}: tool ", a.agent)))
+            .collect(),
+        Err(_) => Vec::new(),
+    };
+    layout(
+        Some(view),
+        a.agent.as_str(),
+        html! {
+            h1 { "Agent " span #agent-name { (a.agent) } }
+            @if let Some(s) = &view.auditor {
+                p.small { "Showing " (range_text(&s.range)) "." }
+            }
+            section.cards {
+                div.card { div.label { "records" } div.value #record-count { (a.records()) } div.small { "in the chain" } }
+                div.card { div.label { "calls" } div.value #call-count { (p.chain.calls.len()) } div.small { "decision/outcome pairs shown" } }
+                div.card class=(if open > 0 { "card warn" } else { "card" }) { div.label { "open decisions" } div.value #open-count { (open) } }
+                div.card class=(if errors > 0 { "card bad" } else { "card" }) { div.label { "errors" } div.value #error-count { (errors) } div.small { "outcomes other than ok" } }
+            }
+            h2 { "Chain head" }
+            @if let Some(h) = &a.head {
+                dl.kv #chain-head {
+                    dt { "seq" } dd.mono { (h.seq) }
+                    dt { "record hash" } dd.mono { (h.record_hash) }
+                    dt { "log index" } dd.mono { a href=(format!("{base}/records/{}", h.index)) { (h.index) } }
+                    dt { "last activity" } dd { (opt_time(a.last_received)) }
+                }
+            } @else {
+                p { "No records yet." }
+            }
+            h2 { "Keys" }
+            table #keys {
+                thead { tr { th { "key id" } th { "not before" } th { "not after" } th { "status" } } }
+                tbody {
+                    @for k in p.keys {
+                        @let active = k.active_at(p.now);
+                        tr {
+                            td.mono { (k.key_id) }
+                            td { (time(k.not_before)) }
+                            td { (opt_time(k.not_after)) }
+                            td { span class=(if active { "st pass" } else { "st notchecked" }) { (if active { "active" } else if k.not_before > p.now { "not yet valid" } else { "retired" }) } }
+                        }
+                    }
+                }
+            }
+            h2 { "Coverage and checks" }
+            @match &p.verification {
+                Ok(v) => {
+                    p.small { "Computed by the verifier library over a pack of this agent's records, exactly as " code { "tally verify" } " would report it." }
+                    (report(v))
+                }
+                Err(why) => { p.small #no-report { (why) } }
+            }
+            h2 { "Tool-definition changes" }
+            @if changes.is_empty() {
+                p.small #no-changes { "No tool definition changed between the declared tool lists." }
+            } @else {
+                ul #tool-changes { @for c in &changes { li { (c) } } }
+            }
+            @if !p.chain.tool_lists.is_empty() {
+                details #tool-lists {
+                    summary { "Declared tool lists (" (p.chain.tool_lists.len()) " newest parts)" }
+                    @for l in &p.chain.tool_lists {
+                        h3 { "list " span.mono { (l.list_id) } ", part " (l.part + 1) " of " (l.parts) " — seq " a href=(format!("{base}/records/{}", l.at.index)) { (l.at.seq) } " at " (time(l.at.received)) }
+                        table {
+                            thead { tr { th { "tool" } th { "recorded" } th { "digest" } } }
+                            tbody {
+                                @for t in &l.tools {
+                                    tr { td { (t.name) } td { (if t.recorded { "yes" } else { "no" }) } td.mono { (t.digest) } }
+                                }
+                            }
+                        }
+                    }
+                }
+            }
+            h2 #calls-heading { "Calls" }
+            form.filters method="get" action=(format!("{base}/agents/{}", a.agent)) {
+                input type="search" name="q" value=(p.filter.q) placeholder="tool or call id" maxlength="256";
+                select name="status" {
+                    @for (v, label) in [("all", "all"), ("open", "open decisions"), ("error", "errors"), ("ok", "ok")] {
+                        option value=(v) selected[p.filter.status == v || (v == "all" && p.filter.status.is_empty())] { (label) }
+                    }
+                }
+                button type="submit" { "Search" }
+                span.small { (matching.len()) " of " (p.chain.calls.len()) " calls" }
+            }
+            table #calls {
+                thead { tr { th { "tool" } th { "call id" } th { "status" } th { "decided (agent time)" } th { "ended (agent time)" } th { "receipt" } } }
+                tbody {
+                    @for c in shown {
+                        tr class=(if c.is_open() { "open" } else if c.is_error() { "error" } else { "ok" }) {
+                            td.tool { @if c.tool.is_empty() { em { "(decision not shown)" } } @else { (c.tool) } }
+                            td.mono { (c.call_id) }
+                            td { span class=(format!("st {}", if c.is_open() { "pending" } else if c.is_error() { "fail" } else { "pass" })) { (c.status()) } }
+                            td { @if let Some(d) = &c.decision { a href=(format!("{base}/records/{}", d.index)) { (time(d.time)) } } @else { "—" } }
+                            td { @if let Some((o, _)) = &c.outcome { a href=(format!("{base}/records/{}", o.index)) { (time(o.time)) } } @else { "—" } }
+                            td.small {
+                                @if let Some(d) = &c.decision { "decision under checkpoint " (d.receipt_size) }
+                                @if let Some((o, _)) = &c.outcome { @if c.decision.is_some() { br; } "outcome under checkpoint " (o.receipt_size) }
+                            }
+                        }
+                    }
+                }
+            }
+            nav.pager {
+                @if page > 1 { a rel="prev" href=(format!("{base}/agents/{}{}", a.agent, p.filter.query(page - 1))) { "← newer" } }
+                span { "page " (page) " of " (pages) }
+                @if page < pages { a rel="next" href=(format!("{base}/agents/{}{}", a.agent, p.filter.query(page + 1))) { "older →" } }
+            }
+            @if p.chain.not_scanned > 0 {
+                p.small { "The " (p.chain.not_scanned) " oldest records are not read on this page; export a pack to see them all." }
+            }
+            h2 { "Notes and key rotations" }
+            @if p.chain.others.is_empty() {
+                p.small { "None." }
+            } @else {
+                table #notes {
+                    thead { tr { th { "seq" } th { "received" } th { "kind" } th { "text" } } }
+                    tbody {
+                        @for n in &p.chain.others {
+                            tr {
+                                td { a href=(format!("{base}/records/{}", n.at.index)) { (n.at.seq) } }
+                                td { (time(n.at.received)) }
+                                td { (n.kind) }
+                                td.note-text { (n.text) }
+                            }
+                        }
+                    }
+                }
+            }
+            @if view.auditor.is_none() && a.head.is_some() {
+                p { a.button href=(format!("{base}/agents/{}/pack", a.agent)) download { "Download this agent's pack" } }
+            }
+        },
+    )
+}
+
+/// The record page.
+pub fn record(view: &View, d: &RecordDetail) -> Markup {
+    let r = d.entry.record();
+    let base = &view.base;
+    let record_json = serde_json::from_slice::<serde_json::Value>(r.canonical_bytes())
+        .and_then(|v| serde_json::to_string_pretty(&v))
+        .unwrap_or_default();
+    let entry_json = serde_json::from_slice::<serde_json::Value>(d.entry.canonical_bytes())
+        .and_then(|v| serde_json::to_string_pretty(&v))
+        .unwrap_or_default();
+    let (from, to) = d.pack_range();
+    layout(
+        Some(view),
+        &format!("{} #{}", r.agent, r.seq),
+        html! {
+            h1 { "Record " a href=(format!("{base}/agents/{}", r.agent)) { (r.agent) } " #" (r.seq) }
+            dl.kv #record-facts {
+                dt { "kind" } dd #record-kind { (format!("{:?}", r.kind()).to_lowercase()) }
+                dt { "record hash" } dd.mono { (r.hash()) }
+                dt { "log index" } dd.mono #record-index { (d.entry.index()) }
+                dt { "agent time" } dd { (time(r.time)) }
+                dt { "received" } dd { (time(d.entry.received())) }
+                dt { "receipt" } dd { "issued under the checkpoint of size " (d.receipt_size) }
+                dt { "leaf hash" } dd.mono { (d.entry.leaf_hash()) }
+                @if let Some((s, i)) = d.outcome {
+                    dt { "outcome" } dd { a href=(format!("{base}/records/{i}")) { "seq " (s) " @" (i) } }
+                }
+                @if let Some(i) = d.decision_index {
+                    dt { "decision" } dd { a href=(format!("{base}/records/{i}")) { "@" (i) } }
+                }
+            }
+            @if view.auditor.is_none() {
+                p {
+                    a.button #download-record-pack href=(format!("{base}/records/{}/pack", d.entry.index())) download { "Download a pack of this record" }
+                    @if from != to { span.small { " (seq " (from) " to " (to) ": through the decision's outcome, so that check 10 can pass)" } }
+                }
+            }
+            h2 { "Record" }
+            pre.json #record-json { (record_json) }
+            h2 { "Entry" }
+            p.small { "The leaf data: the record with the witness's receive time and the log index (docs/protocol.md §7.1)." }
+            pre.json #entry-json { (entry_json) }
+            h2 { "Inclusion proof" }
+            p.small { "Of leaf " (d.entry.index()) " in the tree of size " (d.tree_size) " (RFC 9162), " (d.inclusion.len()) " hashes:" }
+            ol.mono #inclusion { @for h in &d.inclusion { li { (h) } } }
+            h2 { "Checkpoint" }
+            pre.note #record-checkpoint { (d.checkpoint) }
+        },
+    )
+}
+
+/// The verify page, with the result of an upload if there was one.
+pub fn verify(view: &View, vkey: &str, outcome: Option<Result<&Verification, String>>) -> Markup {
+    let action = format!("{}/verify", view.base);
+    layout(
+        Some(view),
+        "Verify",
+        html! {
+            h1 { "Verify a pack" }
+            p { "The twelve checks, the coverage and the result, exactly as " code { "tally verify" } " prints them. Nothing you upload is stored." }
+            form #verify-form method="post" action=(action) enctype="multipart/form-data" {
+                @if let Some(csrf) = &view.csrf { input type="hidden" name="csrf" value=(csrf); }
+                label for="witness_key" { "witness key (vkey)" }
+                input #witness_key type="text" name="witness_key" value=(vkey) size="80";
+                label for="agent_keys" { "agent-keys.json" }
+                input #agent_keys type="file" name="agent_keys" required;
+                label for="head" { "head.json (optional)" }
+                input #head type="file" name="head";
+                label for="pack" { "pack (JSON Lines)" }
+                input #pack type="file" name="pack" required;
+                button type="submit" { "Verify" }
+            }
+            @match outcome {
+                None => {}
+                Some(Ok(v)) => { section #verify-result { h2 { "Result" } (report(v)) } }
+                Some(Err(e)) => { section #verify-result { h2 { "Result" } p.error role="alert" { (e) } } }
+            }
+        },
+    )
+}
+
+/// The auditor-link page: the form and the project's links.
+pub fn links(
+    view: &View,
+    agents: &[AgentName],
+    links: &[(String, AuditorLink)],
+    made: Option<&str>,
+    message: Option<&str>,
+    now: UnixMillis,
+) -> Markup {
+    let csrf = view.csrf.clone().unwrap_or_default();
+    layout(
+        Some(view),
+        "Auditor links",
+        html! {
+            h1 { "Auditor links" }
+            p { "A read-only link for an auditor: the chosen agents' pages, limited to a time range, and their pack. Anyone holding the link can use it until it expires or is revoked; revoking works at once." }
+            @if let Some(url) = made {
+                div.made #new-link {
+                    p { "The new link (shown once; only its hash is stored):" }
+                    p { a #new-link-url href=(url) { (url) } " " button.copy type="button" data-copy=(url) { "Copy" } }
+                }
+            }
+            @if let Some(m) = message { p.error role="alert" { (m) } }
+            h2 { "New link" }
+            form #link-form method="post" action="/console/links" {
+                input type="hidden" name="csrf" value=(csrf);
+                fieldset {
+                    legend { "agents" }
+                    @for a in agents {
+                        label.check { input type="checkbox" name="agent" value=(a); " " (a) }
+                    }
+                }
+                label for="since" { "from (UTC, optional)" }
+                input #since type="text" name="since" placeholder="2026-11-30T08:00:00.000Z";
+                label for="until" { "to (UTC, optional)" }
+                input #until type="text" name="until" placeholder="2026-12-01T08:00:00.000Z";
+                label for="expires_hours" { "expires after (hours)" }
+                input #expires_hours type="number" name="expires_hours" value="72" min="1" max="8760";
+                label for="label" { "label (for you)" }
+                input #label type="text" name="label" maxlength="100";
+                button type="submit" { "Make link" }
+            }
+            h2 { "Links" }
+            table #links {
+                thead { tr { th { "label" } th { "agents" } th { "range" } th { "expires" } th { "state" } th {} } }
+                tbody {
+                    @for (id, l) in links {
+                        tr data-link-id=(id) {
+                            td { (l.label) }
+                            td { @for (i, a) in l.agents.iter().enumerate() { @if i > 0 { ", " } (a) } }
+                            td { (range_text(&TimeRange { since: l.since, until: l.until })) }
+                            td { (time(l.expires)) }
+                            td {
+                                @if l.revoked.is_some() { span.st.fail { "revoked" } }
+                                @else if !l.usable_at(now) { span.st.notchecked { "expired" } }
+                                @else { span.st.pass { "active" } }
+                            }
+                            td {
+                                @if l.usable_at(now) {
+                                    form.inline.revoke method="post" action=(format!("/console/links/{id}/revoke")) {
+                                        input type="hidden" name="csrf" value=(csrf);
+                                        button type="submit" { "Revoke" }
+                                    }
+                                }
+                            }
+                        }
+                    }
+                }
+            }
+        },
+    )
+}

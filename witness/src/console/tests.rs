@@ -1,0 +1,1140 @@
+//! Handler tests of the console, without sockets: a witness over a temp
+//! data folder, the witness's router with the console merged in, driven by
+//! `tower::ServiceExt::oneshot`. Records are signed here and admitted
+//! through [`crate::Witness::admit`], as `POST /v1/records` would.
+
+use std::sync::atomic::{AtomicI64, Ordering};
+use std::sync::Arc;
+
+use axum::body::Body;
+use axum::http::{header, Request, StatusCode};
+use axum::Router;
+use http_body_util::BodyExt;
+use rand_core::OsRng;
+use tally_schemas::pack::AgentKeys;
+use tally_schemas::record::{
+    Decision, NoteBody, Outcome, OutcomeStatus, ToolEntry, ToolList, ToolPartDigests,
+};
+use tally_schemas::report::Verdict;
+use tally_schemas::time::Clock;
+use tally_schemas::{
+    AgentName, Body as RecordBody, Hash, Nonce, Record, SecretKey, Seq, UnixMillis, UnsignedRecord,
+};
+use tower::ServiceExt;
+
+use super::Console;
+use crate::config::{ServeConfig, WitnessConfig};
+use crate::{server, Witness};
+
+/// 2026-11-30T08:00:00.000Z.
+const T0: i64 = 1_796_025_600_000;
+const HOSTILE_TOOL: &str = "<script>alert('tool')</script>";
+const HOSTILE_NOTE: &str = "<img src=x onerror=alert('note')> & \"quoted\"";
+const HOSTILE_CALL: &str = "\"><svg onload=alert(1)>";
+
+#[derive(Debug)]
+struct TestClock(AtomicI64);
+
+impl Clock for TestClock {
+    fn now(&self) -> UnixMillis {
+        UnixMillis::new(self.0.load(Ordering::SeqCst))
+    }
+}
+
+struct Agent {
+    name: AgentName,
+    key: SecretKey,
+    seq: u64,
+    prev: Option<Hash>,
+}
+
+impl Agent {
+    fn new(name: &str) -> Self {
+        Self {
+            name: AgentName::new(name).unwrap(),
+            key: SecretKey::generate(&mut OsRng),
+            seq: 0,
+            prev: None,
+        }
+    }
+
+    fn sign(&mut self, time: i64, body: RecordBody) -> Record {
+        let r = UnsignedRecord {
+            agent: self.name.clone(),
+            key_id: self.key.public_key().key_id(),
+            seq: Seq::new(self.seq).unwrap(),
+            prev: self.prev,
+            time: UnixMillis::new(time),
+            nonce: Nonce::random(&mut OsRng),
+            body,
+        }
+        .sign(&self.key)
+        .unwrap();
+        self.seq += 1;
+        self.prev = Some(r.hash());
+        r
+    }
+}
+
+struct H {
+    _dir: tempfile::TempDir,
+    witness: Arc<Witness>,
+    console: Arc<Console>,
+    app: Router,
+    clock: Arc<TestClock>,
+    api_key: String,
+    other_key: String,
+}
+
+fn harness() -> H {
+    let dir = tempfile::tempdir().unwrap();
+    let clock = Arc::new(TestClock(AtomicI64::new(T0)));
+    let cfg = ServeConfig {
+        data_dir: dir.path().to_owned(),
+        witness: WitnessConfig::default(),
+        ..ServeConfig::default()
+    };
+    let opened = server::open(&cfg, None, Arc::clone(&clock) as _, Box::new(OsRng)).unwrap();
+    let first = opened.first_start.unwrap();
+    let witness = opened.witness;
+    let other_key = witness.create_project("other").unwrap().token;
+    let console = Console::open(Arc::clone(&witness), dir.path(), false).unwrap();
+    let app = crate::http::router(Arc::clone(&witness)).merge(super::router(Arc::clone(&console)));
+    H {
+        _dir: dir,
+        witness,
+        console,
+        app,
+        clock,
+        api_key: first.api_key.token,
+        other_key,
+    }
+}
+
+impl H {
+    fn register(&self, agent: &Agent, project: &str) {
+        self.witness
+            .registry()
+            .add_agent(
+                project,
+                &agent.name,
+                agent.key.public_key(),
+                UnixMillis::new(T0 - 3_600_000),
+            )
+            .unwrap();
+    }
+
+    async fn post(&self, key: &str, r: &Record) -> u64 {
+        let admitted = self
+            .witness
+            .admit(Some(key), r.canonical_bytes())
+            .await
+            .unwrap();
+        admitted.receipt.index.get()
+    }
+
+    async fn call(&self, req: Request<Body>) -> (StatusCode, axum::http::HeaderMap, String) {
+        let resp = self.app.clone().oneshot(req).await.unwrap();
+        let status = resp.status();
+        let headers = resp.headers().clone();
+        let body = resp.into_body().collect().await.unwrap().to_bytes();
+        (status, headers, String::from_utf8_lossy(&body).into_owned())
+    }
+
+    async fn get(
+        &self,
+        uri: &str,
+        cookie: Option<&str>,
+    ) -> (StatusCode, axum::http::HeaderMap, String) {
+        let mut req = Request::builder().uri(uri);
+        if let Some(c) = cookie {
+            req = req.header(header::COOKIE, c);
+        }
+        self.call(req.body(Body::empty()).unwrap()).await
+    }
+
+    async fn post_form(
+        &self,
+        uri: &str,
+        cookie: Option<&str>,
+        form: &str,
+    ) -> (StatusCode, axum::http::HeaderMap, String) {
+        let mut req = Request::builder()
+            .method("POST")
+            .uri(uri)
+            .header(header::CONTENT_TYPE, "application/x-www-form-urlencoded");
+        if let Some(c) = cookie {
+            req = req.header(header::COOKIE, c);
+        }
+        self.call(req.body(Body::from(form.to_owned())).unwrap())
+            .await
+    }
+
+    /// Logs in; returns the cookie header value and the CSRF token.
+    async fn login(&self, key: &str) -> (String, String) {
+        let (s, h, _) = self
+            .post_form("/console/login", None, &format!("api_key={key}"))
+            .await;
+        assert_eq!(s, StatusCode::SEE_OTHER);
+        let set = h
+            .get(header::SET_COOKIE)
+            .unwrap()
+            .to_str()
+            .unwrap()
+            .to_owned();
+        let cookie = set.split(';').next().unwrap().to_owned();
+        let (s, _, body) = self.get("/console/links", Some(&cookie)).await;
+        assert_eq!(s, StatusCode::OK);
+        let csrf = between(&body, "name=\"csrf\" value=\"", "\"").to_owned();
+        (cookie, csrf)
+    }
+}
+
+fn between<'a>(s: &'a str, start: &str, end: &str) -> &'a str {
+    let i = s
+        .find(start)
+        .unwrap_or_else(|| panic!("{start:?} not in page"))
+        + start.len();
+    let j = s[i..].find(end).unwrap() + i;
+    &s[i..j]
+}
+
+fn tool(name: &str, recorded: bool, d: u8) -> ToolEntry {
+    ToolEntry {
+        name: name.into(),
+        recorded,
+        digest: Hash::sha256(&[d]),
+        parts: ToolPartDigests {
+            description: Some(Hash::sha256(&[d, 1])),
+            ..ToolPartDigests::default()
+        },
+    }
+}
+
+fn tools_body(list_id: &str, tools: Vec<ToolEntry>) -> RecordBody {
+    RecordBody::Tools(ToolList {
+        list_id: list_id.into(),
+        part: 0,
+        parts: 1,
+        tools,
+    })
+}
+
+fn decision(call_id: &str, tool: &str) -> RecordBody {
+    RecordBody::Decision(Decision {
+        call_id: call_id.into(),
+        tool: tool.into(),
+        input_hash: Hash::sha256(call_id.as_bytes()),
+    })
+}
+
+fn outcome(call_id: &str, decision: &Record, status: OutcomeStatus) -> RecordBody {
+    RecordBody::Outcome(Outcome {
+        call_id: call_id.into(),
+        decision: decision.hash(),
+        status,
+        output_hash: None,
+    })
+}
+
+/// Posts a small hostile chain for `bot`: tool list, an answered call with
+/// an error, a tool-definition change, an open call, a note. Returns the
+/// log indexes of the records.
+async fn hostile_chain(h: &H, bot: &mut Agent) -> Vec<u64> {
+    let mut idx = Vec::new();
+    let t = T0;
+    let r = bot.sign(
+        t,
+        tools_body(
+            "l1",
+            vec![
+                tool(HOSTILE_TOOL, true, 1),
+                tool("search", true, 2),
+                tool("send_mail", false, 3),
+            ],
+        ),
+    );
+    idx.push(h.post(&h.api_key, &r).await);
+    let d = bot.sign(t + 1, decision(HOSTILE_CALL, HOSTILE_TOOL));
+    idx.push(h.post(&h.api_key, &d).await);
+    let o = bot.sign(t + 2, outcome(HOSTILE_CALL, &d, OutcomeStatus::Error));
+    idx.push(h.post(&h.api_key, &o).await);
+    let d2 = bot.sign(t + 3, decision("c2", "search"));
+    idx.push(h.post(&h.api_key, &d2).await);
+    let o2 = bot.sign(t + 4, outcome("c2", &d2, OutcomeStatus::Ok));
+    idx.push(h.post(&h.api_key, &o2).await);
+    let r = bot.sign(
+        t + 5,
+        tools_body(
+            "l2",
+            vec![
+                tool(HOSTILE_TOOL, true, 1),
+                tool("search", true, 9),
+                tool("send_mail", false, 3),
+            ],
+        ),
+    );
+    idx.push(h.post(&h.api_key, &r).await);
+    let d3 = bot.sign(t + 6, decision("c3", "refund"));
+    idx.push(h.post(&h.api_key, &d3).await);
+    let n = bot.sign(
+        t + 7,
+        RecordBody::Note(NoteBody {
+            text: HOSTILE_NOTE.into(),
+        }),
+    );
+    idx.push(h.post(&h.api_key, &n).await);
+    idx
+}
+
+fn assert_escaped(body: &str) {
+    assert!(!body.contains("<script>alert"), "raw script in page");
+    assert!(!body.contains("<img src=x"), "raw img in page");
+    assert!(!body.contains("<svg onload"), "raw svg in page");
+}
+
+#[tokio::test]
+async fn console_pages_need_a_login() {
+    let h = harness();
+    for uri in [
+        "/console",
+        "/console/agents/bot",
+        "/console/records/0",
+        "/console/verify",
+        "/console/links",
+        "/console/agents/bot/pack",
+    ] {
+        let (s, hd, _) = h.get(uri, None).await;
+        assert_eq!(s, StatusCode::SEE_OTHER, "{uri}");
+        assert_eq!(hd.get(header::LOCATION).unwrap(), "/console/login");
+    }
+    let (s, _, body) = h.get("/console/login", None).await;
+    assert_eq!(s, StatusCode::OK);
+    assert!(body.contains("name=\"api_key\""));
+    let (s, _, body) = h
+        .post_form(
+            "/console/login",
+            None,
+            "api_key=tally_0000000000000000_000000000000000000000000000000000000000000000000",
+        )
+        .await;
+    assert_eq!(s, StatusCode::UNAUTHORIZED);
+    assert!(body.contains("unknown or revoked"));
+    // A forged cookie is not a session.
+    let (s, _, _) = h.get("/console", Some("tally_console=00ff")).await;
+    assert_eq!(s, StatusCode::SEE_OTHER);
+}
+
+#[tokio::test]
+async fn console_login_cookie_headers_and_overview() {
+    let h = harness();
+    let mut bot = Agent::new("claims-bot");
+    h.register(&bot, "default");
+    let mut stranger = Agent::new("stranger");
+    h.register(&stranger, "other");
+    h.clock.0.store(T0 + 10, Ordering::SeqCst);
+    hostile_chain(&h, &mut bot).await;
+    let r = stranger.sign(T0, RecordBody::Note(NoteBody { text: "x".into() }));
+    h.post(&h.other_key, &r).await;
+
+    let (s, hd, _) = h
+        .post_form("/console/login", None, &format!("api_key={}", h.api_key))
+        .await;
+    assert_eq!(s, StatusCode::SEE_OTHER);
+    let set = hd.get(header::SET_COOKIE).unwrap().to_str().unwrap();
+    assert!(
+        set.starts_with("tally_console=")
+            && set.contains("HttpOnly")
+            && set.contains("SameSite=Strict")
+            && set.contains("Path=/console")
+    );
+    assert!(!set.contains("Secure"), "no TLS here");
+    let cookie = set.split(';').next().unwrap();
+
+    let (s, hd, body) = h.get("/console", Some(cookie)).await;
+    assert_eq!(s, StatusCode::OK);
+    let csp = hd
+        .get(header::CONTENT_SECURITY_POLICY)
+        .unwrap()
+        .to_str()
+        .unwrap();
+    assert!(
+        csp.contains("default-src 'none'")
+            && csp.contains("script-src 'self'")
+            && !csp.contains("unsafe")
+    );
+    assert_eq!(hd.get(header::X_FRAME_OPTIONS).unwrap(), "DENY");
+    assert_eq!(hd.get(header::CACHE_CONTROL).unwrap(), "no-store");
+    assert!(body.contains("claims-bot"));
+    assert!(
+        !body.contains("stranger"),
+        "another project's agent is shown"
+    );
+    assert!(body.contains("id=\"log-size\">9<"), "log size");
+    assert!(
+        body.contains("id=\"records-24h\">8<"),
+        "records in the last 24 hours"
+    );
+    assert!(body.contains("<svg"), "chart");
+    assert!(body.contains(
+        &h.witness
+            .log()
+            .latest_checkpoint()
+            .checkpoint
+            .root
+            .to_string()
+    ));
+    // The agent row: 8 records, head seq 7.
+    assert!(body.contains(">8</td>"));
+    assert!(body.contains("seq 7 @"));
+
+    // Assets are served by the binary.
+    let (s, hd, css) = h.get("/console/assets/console.css", None).await;
+    assert_eq!(s, StatusCode::OK);
+    assert!(hd
+        .get(header::CONTENT_TYPE)
+        .unwrap()
+        .to_str()
+        .unwrap()
+        .starts_with("text/css"));
+    assert!(css.contains("svg.chart"));
+    let (s, _, js) = h.get("/console/assets/console.js", None).await;
+    assert_eq!(s, StatusCode::OK);
+    assert!(js.contains("addEventListener"));
+}
+
+#[tokio::test]
+async fn console_escapes_hostile_names_and_notes() {
+    let h = harness();
+    let mut bot = Agent::new("bot");
+    h.register(&bot, "default");
+    h.clock.0.store(T0 + 10, Ordering::SeqCst);
+    let idx = hostile_chain(&h, &mut bot).await;
+    let (cookie, _) = h.login(&h.api_key).await;
+    let (s, _, body) = h.get("/console/agents/bot", Some(&cookie)).await;
+    assert_eq!(s, StatusCode::OK);
+    assert_escaped(&body);
+    assert!(
+        body.contains("&lt;script&gt;alert('tool')&lt;/script&gt;"),
+        "tool name shown as text"
+    );
+    assert!(
+        body.contains("&lt;img src=x onerror=alert('note')&gt; &amp; &quot;quoted&quot;"),
+        "note shown as text"
+    );
+    assert!(
+        body.contains("&quot;&gt;&lt;svg onload=alert(1)&gt;"),
+        "call id shown as text"
+    );
+    for i in &idx {
+        let (s, _, body) = h.get(&format!("/console/records/{i}"), Some(&cookie)).await;
+        assert_eq!(s, StatusCode::OK);
+        assert_escaped(&body);
+    }
+    let (_, _, body) = h
+        .get(&format!("/console/records/{}", idx[7]), Some(&cookie))
+        .await;
+    assert!(body.contains("&lt;img src=x"));
+    // A search for the hostile text is echoed escaped too.
+    let (s, _, body) = h
+        .get(
+            "/console/agents/bot?q=%3Cscript%3Ealert(%27x%27)%3C%2Fscript%3E",
+            Some(&cookie),
+        )
+        .await;
+    assert_eq!(s, StatusCode::OK);
+    assert_escaped(&body);
+}
+
+#[tokio::test]
+async fn console_agent_page_coverage_pairs_and_search() {
+    let h = harness();
+    let mut bot = Agent::new("bot");
+    h.register(&bot, "default");
+    h.clock.0.store(T0 + 10, Ordering::SeqCst);
+    hostile_chain(&h, &mut bot).await;
+    // Many answered calls, for paging.
+    for i in 0..60 {
+        let d = bot.sign(T0 + 100 + i * 2, decision(&format!("p{i}"), "lookup"));
+        h.post(&h.api_key, &d).await;
+        let o = bot.sign(
+            T0 + 101 + i * 2,
+            outcome(&format!("p{i}"), &d, OutcomeStatus::Ok),
+        );
+        h.post(&h.api_key, &o).await;
+    }
+    h.clock.0.store(T0 + 1000, Ordering::SeqCst);
+    let (cookie, _) = h.login(&h.api_key).await;
+    let (s, _, body) = h.get("/console/agents/bot", Some(&cookie)).await;
+    assert_eq!(s, StatusCode::OK);
+
+    // The coverage lines are the verifier's, over the same pack an export gives.
+    let keys = crate::export::agent_keys(
+        h.witness.registry(),
+        h.witness.log().origin(),
+        "default",
+        &[],
+    )
+    .unwrap();
+    let v = super::data::verify_export(
+        &h.witness,
+        "default",
+        &[bot.name.clone()],
+        crate::export::ExportRange::All,
+    )
+    .unwrap();
+    assert!(!v.report.coverage.is_empty());
+    for line in &v.report.coverage {
+        let shown = format!("coverage: {}", html_escape(line));
+        assert!(body.contains(&shown), "missing {shown:?}");
+    }
+    assert!(v
+        .report
+        .coverage
+        .iter()
+        .any(|l| l == "bot: 1 declared tool is not recorded: send_mail"));
+    assert!(v
+        .report
+        .coverage
+        .iter()
+        .any(|l| l == "bot: 2 recorded tools are not in the declared tool list: lookup, refund"));
+    assert!(v
+        .report
+        .coverage
+        .iter()
+        .any(|l| l == "bot: tool search changed at seq 5: description"));
+    assert!(body.contains("id=\"tool-changes\""));
+    assert!(keys.agents.iter().any(|a| a.agent == bot.name));
+    // The twelve checks are listed.
+    assert_eq!(body.matches("data-check=").count(), 12);
+
+    // Pairs: 63 calls, 1 open, 1 error, highlighted.
+    assert!(body.contains("id=\"call-count\">63<"));
+    assert!(body.contains("id=\"open-count\">1<"));
+    assert!(body.contains("id=\"error-count\">1<"));
+    assert_eq!(
+        body.matches("<tr class=\"open\"").count(),
+        0,
+        "the open call is on the last page"
+    );
+    assert_eq!(
+        body.matches("<tr class=\"ok\"").count(),
+        50,
+        "a page holds 50 rows"
+    );
+    assert!(body.contains("page 1 of 2"));
+    let (_, _, p2) = h.get("/console/agents/bot?page=2", Some(&cookie)).await;
+    assert_eq!(p2.matches("<tr class=\"open\"").count(), 1);
+    assert_eq!(p2.matches("<tr class=\"error\"").count(), 1);
+    // Filters.
+    let (_, _, open) = h
+        .get("/console/agents/bot?status=open", Some(&cookie))
+        .await;
+    assert!(open.contains("1 of 63 calls"));
+    assert!(open.contains(">refund<"));
+    let (_, _, err) = h
+        .get("/console/agents/bot?status=error", Some(&cookie))
+        .await;
+    assert!(err.contains("1 of 63 calls"));
+    let (_, _, q) = h.get("/console/agents/bot?q=p5", Some(&cookie)).await;
+    assert!(q.contains("11 of 63 calls"), "p5 and p50..p59");
+    let (_, _, q) = h
+        .get("/console/agents/bot?q=LOOKUP&status=ok", Some(&cookie))
+        .await;
+    assert!(q.contains("60 of 63 calls"));
+    // Key status.
+    assert!(body.contains(&bot.key.public_key().key_id().to_string()));
+    assert!(body.contains(">active<"));
+}
+
+fn html_escape(s: &str) -> String {
+    s.replace('&', "&amp;")
+        .replace('<', "&lt;")
+        .replace('>', "&gt;")
+        .replace('"', "&quot;")
+}
+
+async fn verify_pack(h: &H, pack: &[u8]) -> tally_verifier::Verification {
+    let keys = crate::export::agent_keys(
+        h.witness.registry(),
+        h.witness.log().origin(),
+        "default",
+        &[],
+    )
+    .unwrap();
+    super::data::run_verify(pack, &keys, h.witness.log().verifier(), None, 300_000).unwrap()
+}
+
+#[tokio::test]
+async fn console_record_page_and_its_pack_verify() {
+    let h = harness();
+    let mut bot = Agent::new("bot");
+    h.register(&bot, "default");
+    h.clock.0.store(T0 + 10, Ordering::SeqCst);
+    let idx = hostile_chain(&h, &mut bot).await;
+    // Far past the grace window: a pack ending on an answered decision
+    // would fail check 10, so the download runs through the outcome.
+    h.clock.0.store(T0 + 3_600_000, Ordering::SeqCst);
+    let (cookie, _) = h.login(&h.api_key).await;
+    let (s, _, body) = h
+        .get(&format!("/console/records/{}", idx[3]), Some(&cookie))
+        .await;
+    assert_eq!(s, StatusCode::OK);
+    assert!(body.contains("id=\"record-kind\">decision<"));
+    let (_, proof) = h
+        .witness
+        .log()
+        .inclusion_proof(tally_schemas::LeafIndex::new(idx[3]), None)
+        .unwrap();
+    for p in &proof {
+        assert!(body.contains(&p.to_string()), "inclusion proof hash shown");
+    }
+    assert!(body.contains(&html_escape(&h.witness.log().latest_checkpoint().note)));
+    assert!(body.contains("through the decision's outcome"));
+    for (i, records) in [(idx[3], 2u64), (idx[4], 1), (idx[7], 1), (idx[0], 1)] {
+        let (s, hd, pack) = h
+            .get(&format!("/console/records/{i}/pack"), Some(&cookie))
+            .await;
+        assert_eq!(s, StatusCode::OK);
+        assert!(hd
+            .get(header::CONTENT_DISPOSITION)
+            .unwrap()
+            .to_str()
+            .unwrap()
+            .starts_with("attachment"));
+        let v = verify_pack(&h, pack.as_bytes()).await;
+        assert_eq!(v.report.result, Verdict::Pass, "{}", v.to_text());
+        assert_eq!(v.report.records, records);
+    }
+    // The open decision's pack is honest: it fails check 10.
+    let (_, _, pack) = h
+        .get(&format!("/console/records/{}/pack", idx[6]), Some(&cookie))
+        .await;
+    assert_eq!(
+        verify_pack(&h, pack.as_bytes()).await.report.result,
+        Verdict::Fail
+    );
+    // The agent's whole pack.
+    let (s, _, pack) = h.get("/console/agents/bot/pack", Some(&cookie)).await;
+    assert_eq!(s, StatusCode::OK);
+    assert_eq!(verify_pack(&h, pack.as_bytes()).await.report.records, 8);
+}
+
+/// One multipart field: name, file name, content.
+type Field<'a> = (&'a str, Option<&'a str>, &'a [u8]);
+
+fn multipart(fields: &[Field<'_>]) -> (String, Vec<u8>) {
+    let boundary = "----tallyconsoletestboundary";
+    let mut body = Vec::new();
+    for (name, filename, data) in fields {
+        body.extend_from_slice(format!("--{boundary}\r\n").as_bytes());
+        match filename {
+            Some(f) => body.extend_from_slice(format!("Content-Disposition: form-data; name=\"{name}\"; filename=\"{f}\"\r\nContent-Type: application/octet-stream\r\n\r\n").as_bytes()),
+            None => body.extend_from_slice(format!("Content-Disposition: form-data; name=\"{name}\"\r\n\r\n").as_bytes()),
+        }
+        body.extend_from_slice(data);
+        body.extend_from_slice(b"\r\n");
+    }
+    body.extend_from_slice(format!("--{boundary}--\r\n").as_bytes());
+    (format!("multipart/form-data; boundary={boundary}"), body)
+}
+
+async fn upload(
+    h: &H,
+    uri: &str,
+    cookie: Option<&str>,
+    fields: &[Field<'_>],
+) -> (StatusCode, String) {
+    let (ct, body) = multipart(fields);
+    let mut req = Request::builder()
+        .method("POST")
+        .uri(uri)
+        .header(header::CONTENT_TYPE, ct);
+    if let Some(c) = cookie {
+        req = req.header(header::COOKIE, c);
+    }
+    let (s, _, body) = h.call(req.body(Body::from(body)).unwrap()).await;
+    (s, body)
+}
+
+#[tokio::test]
+async fn console_verify_page_prints_what_tally_verify_prints() {
+    let h = harness();
+    let mut bot = Agent::new("bot");
+    h.register(&bot, "default");
+    h.clock.0.store(T0 + 10, Ordering::SeqCst);
+    hostile_chain(&h, &mut bot).await;
+    let (cookie, csrf) = h.login(&h.api_key).await;
+    let (_, _, pack) = h.get("/console/agents/bot/pack", Some(&cookie)).await;
+    let keys = crate::export::to_canonical(
+        &crate::export::agent_keys(
+            h.witness.registry(),
+            h.witness.log().origin(),
+            "default",
+            &[],
+        )
+        .unwrap(),
+    )
+    .unwrap();
+    let expected = verify_pack(&h, pack.as_bytes()).await.to_text();
+
+    let (s, body) = upload(
+        &h,
+        "/console/verify",
+        Some(&cookie),
+        &[
+            ("csrf", None, csrf.as_bytes()),
+            ("witness_key", None, b""),
+            ("agent_keys", Some("agent-keys.json"), &keys),
+            ("head", Some(""), b""),
+            ("pack", Some("pack.jsonl"), pack.as_bytes()),
+        ],
+    )
+    .await;
+    assert_eq!(s, StatusCode::OK, "{body}");
+    // The text block is exactly the CLI's text, HTML-escaped.
+    assert!(
+        body.contains(&html_escape(&expected)),
+        "report text differs"
+    );
+    assert!(body.contains("PASS: 12 checks"));
+    assert_escaped(&body);
+
+    // A tampered pack fails, and says which check.
+    let tampered = pack.replacen("\"c2\"", "\"c9\"", 1);
+    let (s, body) = upload(
+        &h,
+        "/console/verify",
+        Some(&cookie),
+        &[
+            ("csrf", None, csrf.as_bytes()),
+            ("agent_keys", Some("k"), &keys),
+            ("pack", Some("p"), tampered.as_bytes()),
+        ],
+    )
+    .await;
+    assert_eq!(s, StatusCode::OK);
+    assert!(body.contains("FAIL: "), "{body}");
+    assert!(body.contains("record_signatures"));
+
+    // Refusals: wrong CSRF token, no keys, bad keys, a bad vkey, not a pack.
+    let big = vec![b' '; 200_000];
+    let cases: Vec<(Vec<Field<'_>>, &str)> = vec![
+        (
+            vec![
+                ("csrf", None, b"nope"),
+                ("agent_keys", Some("k"), &keys),
+                ("pack", Some("p"), pack.as_bytes()),
+            ],
+            "does not match your session",
+        ),
+        (
+            vec![
+                ("csrf", None, csrf.as_bytes()),
+                ("pack", Some("p"), pack.as_bytes()),
+            ],
+            "choose an agent-keys.json",
+        ),
+        (
+            vec![
+                ("csrf", None, csrf.as_bytes()),
+                ("agent_keys", Some("k"), b"{\"v\":1"),
+                ("pack", Some("p"), pack.as_bytes()),
+            ],
+            "agent-keys.json:",
+        ),
+        (
+            vec![
+                ("csrf", None, csrf.as_bytes()),
+                ("witness_key", None, b"not a key"),
+                ("agent_keys", Some("k"), &keys),
+                ("pack", Some("p"), pack.as_bytes()),
+            ],
+            "--witness-key",
+        ),
+        (
+            vec![
+                ("csrf", None, csrf.as_bytes()),
+                ("agent_keys", Some("k"), &keys),
+                ("pack", Some("p"), b"<html>"),
+            ],
+            "not a tally pack",
+        ),
+        (
+            vec![
+                ("csrf", None, csrf.as_bytes()),
+                ("agent_keys", Some("k"), &big),
+                ("pack", Some("p"), pack.as_bytes()),
+            ],
+            "larger than",
+        ),
+    ];
+    for (fields, want) in cases {
+        let (s, body) = upload(&h, "/console/verify", Some(&cookie), &fields).await;
+        assert_eq!(s, StatusCode::BAD_REQUEST, "{want}");
+        assert!(body.contains(want), "{want}: {body}");
+    }
+    // Not multipart at all.
+    let (s, _, _) = h.post_form("/console/verify", Some(&cookie), "a=b").await;
+    assert_eq!(s, StatusCode::BAD_REQUEST);
+    // Without a session, no verification.
+    let (s, _) = upload(
+        &h,
+        "/console/verify",
+        None,
+        &[
+            ("agent_keys", Some("k"), &keys),
+            ("pack", Some("p"), pack.as_bytes()),
+        ],
+    )
+    .await;
+    assert_eq!(s, StatusCode::SEE_OTHER);
+}
+
+#[tokio::test]
+async fn console_auditor_link_is_scoped_read_only_and_revocable() {
+    let h = harness();
+    let mut bot = Agent::new("bot");
+    let mut other = Agent::new("other-bot");
+    h.register(&bot, "default");
+    h.register(&other, "default");
+    h.clock.0.store(T0 + 10, Ordering::SeqCst);
+    let idx = hostile_chain(&h, &mut bot).await;
+    let r = other.sign(
+        T0 + 20,
+        RecordBody::Note(NoteBody {
+            text: "hidden".into(),
+        }),
+    );
+    let other_idx = h.post(&h.api_key, &r).await;
+    let (cookie, csrf) = h.login(&h.api_key).await;
+
+    // Forms need the CSRF token and a same-site origin.
+    let (s, _, _) = h
+        .post_form("/console/links", Some(&cookie), "agent=bot&expires_hours=1")
+        .await;
+    assert_eq!(s, StatusCode::FORBIDDEN);
+    let mut req = Request::builder()
+        .method("POST")
+        .uri("/console/links")
+        .header(header::CONTENT_TYPE, "application/x-www-form-urlencoded")
+        .header(header::COOKIE, &cookie)
+        .header("sec-fetch-site", "cross-site");
+    req = req.header("x-test", "1");
+    let (s, _, _) = h
+        .call(
+            req.body(Body::from(format!("csrf={csrf}&agent=bot")))
+                .unwrap(),
+        )
+        .await;
+    assert_eq!(s, StatusCode::FORBIDDEN);
+    // Bad forms are refused with a message.
+    for (form, want) in [
+        ("agent=nobody", "not in project"),
+        ("", "at least one agent"),
+        ("agent=bot&expires_hours=0", "1 to 8760"),
+        ("agent=bot&since=yesterday", "since:"),
+    ] {
+        let (s, _, body) = h
+            .post_form(
+                "/console/links",
+                Some(&cookie),
+                &format!("csrf={csrf}&{form}"),
+            )
+            .await;
+        assert_eq!(s, StatusCode::BAD_REQUEST, "{form}");
+        assert!(body.contains(want), "{form}: {want}");
+    }
+    // A link for bot, received before T0 + 10 + ...: all of bot's records.
+    let until = UnixMillis::new(T0 + 100_000).to_rfc3339();
+    let (s, _, body) = h.post_form("/console/links", Some(&cookie), &format!("csrf={csrf}&agent=bot&since=&until={until}&expires_hours=2&label=%3Cb%3Eaudit%3C%2Fb%3E")).await;
+    assert_eq!(s, StatusCode::OK, "{body}");
+    assert!(!body.contains("<b>audit"));
+    let url = between(&body, "id=\"new-link-url\" href=\"", "\"").to_owned();
+    let token = url.strip_prefix("/console/a/").unwrap();
+    assert!(token.len() >= 16 + 1 + 64, "at least 256 bits of secret");
+
+    // Without a cookie, the link opens bot's pages and nothing else.
+    let (s, _, home) = h.get(&url, None).await;
+    assert_eq!(s, StatusCode::OK);
+    assert!(home.contains("read-only auditor view"));
+    assert!(home.contains("/agents/bot\""));
+    assert!(!home.contains("other-bot"));
+    assert!(!home.contains("Log out") && !home.contains("/console/links"));
+    let (s, _, page) = h.get(&format!("{url}/agents/bot"), None).await;
+    assert_eq!(s, StatusCode::OK);
+    assert_escaped(&page);
+    assert!(page.contains("coverage: bot:"));
+    assert!(
+        !page.contains("Download this agent"),
+        "operator download not offered"
+    );
+    let (s, _, _) = h.get(&format!("{url}/agents/other-bot"), None).await;
+    assert_eq!(s, StatusCode::NOT_FOUND);
+    let (s, _, _) = h.get(&format!("{url}/records/{other_idx}"), None).await;
+    assert_eq!(s, StatusCode::NOT_FOUND);
+    let (s, _, rec) = h.get(&format!("{url}/records/{}", idx[1]), None).await;
+    assert_eq!(s, StatusCode::OK);
+    assert!(!rec.contains("download-record-pack"));
+    // The link does not log anyone in to operator pages.
+    let (s, _, _) = h.get("/console", None).await;
+    assert_eq!(s, StatusCode::SEE_OTHER);
+    // Its pack and keys verify.
+    let (s, _, pack) = h.get(&format!("{url}/pack"), None).await;
+    assert_eq!(s, StatusCode::OK);
+    let (s, _, keys) = h.get(&format!("{url}/agent-keys.json"), None).await;
+    assert_eq!(s, StatusCode::OK);
+    let keys = AgentKeys::from_json(keys.as_bytes()).unwrap();
+    assert_eq!(keys.agents.len(), 1);
+    let v = super::data::run_verify(
+        pack.as_bytes(),
+        &keys,
+        h.witness.log().verifier(),
+        None,
+        300_000,
+    )
+    .unwrap();
+    assert_eq!(v.report.records, 8);
+    // The auditor's verify page works without a session.
+    let keys_bytes = crate::export::to_canonical(&keys).unwrap();
+    let (s, body) = upload(
+        &h,
+        &format!("{url}/verify"),
+        None,
+        &[
+            ("agent_keys", Some("k"), &keys_bytes),
+            ("pack", Some("p"), pack.as_bytes()),
+        ],
+    )
+    .await;
+    assert_eq!(s, StatusCode::OK, "{body}");
+    assert!(body.contains("12 checks"));
+
+    // Revoke: the very next request is refused.
+    let (_, _, list) = h.get("/console/links", Some(&cookie)).await;
+    let id = between(&list, "data-link-id=\"", "\"").to_owned();
+    assert!(list.contains("&lt;b&gt;audit&lt;/b&gt;"));
+    let (s, _, _) = h
+        .post_form(
+            &format!("/console/links/{id}/revoke"),
+            Some(&cookie),
+            "csrf=wrong",
+        )
+        .await;
+    assert_eq!(s, StatusCode::FORBIDDEN);
+    assert_eq!(h.get(&url, None).await.0, StatusCode::OK);
+    let (s, _, _) = h
+        .post_form(
+            &format!("/console/links/{id}/revoke"),
+            Some(&cookie),
+            &format!("csrf={csrf}"),
+        )
+        .await;
+    assert_eq!(s, StatusCode::SEE_OTHER);
+    for u in [
+        url.clone(),
+        format!("{url}/agents/bot"),
+        format!("{url}/pack"),
+        format!("{url}/agent-keys.json"),
+        format!("{url}/records/{}", idx[1]),
+    ] {
+        let (s, _, body) = h.get(&u, None).await;
+        assert_eq!(s, StatusCode::NOT_FOUND, "{u}");
+        assert!(body.contains("unknown, expired or revoked"));
+    }
+    // Another project cannot revoke or see the link.
+    let (cookie_b, csrf_b) = h.login(&h.other_key).await;
+    let (_, _, list_b) = h.get("/console/links", Some(&cookie_b)).await;
+    assert!(!list_b.contains(&id));
+    let (s, _, _) = h
+        .post_form(
+            &format!("/console/links/{id}/revoke"),
+            Some(&cookie_b),
+            &format!("csrf={csrf_b}"),
+        )
+        .await;
+    assert_eq!(s, StatusCode::NOT_FOUND);
+    // Expiry.
+    let (_, _, body) = h
+        .post_form(
+            "/console/links",
+            Some(&cookie),
+            &format!("csrf={csrf}&agent=bot&expires_hours=1"),
+        )
+        .await;
+    let url2 = between(&body, "id=\"new-link-url\" href=\"", "\"").to_owned();
+    assert_eq!(h.get(&url2, None).await.0, StatusCode::OK);
+    h.clock.0.store(T0 + 10 + 3_600_000, Ordering::SeqCst);
+    assert_eq!(h.get(&url2, None).await.0, StatusCode::NOT_FOUND);
+    let _ = &h.console;
+}
+
+#[tokio::test]
+async fn console_time_range_limits_the_auditor_view() {
+    let h = harness();
+    let mut bot = Agent::new("bot");
+    h.register(&bot, "default");
+    let mut idx = Vec::new();
+    for i in 0..4i64 {
+        h.clock.0.store(T0 + i * 60_000, Ordering::SeqCst);
+        let r = bot.sign(
+            T0 + i * 60_000,
+            RecordBody::Note(NoteBody {
+                text: format!("note {i}"),
+            }),
+        );
+        idx.push(h.post(&h.api_key, &r).await);
+    }
+    let (cookie, csrf) = h.login(&h.api_key).await;
+    let since = UnixMillis::new(T0 + 60_000).to_rfc3339();
+    let until = UnixMillis::new(T0 + 180_000).to_rfc3339();
+    let (_, _, body) = h
+        .post_form(
+            "/console/links",
+            Some(&cookie),
+            &format!("csrf={csrf}&agent=bot&since={since}&until={until}"),
+        )
+        .await;
+    let url = between(&body, "id=\"new-link-url\" href=\"", "\"").to_owned();
+    let (_, _, page) = h.get(&format!("{url}/agents/bot"), None).await;
+    assert!(page.contains("note 1") && page.contains("note 2"));
+    assert!(!page.contains("note 0") && !page.contains("note 3"));
+    assert_eq!(
+        h.get(&format!("{url}/records/{}", idx[0]), None).await.0,
+        StatusCode::NOT_FOUND
+    );
+    assert_eq!(
+        h.get(&format!("{url}/records/{}", idx[1]), None).await.0,
+        StatusCode::OK
+    );
+    let (_, _, pack) = h.get(&format!("{url}/pack"), None).await;
+    let v = verify_pack(&h, pack.as_bytes()).await;
+    assert_eq!(v.report.records, 2);
+    assert_eq!(v.report.result, Verdict::Pass, "{}", v.to_text());
+}
+
+#[tokio::test]
+async fn console_bad_input_gets_a_page_not_a_panic() {
+    let h = harness();
+    let mut bot = Agent::new("bot");
+    h.register(&bot, "default");
+    h.clock.0.store(T0 + 10, Ordering::SeqCst);
+    hostile_chain(&h, &mut bot).await;
+    let (cookie, _) = h.login(&h.api_key).await;
+    for (uri, want) in [
+        ("/console/records/abc", StatusCode::NOT_FOUND),
+        (
+            "/console/records/99999999999999999999999",
+            StatusCode::NOT_FOUND,
+        ),
+        ("/console/records/9007199254740991", StatusCode::NOT_FOUND),
+        ("/console/records/1000", StatusCode::NOT_FOUND),
+        ("/console/records/-1/pack", StatusCode::NOT_FOUND),
+        ("/console/agents/%3Cscript%3E", StatusCode::NOT_FOUND),
+        ("/console/agents/nobody", StatusCode::NOT_FOUND),
+        ("/console/agents/nobody/pack", StatusCode::NOT_FOUND),
+        ("/console/agents/bot?page=0", StatusCode::BAD_REQUEST),
+        ("/console/agents/bot?page=x", StatusCode::BAD_REQUEST),
+        (
+            "/console/agents/bot?status=%3Cb%3E",
+            StatusCode::BAD_REQUEST,
+        ),
+        ("/console/agents/bot?page=999", StatusCode::OK),
+        ("/console/a/garbage", StatusCode::NOT_FOUND),
+        ("/console/a/%00/agents/bot", StatusCode::NOT_FOUND),
+        ("/console/nowhere/%3Cscript%3E", StatusCode::NOT_FOUND),
+    ] {
+        let (s, hd, body) = h.get(uri, Some(&cookie)).await;
+        assert_eq!(s, want, "{uri}");
+        assert!(hd.get(header::CONTENT_SECURITY_POLICY).is_some(), "{uri}");
+        assert!(!body.contains("<script>"), "{uri}");
+    }
+    let long = format!("/console/agents/bot?q={}", "a".repeat(300));
+    assert_eq!(h.get(&long, Some(&cookie)).await.0, StatusCode::BAD_REQUEST);
+    // Another project's agent and records are not found, not forbidden.
+    let (cookie_b, _) = h.login(&h.other_key).await;
+    assert_eq!(
+        h.get("/console/agents/bot", Some(&cookie_b)).await.0,
+        StatusCode::NOT_FOUND
+    );
+    assert_eq!(
+        h.get("/console/records/1", Some(&cookie_b)).await.0,
+        StatusCode::NOT_FOUND
+    );
+    assert_eq!(
+        h.get("/console/records/1/pack", Some(&cookie_b)).await.0,
+        StatusCode::NOT_FOUND
+    );
+}
+
+#[tokio::test]
+async fn console_session_ends_with_logout_and_key_revocation() {
+    let h = harness();
+    let (cookie, csrf) = h.login(&h.api_key).await;
+    assert_eq!(h.get("/console", Some(&cookie)).await.0, StatusCode::OK);
+    let (s, hd, _) = h
+        .post_form("/console/logout", Some(&cookie), &format!("csrf={csrf}"))
+        .await;
+    assert_eq!(s, StatusCode::SEE_OTHER);
+    assert!(hd
+        .get(header::SET_COOKIE)
+        .unwrap()
+        .to_str()
+        .unwrap()
+        .contains("Max-Age=0"));
+    assert_eq!(
+        h.get("/console", Some(&cookie)).await.0,
+        StatusCode::SEE_OTHER
+    );
+
+    let (cookie, _) = h.login(&h.api_key).await;
+    let id = h.api_key.split('_').nth(1).unwrap().to_owned();
+    h.witness
+        .registry()
+        .revoke_api_key(&id, h.witness.now())
+        .unwrap();
+    assert_eq!(
+        h.get("/console", Some(&cookie)).await.0,
+        StatusCode::SEE_OTHER
+    );
+
+    // Sessions expire.
+    let (cookie, _) = h.login(&h.other_key).await;
+    h.clock
+        .0
+        .store(T0 + super::auth::SESSION_TTL_MS, Ordering::SeqCst);
+    assert_eq!(
+        h.get("/console", Some(&cookie)).await.0,
+        StatusCode::SEE_OTHER
+    );
+}
+
+#[tokio::test]
+async fn console_secure_cookie_with_tls() {
+    let h = harness();
+    let console = Console::open(
+        Arc::clone(&h.witness),
+        h._dir.path().join("tls").as_path(),
+        true,
+    );
+    // A data folder that does not exist cannot hold the link store.
+    assert!(console.is_err());
+    std::fs::create_dir(h._dir.path().join("tls")).unwrap();
+    let console = Console::open(Arc::clone(&h.witness), &h._dir.path().join("tls"), true).unwrap();
+    let app = super::router(console);
+    let req = Request::builder()
+        .method("POST")
+        .uri("/console/login")
+        .header(header::CONTENT_TYPE, "application/x-www-form-urlencoded")
+        .body(Body::from(format!("api_key={}", h.api_key)))
+        .unwrap();
+    let resp = app.oneshot(req).await.unwrap();
+    assert_eq!(resp.status(), StatusCode::SEE_OTHER);
+    let set = resp
+        .headers()
+        .get(header::SET_COOKIE)
+        .unwrap()
+        .to_str()
+        .unwrap();
+    assert!(set.ends_with("; Secure"));
+}

@@ -1,0 +1,432 @@
+//! The kill -9 loop of issue 3, run against the real `tally serve`: append
+//! under load over HTTP, SIGKILL the server at a random moment, restart it on
+//! the same data folder, and after every restart check that
+//! - every receipt ever acknowledged still stands: its checkpoint (verified
+//!   with the pinned key when the receipt arrived, with `Receipt::verify`) is
+//!   proven consistent with the new checkpoint through the JSON consistency
+//!   route, and retrying the records acknowledged just before the kill
+//!   returns their original receipts byte for byte;
+//! - the new checkpoint is consistent with every checkpoint seen before
+//!   (every receipt checkpoint and every checkpoint after a restart);
+//! - a record whose answer was lost in the crash is either in the log or
+//!   can still be appended (retrying it is safe).
+//!
+//! Its length is set by KILL9_ROUNDS (default 50, the minimum the issue asks).
+
+use std::collections::BTreeMap;
+use std::io::{BufRead, BufReader};
+use std::path::Path;
+use std::process::{Child, Command, Stdio};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use rand_core::{OsRng, RngCore};
+use serde_json::{json, Value};
+use tally_schemas::note::{open_checkpoint, NoteVerifier};
+use tally_schemas::record::NoteBody;
+use tally_schemas::tree::verify_consistency;
+use tally_schemas::{
+    AgentName, Body, Hash, Nonce, Receipt, Record, SecretKey, Seq, TreeSize, UnixMillis,
+    UnsignedRecord,
+};
+
+const TALLY: &str = env!("CARGO_BIN_EXE_tally");
+const AGENTS: usize = 6;
+
+struct Server {
+    child: Child,
+    url: String,
+    banner: String,
+}
+
+impl Server {
+    fn start(data: &Path) -> Self {
+        let mut child = Command::new(TALLY)
+            .args(["serve", "--listen", "127.0.0.1:0", "--rate-limit", "0"])
+            .arg("--data-dir")
+            .arg(data)
+            .env("RUST_LOG", "error")
+            .stdout(Stdio::piped())
+            .stderr(Stdio::inherit())
+            .spawn()
+            .expect("start tally serve");
+        let mut out = BufReader::new(child.stdout.take().unwrap());
+        let mut banner = String::new();
+        loop {
+            let mut line = String::new();
+            assert!(
+                out.read_line(&mut line).unwrap() > 0,
+                "tally serve exited at start: {banner}"
+            );
+            banner.push_str(&line);
+            if let Some(rest) = line.strip_prefix("tally: listening on ") {
+                let url = rest.split_whitespace().next().unwrap().to_owned();
+                std::thread::spawn(move || for _ in out.lines() {});
+                return Self { child, url, banner };
+            }
+        }
+    }
+
+    fn kill9(mut self) {
+        self.child.kill().unwrap(); // SIGKILL
+        self.child.wait().unwrap();
+    }
+}
+
+struct Agent {
+    name: AgentName,
+    key: SecretKey,
+    seq: u64,
+    prev: Option<Hash>,
+    /// A record sent whose answer was lost (connection cut by the kill).
+    in_doubt: Option<Record>,
+}
+
+impl Agent {
+    fn next(&mut self) -> Record {
+        if let Some(r) = &self.in_doubt {
+            return r.clone();
+        }
+        UnsignedRecord {
+            agent: self.name.clone(),
+            key_id: self.key.public_key().key_id(),
+            seq: Seq::new(self.seq).unwrap(),
+            prev: self.prev,
+            time: UnixMillis::now(),
+            nonce: Nonce::random(&mut OsRng),
+            body: Body::Note(NoteBody {
+                text: format!("record {}", self.seq),
+            }),
+        }
+        .sign(&self.key)
+        .unwrap()
+    }
+}
+
+struct Acked {
+    record: Record,
+    raw: Vec<u8>,
+}
+
+#[derive(Default)]
+struct Book {
+    acked: Vec<Acked>,
+    /// Every checkpoint seen: size → root.
+    checkpoints: BTreeMap<u64, Hash>,
+}
+
+async fn consistency(http: &reqwest::Client, url: &str, from: u64, to: u64) -> Vec<Hash> {
+    let v: Value = http
+        .get(format!("{url}/v1/proof/consistency?from={from}&to={to}"))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    serde_json::from_value(v["consistency"].clone()).unwrap_or_else(|e| panic!("{e}: {v}"))
+}
+
+/// One agent's load: append until the connection fails.
+async fn load(
+    http: reqwest::Client,
+    url: String,
+    api_key: String,
+    mut agent: Agent,
+    log_key: Arc<NoteVerifier>,
+    book: Arc<Mutex<Book>>,
+) -> Agent {
+    loop {
+        let record = agent.next();
+        let sent = http
+            .post(format!("{url}/v1/records"))
+            .bearer_auth(&api_key)
+            .body(record.canonical_bytes().to_vec())
+            .send()
+            .await;
+        let resp = match sent {
+            Ok(r) => r,
+            Err(_) => {
+                agent.in_doubt = Some(record);
+                return agent;
+            }
+        };
+        let status = resp.status().as_u16();
+        let Ok(raw) = resp.bytes().await else {
+            agent.in_doubt = Some(record);
+            return agent;
+        };
+        match status {
+            200 => {
+                let receipt = Receipt::from_json(&raw).unwrap();
+                let (cp, _) = receipt
+                    .verify(&record, &log_key)
+                    .expect("a receipt that verifies");
+                agent.seq = record.seq.get() + 1;
+                agent.prev = Some(record.hash());
+                agent.in_doubt = None;
+                let mut b = book.lock().unwrap();
+                if let Some(root) = b.checkpoints.insert(cp.size.get(), cp.root) {
+                    assert_eq!(
+                        root, cp.root,
+                        "two checkpoints of size {} with different roots",
+                        cp.size
+                    );
+                }
+                b.acked.push(Acked {
+                    record,
+                    raw: raw.to_vec(),
+                });
+            }
+            503 => tokio::time::sleep(Duration::from_millis(5)).await,
+            other => panic!("unexpected {other}: {}", String::from_utf8_lossy(&raw)),
+        }
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn kill9_loop_loses_no_receipt_and_signs_no_inconsistent_checkpoint() {
+    let rounds: usize = std::env::var("KILL9_ROUNDS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(50);
+    let started = Instant::now();
+    let tmp = tempfile::tempdir().unwrap();
+    let data = tmp.path().join("data");
+    let http = reqwest::Client::builder()
+        .timeout(Duration::from_secs(20))
+        .build()
+        .unwrap();
+
+    let server = Server::start(&data);
+    let api_key = server
+        .banner
+        .lines()
+        .find_map(|l| {
+            l.trim_start()
+                .strip_prefix("API key")
+                .map(|v| v.trim().to_owned())
+        })
+        .unwrap();
+    let vkey = server
+        .banner
+        .lines()
+        .find_map(|l| {
+            l.trim_start()
+                .strip_prefix("witness key")
+                .map(|v| v.trim().to_owned())
+        })
+        .unwrap();
+    let log_key = Arc::new(NoteVerifier::from_vkey(&vkey).unwrap());
+    let mut agents: Vec<Agent> = (0..AGENTS)
+        .map(|i| Agent {
+            name: AgentName::new(&format!("k9-{i}")).unwrap(),
+            key: SecretKey::generate(&mut OsRng),
+            seq: 0,
+            prev: None,
+            in_doubt: None,
+        })
+        .collect();
+    for a in &agents {
+        let r = http
+            .post(format!("{}/v1/agents", server.url))
+            .bearer_auth(&api_key)
+            .json(&json!({"agent": a.name, "public_key": a.key.public_key(), "not_before": UnixMillis::new(UnixMillis::now().as_millis() - 60_000)}))
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(r.status().as_u16(), 201);
+    }
+    let book = Arc::new(Mutex::new(Book::default()));
+    let mut server = Some(server);
+    let mut kills = 0;
+    let mut in_doubt_landed = 0;
+    let mut in_doubt_new = 0;
+    let mut proofs_checked = 0u64;
+    let mut last_size = 0u64;
+
+    for round in 0..rounds {
+        let s = server.take().unwrap_or_else(|| Server::start(&data));
+        let url = s.url.clone();
+
+        // After a restart: the new checkpoint against everything seen before.
+        let note = http
+            .get(format!("{url}/checkpoint"))
+            .send()
+            .await
+            .unwrap()
+            .text()
+            .await
+            .unwrap();
+        let cp =
+            open_checkpoint(&note, &log_key).expect("the checkpoint verifies with the pinned key");
+        let size = cp.size.get();
+        let earlier: Vec<(u64, Hash)> = book
+            .lock()
+            .unwrap()
+            .checkpoints
+            .iter()
+            .map(|(k, v)| (*k, *v))
+            .collect();
+        for (old_size, old_root) in earlier {
+            assert!(old_size <= size, "round {round}: a checkpoint of size {old_size} was signed, the log restarted at {size}");
+            if old_size == size {
+                assert_eq!(
+                    old_root, cp.root,
+                    "round {round}: two roots for size {size}"
+                );
+            } else if old_size > 0 {
+                let proof = consistency(&http, &url, old_size, size).await;
+                verify_consistency(
+                    TreeSize::new(old_size),
+                    cp.size,
+                    &old_root,
+                    &cp.root,
+                    &proof,
+                )
+                .unwrap_or_else(|e| {
+                    panic!(
+                        "round {round}: checkpoint {old_size} is not consistent with {size}: {e}"
+                    )
+                });
+                proofs_checked += 1;
+            }
+        }
+        assert!(size >= last_size);
+        last_size = size;
+        book.lock().unwrap().checkpoints.insert(size, cp.root);
+
+        // The records acknowledged just before the kill still answer with
+        // their original receipts; the ones in doubt are settled.
+        let recent: Vec<(Record, Vec<u8>)> = {
+            let b = book.lock().unwrap();
+            b.acked
+                .iter()
+                .rev()
+                .take(2 * AGENTS)
+                .map(|a| (a.record.clone(), a.raw.clone()))
+                .collect()
+        };
+        for (record, raw) in recent {
+            let resp = http
+                .post(format!("{url}/v1/records"))
+                .bearer_auth(&api_key)
+                .body(record.canonical_bytes().to_vec())
+                .send()
+                .await
+                .unwrap();
+            assert_eq!(
+                resp.status().as_u16(),
+                200,
+                "round {round}: an acknowledged record was refused on retry"
+            );
+            assert_eq!(
+                resp.bytes().await.unwrap().to_vec(),
+                raw,
+                "round {round}: the retry's receipt differs"
+            );
+        }
+        for a in &mut agents {
+            if let Some(r) = &a.in_doubt {
+                let landed = http
+                    .get(format!("{url}/v1/agents/{}/head", a.name))
+                    .bearer_auth(&api_key)
+                    .send()
+                    .await
+                    .unwrap()
+                    .json::<Value>()
+                    .await
+                    .unwrap()["hash"]
+                    == json!(r.hash());
+                if landed {
+                    in_doubt_landed += 1;
+                } else {
+                    in_doubt_new += 1;
+                }
+            }
+        }
+
+        // Load, then kill -9 at a random moment.
+        let tasks: Vec<_> = agents
+            .drain(..)
+            .map(|a| {
+                tokio::spawn(load(
+                    http.clone(),
+                    url.clone(),
+                    api_key.clone(),
+                    a,
+                    Arc::clone(&log_key),
+                    Arc::clone(&book),
+                ))
+            })
+            .collect();
+        let delay = 100 + OsRng.next_u64() % 600;
+        tokio::time::sleep(Duration::from_millis(delay)).await;
+        s.kill9();
+        kills += 1;
+        for t in tasks {
+            agents.push(t.await.unwrap());
+        }
+    }
+
+    // A final start: everything once more, then an export that tally verify passes.
+    let s = Server::start(&data);
+    let note = http
+        .get(format!("{}/checkpoint", s.url))
+        .send()
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    let cp = open_checkpoint(&note, &log_key).unwrap();
+    let checkpoints: Vec<(u64, Hash)> = book
+        .lock()
+        .unwrap()
+        .checkpoints
+        .iter()
+        .map(|(k, v)| (*k, *v))
+        .collect();
+    for (old_size, old_root) in &checkpoints {
+        if *old_size > 0 && *old_size < cp.size.get() {
+            let proof = consistency(&http, &s.url, *old_size, cp.size.get()).await;
+            verify_consistency(
+                TreeSize::new(*old_size),
+                cp.size,
+                old_root,
+                &cp.root,
+                &proof,
+            )
+            .unwrap();
+            proofs_checked += 1;
+        }
+    }
+    let acked = book.lock().unwrap().acked.len();
+    assert!(
+        acked > rounds,
+        "the load acknowledged only {acked} records in {rounds} rounds"
+    );
+    for a in &agents {
+        let v: Value = http
+            .get(format!("{}/v1/agents/{}/head", s.url, a.name))
+            .bearer_auth(&api_key)
+            .send()
+            .await
+            .unwrap()
+            .json()
+            .await
+            .unwrap();
+        // The head is the last acknowledged record, or the one in doubt.
+        let ok = Some(serde_json::from_value::<Hash>(v["hash"].clone()).unwrap()) == a.prev
+            || a.in_doubt
+                .as_ref()
+                .is_some_and(|r| v["hash"] == json!(r.hash()));
+        assert!(ok, "{}: the witness's head {v} is neither the last acknowledged record nor the one in doubt", a.name);
+    }
+    eprintln!(
+        "kill -9 loop: {kills} kills in {:.1}s, {acked} receipts acknowledged, 0 lost, {} checkpoints seen, {proofs_checked} consistency proofs verified, 0 inconsistent; answers lost in a crash: {in_doubt_landed} had landed, {in_doubt_new} had not",
+        started.elapsed().as_secs_f64(),
+        checkpoints.len(),
+    );
+    s.kill9();
+}

@@ -30,6 +30,8 @@ pub struct Args {
 pub enum What {
     /// The offline verifier: records/s, peak RSS, ratio to raw Ed25519.
     Verify(VerifyArgs),
+    /// Ingest over HTTP into a witness: records/s, latency, ratio to raw Ed25519.
+    Ingest(super::bench_ingest::IngestArgs),
 }
 
 /// Arguments of `tally bench verify`.
@@ -63,6 +65,7 @@ pub fn run(args: &Args) -> anyhow::Result<ExitCode> {
             Some(dir) => verify_one(dir, v.threads),
             None => bench(v),
         },
+        What::Ingest(a) => super::bench_ingest::ingest(a),
     }
 }
 

@@ -2,6 +2,7 @@
 
 pub mod agent;
 pub mod agent_admin;
+pub mod bench_ingest;
 pub mod bench_verify;
 pub mod canon;
 pub mod export;

@@ -1,0 +1,329 @@
+//! `tally bench ingest`: the ingest benchmark of issue 4 §7 (not a test).
+//! It pre-signs records for many agents, posts them over keep-alive HTTP at
+//! a set concurrency to a witness (one it starts, `tally serve` on a temp
+//! data folder, or `--witness URL`), and reports records/s, latency
+//! p50/p99/p999 and errors; in the same run it measures the raw strict
+//! Ed25519 verifications/s of one process on all cores, and prints the ratio
+//! (DESIGN.md's target: at least 0.5). Results: docs/benchmarks.md "Ingest".
+
+use std::io::{BufRead, BufReader};
+use std::process::{Child, Command, ExitCode, Stdio};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use anyhow::{bail, Context};
+use rand_core::{OsRng, RngCore};
+use serde_json::json;
+use tally_schemas::record::NoteBody;
+use tally_schemas::record::RECORD_SIGNATURE_DOMAIN;
+use tally_schemas::{AgentName, Body, Nonce, Record, SecretKey, Seq, UnixMillis, UnsignedRecord};
+
+/// Arguments of `tally bench ingest`.
+#[derive(Debug, clap::Args)]
+pub struct IngestArgs {
+    /// Records to post in all.
+    #[arg(long, default_value_t = 40_000)]
+    pub records: usize,
+    /// Agents (chains); each is posted in order, so at most one record per
+    /// agent is in flight.
+    #[arg(long, default_value_t = 256)]
+    pub agents: usize,
+    /// Requests in flight.
+    #[arg(long, default_value_t = 128)]
+    pub concurrency: usize,
+    /// Seconds of the raw verification measurement.
+    #[arg(long, default_value_t = 3.0)]
+    pub verify_secs: f64,
+    /// Post to this witness instead of starting one (it needs --api-key, and
+    /// its rate limit should be off).
+    #[arg(long, requires = "api_key")]
+    pub witness: Option<String>,
+    /// API key of --witness.
+    #[arg(long, env = "TALLY_API_KEY", hide_env_values = true)]
+    pub api_key: Option<String>,
+}
+
+struct Started {
+    child: Child,
+    _dir: tempfile::TempDir,
+}
+
+impl Drop for Started {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+fn start_witness() -> anyhow::Result<(Started, String, String)> {
+    let dir = tempfile::tempdir().context("making a temp data folder")?;
+    let exe = std::env::current_exe().context("finding the tally binary")?;
+    let mut child = Command::new(exe)
+        .args([
+            "serve",
+            "--listen",
+            "127.0.0.1:0",
+            "--rate-limit",
+            "0",
+            "--max-in-flight",
+            "100000",
+        ])
+        .arg("--data-dir")
+        .arg(dir.path().join("data"))
+        .env("RUST_LOG", "error")
+        .stdout(Stdio::piped())
+        .stderr(Stdio::inherit())
+        .spawn()
+        .context("starting tally serve")?;
+    let mut out = BufReader::new(child.stdout.take().context("no stdout")?);
+    let mut key = None;
+    loop {
+        let mut line = String::new();
+        if out.read_line(&mut line)? == 0 {
+            bail!("tally serve exited at start");
+        }
+        if let Some(k) = line.trim_start().strip_prefix("API key") {
+            key = Some(k.trim().to_owned());
+        }
+        if let Some(rest) = line.strip_prefix("tally: listening on ") {
+            let url = rest
+                .split_whitespace()
+                .next()
+                .unwrap_or_default()
+                .to_owned();
+            std::thread::spawn(move || for _ in out.lines() {});
+            let key = key.context("no API key in the banner")?;
+            return Ok((Started { child, _dir: dir }, url, key));
+        }
+    }
+}
+
+/// Strict Ed25519 verifications per second, all cores, for `secs`.
+fn raw_verify_rate(secs: f64) -> f64 {
+    let threads = std::thread::available_parallelism().map_or(1, std::num::NonZeroUsize::get);
+    let samples: Arc<Vec<_>> = Arc::new(
+        (0..256)
+            .map(|i| {
+                let key = SecretKey::generate(&mut OsRng);
+                let msg = format!("{{\"bench\":{i},\"pad\":\"{}\"}}", "x".repeat(300)).into_bytes();
+                let sig = key.sign(RECORD_SIGNATURE_DOMAIN, &msg);
+                (key.public_key(), msg, sig)
+            })
+            .collect(),
+    );
+    let stop = Arc::new(AtomicBool::new(false));
+    let count = Arc::new(AtomicU64::new(0));
+    let started = Instant::now();
+    let handles: Vec<_> = (0..threads)
+        .map(|t| {
+            let (samples, stop, count) =
+                (Arc::clone(&samples), Arc::clone(&stop), Arc::clone(&count));
+            std::thread::spawn(move || {
+                let mut n = 0u64;
+                let mut i = t;
+                while !stop.load(Ordering::Relaxed) {
+                    for _ in 0..64 {
+                        let (pk, msg, sig) = &samples[i % samples.len()];
+                        assert!(pk.verify(RECORD_SIGNATURE_DOMAIN, msg, sig).is_ok());
+                        i += 1;
+                    }
+                    n += 64;
+                }
+                count.fetch_add(n, Ordering::Relaxed);
+            })
+        })
+        .collect();
+    std::thread::sleep(Duration::from_secs_f64(secs));
+    stop.store(true, Ordering::Relaxed);
+    for h in handles {
+        let _ = h.join();
+    }
+    count.load(Ordering::Relaxed) as f64 / started.elapsed().as_secs_f64()
+}
+
+fn percentile(sorted: &[Duration], p: f64) -> Duration {
+    if sorted.is_empty() {
+        return Duration::ZERO;
+    }
+    let i = ((sorted.len() as f64 * p).ceil() as usize).clamp(1, sorted.len()) - 1;
+    sorted[i]
+}
+
+/// Runs `tally bench ingest` (the `tally bench` group lives in `bench_verify`).
+///
+/// # Errors
+/// When the witness cannot be started or reached (exit 2).
+pub fn ingest(a: &IngestArgs) -> anyhow::Result<ExitCode> {
+    let agents = a.agents.max(1);
+    let concurrency = a.concurrency.clamp(1, agents);
+    let per_agent = a.records.div_ceil(agents);
+    let threads = std::thread::available_parallelism().map_or(1, std::num::NonZeroUsize::get);
+    println!("tally bench ingest: {} records, {agents} agents, concurrency {concurrency}, {threads} cores", per_agent * agents);
+
+    println!(
+        "measuring raw strict Ed25519 verification on {threads} threads for {:.1}s ...",
+        a.verify_secs
+    );
+    let raw = raw_verify_rate(a.verify_secs);
+
+    let (_started, url, api_key) = match (&a.witness, &a.api_key) {
+        (Some(u), Some(k)) => (None, u.trim_end_matches('/').to_owned(), k.clone()),
+        _ => {
+            let (s, u, k) = start_witness()?;
+            (Some(s), u, k)
+        }
+    };
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()?;
+    let http = reqwest::Client::builder()
+        .pool_max_idle_per_host(concurrency * 2)
+        .timeout(Duration::from_secs(60))
+        .build()?;
+    let run_id = format!("{:08x}", OsRng.next_u32());
+
+    // Register the agents and pre-sign their chains.
+    let keys: Vec<(AgentName, SecretKey)> = (0..agents)
+        .map(|i| {
+            Ok((
+                AgentName::new(&format!("bench-{run_id}-{i}"))?,
+                SecretKey::generate(&mut OsRng),
+            ))
+        })
+        .collect::<anyhow::Result<_>>()?;
+    rt.block_on(async {
+        for (name, key) in &keys {
+            let r = http
+                .post(format!("{url}/v1/agents"))
+                .bearer_auth(&api_key)
+                .json(&json!({"agent": name, "public_key": key.public_key(), "not_before": UnixMillis::new(UnixMillis::now().as_millis() - 60_000)}))
+                .send()
+                .await?;
+            if r.status().as_u16() != 201 {
+                bail!("registering {name}: {}", r.text().await.unwrap_or_default());
+            }
+        }
+        anyhow::Ok(())
+    })?;
+    println!("pre-signing {} records ...", per_agent * agents);
+    let now = UnixMillis::now();
+    let chains: Vec<Vec<Vec<u8>>> = keys
+        .iter()
+        .map(|(name, key)| {
+            let mut prev = None;
+            (0..per_agent)
+                .map(|s| {
+                    let r: Record = UnsignedRecord {
+                        agent: name.clone(),
+                        key_id: key.public_key().key_id(),
+                        seq: Seq::new(s as u64)?,
+                        prev,
+                        time: now,
+                        nonce: Nonce::random(&mut OsRng),
+                        body: Body::Note(NoteBody {
+                            text: format!("bench record {s}"),
+                        }),
+                    }
+                    .sign(key)?;
+                    prev = Some(r.hash());
+                    Ok(r.canonical_bytes().to_vec())
+                })
+                .collect::<anyhow::Result<Vec<_>>>()
+        })
+        .collect::<anyhow::Result<_>>()?;
+
+    // Post: worker w owns agents w, w+C, …, and posts each chain in order.
+    println!("posting ...");
+    let chains = Arc::new(chains);
+    let errors = Arc::new(AtomicU64::new(0));
+    let started = Instant::now();
+    let latencies: Vec<Duration> = rt.block_on(async {
+        let tasks: Vec<_> = (0..concurrency)
+            .map(|w| {
+                let (http, url, key, chains, errors) = (
+                    http.clone(),
+                    url.clone(),
+                    api_key.clone(),
+                    Arc::clone(&chains),
+                    Arc::clone(&errors),
+                );
+                tokio::spawn(async move {
+                    let mine: Vec<usize> = (w..chains.len()).step_by(concurrency).collect();
+                    let mut lat = Vec::with_capacity(mine.len() * per_agent);
+                    for s in 0..per_agent {
+                        for &agent in &mine {
+                            let t = Instant::now();
+                            let ok = match http
+                                .post(format!("{url}/v1/records"))
+                                .bearer_auth(&key)
+                                .body(chains[agent][s].clone())
+                                .send()
+                                .await
+                            {
+                                Ok(r) => r.status().is_success() && r.bytes().await.is_ok(),
+                                Err(_) => false,
+                            };
+                            lat.push(t.elapsed());
+                            if !ok {
+                                errors.fetch_add(1, Ordering::Relaxed);
+                            }
+                        }
+                    }
+                    lat
+                })
+            })
+            .collect();
+        let mut all = Vec::new();
+        for t in tasks {
+            all.extend(t.await.unwrap_or_default());
+        }
+        all
+    });
+    let elapsed = started.elapsed().as_secs_f64();
+    let metrics = rt.block_on(async {
+        http.get(format!("{url}/metrics"))
+            .send()
+            .await?
+            .text()
+            .await
+    });
+    let mut latencies = latencies;
+    latencies.sort_unstable();
+    let errors = errors.load(Ordering::Relaxed);
+    let ok = latencies.len() as u64 - errors;
+    let rate = ok as f64 / elapsed;
+    let ms = |d: Duration| d.as_secs_f64() * 1000.0;
+    let metric = |name: &str| -> Option<f64> {
+        metrics
+            .as_ref()
+            .ok()?
+            .lines()
+            .find_map(|l| l.strip_prefix(name)?.trim().parse().ok())
+    };
+    println!();
+    println!("ingest:   {ok} records in {elapsed:.2}s = {rate:.0} records/s ({errors} errors)");
+    println!(
+        "latency:  p50 {:.2} ms, p99 {:.2} ms, p999 {:.2} ms",
+        ms(percentile(&latencies, 0.50)),
+        ms(percentile(&latencies, 0.99)),
+        ms(percentile(&latencies, 0.999))
+    );
+    if let (Some(b), Some(e)) = (
+        metric("tally_log_batches_total "),
+        metric("tally_log_entries_total "),
+    ) {
+        if b > 0.0 {
+            println!(
+                "batches:  {b:.0} group commits, {:.1} records per commit on average",
+                e / b
+            );
+        }
+    }
+    println!("raw:      {raw:.0} strict Ed25519 verifications/s on {threads} threads");
+    println!(
+        "ratio:    {:.2} (ingest / raw verification; target >= 0.5)",
+        rate / raw
+    );
+    Ok(ExitCode::SUCCESS)
+}

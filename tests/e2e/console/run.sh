@@ -1,0 +1,26 @@
+#!/usr/bin/env bash
+# Browser tests of the console (issue 7): headless Debian chromium driven by
+# playwright-core (pinned in package-lock.json) against the real `tally`
+# binary. Screenshots of each page go to target/console-screenshots/.
+# Run from anywhere: bash tests/e2e/console/run.sh
+set -euo pipefail
+here="$(cd "$(dirname "$0")" && pwd)"
+root="$(cd "$here/../../.." && pwd)"
+
+if [ ! -x "${CHROMIUM:-/usr/bin/chromium}" ]; then
+  # Debian's chromium; `npx playwright install` cannot download browsers here.
+  if [ "$(id -u)" = 0 ] && command -v apt-get > /dev/null; then
+    apt-get update -qq
+    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium > /dev/null
+  else
+    echo "chromium is missing: apt-get install chromium (or set CHROMIUM)" >&2
+    exit 2
+  fi
+fi
+
+cargo build --quiet --locked -p tally --manifest-path "$root/Cargo.toml"
+export TALLY_BIN="$root/target/debug/tally"
+
+cd "$here"
+npm ci --silent --no-audit --no-fund
+exec node --test --test-concurrency=1 console.test.mjs

@@ -109,7 +109,7 @@ pub fn login(message: Option<&str>) -> Markup {
         "Log in",
         html! {
             h1 { "Log in" }
-            p { "Log in with one of your project's API keys (as " code { "tally serve" } " printed it on first start, or " code { "tally project key" } " made it). The console shows that project's agents." }
+            p { "Log in with one of your project's API keys (as " code { "tally serve" } " printed it on first start, or " code { "tally project new-key" } " made it). The console shows that project's agents." }
             @if let Some(m) = message { p.error role="alert" { (m) } }
             form method="post" action="/console/login" {
                 label for="api_key" { "API key" }

@@ -28,7 +28,9 @@ pub struct AddArgs {
     /// Its Ed25519 public key, standard base64 (as `tally agent init` prints it).
     #[arg(long, value_parser = parse_public_key)]
     pub public_key: PublicKey,
-    /// When the key becomes valid (RFC 3339, ms precision); default now.
+    /// When the key becomes valid (RFC 3339, ms precision); default: now
+    /// minus the witness's skew bound, so records signed shortly before
+    /// registration are admitted.
     #[arg(long, value_parser = parse_time)]
     pub not_before: Option<UnixMillis>,
     #[command(flatten)]

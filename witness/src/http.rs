@@ -342,7 +342,13 @@ async fn add_agent(
     let principal = w.authenticate(bearer(&headers))?;
     let bytes = read_body(body, &headers, w.config().max_body_bytes).await?;
     let req: AddAgent = json_body(&bytes)?;
-    let not_before = req.not_before.unwrap_or_else(|| w.now());
+    // By default the key covers every record the skew bound still admits:
+    // an agent that signed its first records a moment before it was
+    // registered is not locked out of its own chain.
+    let not_before = req.not_before.unwrap_or_else(|| {
+        let skew = i64::try_from(w.config().max_skew_ms).unwrap_or(i64::MAX);
+        UnixMillis::new(w.now().as_millis().saturating_sub(skew).max(0))
+    });
     let row = w
         .registry()
         .add_agent(&principal.project, &req.agent, req.public_key, not_before)?;

@@ -844,3 +844,30 @@ async fn rotate_and_retire_govern_admission_and_agent_keys() {
     .await;
     assert_err(s, &b, 422, "key_not_active");
 }
+
+#[tokio::test]
+async fn a_new_key_covers_records_signed_within_the_skew_bound_before_registration() {
+    let h = harness(config());
+    let a = TestAgent::new("early-bird");
+    let body = json!({"agent": a.name, "public_key": a.key.public_key()});
+    let (s, b) = call(
+        &h.app,
+        "POST",
+        "/v1/agents",
+        Some(&h.key_a),
+        serde_json::to_vec(&body).unwrap(),
+    )
+    .await;
+    assert_eq!(s, StatusCode::CREATED);
+    assert_eq!(
+        json(&b)["keys"][0]["not_before"],
+        "2026-11-30T07:55:00.000Z"
+    );
+    let (s, b) = post(
+        &h.app,
+        Some(&h.key_a),
+        bytes(&a.draft(T0 - 200_000, "signed before registration")),
+    )
+    .await;
+    assert_eq!(s, StatusCode::OK, "{}", String::from_utf8_lossy(&b));
+}

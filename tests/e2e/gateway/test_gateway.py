@@ -31,6 +31,8 @@ AGENT = "e2e-bot"
 
 def tally(state: Path, *args: str, check: bool = True) -> subprocess.CompletedProcess:
     env = dict(os.environ, TALLY_STATE_DIR=str(state))
+    env.pop("TALLY_API_KEY", None)
+    env.pop("TALLY_WITNESS_URL", None)
     return subprocess.run([TALLY, *args], env=env, capture_output=True, text=True, check=check, timeout=120)
 
 
@@ -305,66 +307,75 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-@pytest.mark.skipif(not serve_available(), reason="`tally serve` (the witness) is not built yet")
+@pytest.mark.skipif(not serve_available(), reason="`tally serve` (the witness) is not built")
 def test_sync_to_a_real_witness_and_verify_the_pack(state: Path, tmp_path: Path) -> None:
     port = free_port()
     url = f"http://127.0.0.1:{port}"
     data = tmp_path / "witness"
+    env = {k: v for k, v in os.environ.items() if k not in ("TALLY_API_KEY", "TALLY_WITNESS_URL")}
     serve = subprocess.Popen(
         [TALLY, "serve", "--listen", f"127.0.0.1:{port}", "--data-dir", str(data)],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        env=env,
     )
     try:
-        deadline = time.time() + 30
+        deadline = time.time() + 60
         while time.time() < deadline:
             with socket.socket() as s:
                 if s.connect_ex(("127.0.0.1", port)) == 0:
                     break
             time.sleep(0.2)
-        pub = json.loads(tally(state, "status", "--agent", AGENT, "--json").stdout)["agents"][0]
-        key_b64 = tally(state, "agent", "init", AGENT).stdout.split("public key:")[1].split()[0]
+        created = subprocess.run(
+            [TALLY, "project", "create", "e2e", "--witness", url, "--data-dir", str(data)],
+            capture_output=True, text=True, timeout=60, env=env,
+        )
+        assert created.returncode == 0, created.stderr
+        api_key = next(w for w in created.stdout.split() if w.startswith("tally_"))
+        public_key = tally(state, "agent", "init", AGENT).stdout.split("public key:")[1].split()[0]
         added = subprocess.run(
-            [TALLY, "agent", "add", AGENT, "--public-key", key_b64, "--data-dir", str(data)],
-            capture_output=True,
-            text=True,
-            timeout=60,
+            [TALLY, "agent", "add", AGENT, "--public-key", public_key, "--witness", url, "--api-key", api_key],
+            capture_output=True, text=True, timeout=60, env=env,
         )
         assert added.returncode == 0, added.stderr
-        api_key = next((w for w in added.stdout.split() if w.startswith("tk_")), "")
-        tally(state, "agent", "init", AGENT, "--witness", url, *(["--api-key", api_key] if api_key else []))
+        pinned = tally(state, "agent", "init", AGENT, "--witness", url, "--api-key", api_key).stdout
+        vkey = pinned.strip().splitlines()[-1].strip()
+        assert vkey.startswith("tally.local/log+")
 
         async def session() -> None:
             async with stdio_client(gateway_params(state, ["node", SERVER, "stdio"], "--strict")) as (r, w):
                 async with ClientSession(r, w) as s:
                     await s.initialize()
                     await s.list_tools()
-                    await s.call_tool("echo", {"message": "witnessed"})
-                    await s.call_tool("get-sum", {"a": 1, "b": 2})
+                    assert not (await s.call_tool("echo", {"message": "witnessed"})).is_error
+                    assert not (await s.call_tool("get-sum", {"a": 1, "b": 2})).is_error
 
         anyio.run(session)
         synced = tally(state, "agent", "sync", AGENT, check=False)
         assert synced.returncode == 0, synced.stdout + synced.stderr
         entries = chain(state)
-        assert all(e["receipted"] for e in entries), pub
+        check_links(entries)
+        assert entries and all(e["receipted"] for e in entries)
+
         pack = tmp_path / "pack.jsonl"
         keys = tmp_path / "agent-keys.json"
-        vkey = json.loads(tally(state, "status", "--agent", AGENT, "--json").stdout)["agents"][0]["witness"]["keys"][0]
-        subprocess.run([TALLY, "export", "--agent", AGENT, "--data-dir", str(data), "--out", str(pack)], check=True, timeout=60)
-        subprocess.run([TALLY, "keys", "export", "--data-dir", str(data), "--out", str(keys)], check=True, timeout=60)
+        for cmd in (
+            ["export", "--agent", AGENT, "-o", str(pack)],
+            ["keys", "export", "--agent", AGENT, "-o", str(keys)],
+        ):
+            done = subprocess.run([TALLY, *cmd, "--witness", url, "--api-key", api_key], capture_output=True, text=True, timeout=60, env=env)
+            assert done.returncode == 0, done.stderr
         verify = subprocess.run(
             [TALLY, "verify", str(pack), "--agent-keys", str(keys), "--witness-key", vkey],
-            capture_output=True,
-            text=True,
-            timeout=120,
+            capture_output=True, text=True, timeout=120,
         )
         assert verify.returncode == 0, verify.stdout + verify.stderr
         assert "PASS" in verify.stdout
-        assert f"coverage: {AGENT}:" in verify.stdout
+        n_tools = len(next(e for e in entries if e["record"]["kind"] == "tools")["record"]["body"]["tools"])
+        assert f"coverage: {AGENT}: all {n_tools} declared tools are recorded" in verify.stdout, verify.stdout
     finally:
         serve.send_signal(signal.SIGTERM)
-        serve.wait(timeout=30)
+        serve.wait(timeout=60)
 
 
 def test_tally_record_for_scripts(state: Path) -> None:

@@ -39,7 +39,16 @@ struct Server {
     banner: String,
 }
 
+impl Drop for Server {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
 impl Server {
+    // The child is returned inside `Self`, which reaps it (Drop, kill9, sigterm).
+    #[allow(clippy::zombie_processes)]
     fn start(data: &Path) -> Self {
         let mut child = Command::new(TALLY)
             .args(["serve", "--listen", "127.0.0.1:0", "--rate-limit", "0"])
@@ -54,10 +63,11 @@ impl Server {
         let mut banner = String::new();
         loop {
             let mut line = String::new();
-            assert!(
-                out.read_line(&mut line).unwrap() > 0,
-                "tally serve exited at start: {banner}"
-            );
+            if out.read_line(&mut line).unwrap() == 0 {
+                let _ = child.kill();
+                let _ = child.wait();
+                panic!("tally serve exited at start: {banner}");
+            }
             banner.push_str(&line);
             if let Some(rest) = line.strip_prefix("tally: listening on ") {
                 let url = rest.split_whitespace().next().unwrap().to_owned();

@@ -33,6 +33,8 @@ impl Drop for Server {
 }
 
 impl Server {
+    // The child is returned inside `Self`, which reaps it (Drop, kill9, sigterm).
+    #[allow(clippy::zombie_processes)]
     fn start(data: &Path, extra: &[&str]) -> Self {
         let mut child = Command::new(TALLY)
             .arg("serve")
@@ -50,10 +52,11 @@ impl Server {
         let deadline = Instant::now() + Duration::from_secs(30);
         loop {
             let mut line = String::new();
-            assert!(
-                out.read_line(&mut line).unwrap() > 0,
-                "tally serve exited early: {banner}"
-            );
+            if out.read_line(&mut line).unwrap() == 0 {
+                let _ = child.kill();
+                let _ = child.wait();
+                panic!("tally serve exited at start: {banner}");
+            }
             banner.push_str(&line);
             if let Some(rest) = line.strip_prefix("tally: listening on ") {
                 let url = rest.split_whitespace().next().unwrap().to_owned();
@@ -61,7 +64,11 @@ impl Server {
                 std::thread::spawn(move || for _ in out.lines() {});
                 return Self { child, url, banner };
             }
-            assert!(Instant::now() < deadline, "no listening line: {banner}");
+            if Instant::now() >= deadline {
+                let _ = child.kill();
+                let _ = child.wait();
+                panic!("no listening line: {banner}");
+            }
         }
     }
 

@@ -81,6 +81,8 @@ fn start_witness() -> anyhow::Result<(Started, String, String)> {
     loop {
         let mut line = String::new();
         if out.read_line(&mut line)? == 0 {
+            let _ = child.kill();
+            let _ = child.wait();
             bail!("tally serve exited at start");
         }
         if let Some(k) = line.trim_start().strip_prefix("API key") {

@@ -541,6 +541,9 @@ async fn authorisation_matrix() {
     }
 }
 
+/// name, body, status, code, reason.
+type Case<'a> = (&'a str, Vec<u8>, u16, &'a str, Option<&'a str>);
+
 /// Bad input gets a 4xx and a code; never a 500, never a panic.
 #[tokio::test]
 async fn bad_input_corpus() {
@@ -557,7 +560,7 @@ async fn bad_input_corpus() {
     let deep = format!("{}{}", "[".repeat(10_000), "]".repeat(10_000)).into_bytes();
     let mut invalid_utf8 = good_text.clone().into_bytes();
     invalid_utf8.splice(10..10, [0xff, 0xfe]);
-    let corpus: Vec<(&str, Vec<u8>, u16, &str, Option<&str>)> = vec![
+    let corpus: Vec<Case<'_>> = vec![
         ("empty", vec![], 400, "malformed", Some("malformed_json")),
         (
             "truncated",

@@ -18,13 +18,18 @@ use std::time::Duration;
 use tally_log::{Log, LogConfig};
 use tally_schemas::note::open_checkpoint;
 use tally_schemas::tree::{verify_consistency, verify_inclusion};
-use tally_schemas::{Checkpoint, Entry, Hash, NoteSigner, NoteVerifier, Receipt, Record, SecretKey};
+use tally_schemas::{
+    Checkpoint, Entry, Hash, NoteSigner, NoteVerifier, Receipt, Record, SecretKey,
+};
 
 const LOAD_LOG_SEED: [u8; 32] = [0x4c; 32];
 const LOAD_ORIGIN: &str = "tally.test/kill9";
 
 fn kills() -> usize {
-    std::env::var("TALLY_KILL9_ROUNDS").ok().and_then(|v| v.parse().ok()).unwrap_or(50)
+    std::env::var("TALLY_KILL9_ROUNDS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(50)
 }
 
 struct Acked {
@@ -37,7 +42,8 @@ struct Acked {
 fn kill_9_at_random_moments_loses_no_acknowledged_entry_and_signs_nothing_inconsistent() {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("log.redb");
-    let signer = NoteSigner::from_secret(LOAD_ORIGIN, SecretKey::from_seed(&LOAD_LOG_SEED)).unwrap();
+    let signer =
+        NoteSigner::from_secret(LOAD_ORIGIN, SecretKey::from_seed(&LOAD_LOG_SEED)).unwrap();
     let verifier: NoteVerifier = signer.verifier().clone();
     let mut seed = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
@@ -66,15 +72,26 @@ fn kill_9_at_random_moments_loses_no_acknowledged_entry_and_signs_nothing_incons
         child.kill().unwrap(); // SIGKILL on Unix
         child.wait().unwrap();
         let mut stderr = String::new();
-        child.stderr.take().unwrap().read_to_string(&mut stderr).unwrap();
-        assert!(still_running, "round {round}: the load process exited on its own: {stderr}");
+        child
+            .stderr
+            .take()
+            .unwrap()
+            .read_to_string(&mut stderr)
+            .unwrap();
+        assert!(
+            still_running,
+            "round {round}: the load process exited on its own: {stderr}"
+        );
         killed_mid_run += 1;
         let mut out = Vec::new();
         child.stdout.take().unwrap().read_to_end(&mut out).unwrap();
         // Only complete lines were acknowledged.
         let complete = out.iter().rposition(|b| *b == b'\n').map_or(0, |p| p + 1);
         let before = acked.len();
-        for line in out[..complete].split(|b| *b == b'\n').filter(|l| !l.is_empty()) {
+        for line in out[..complete]
+            .split(|b| *b == b'\n')
+            .filter(|l| !l.is_empty())
+        {
             let v: serde_json::Value = serde_json::from_slice(line).unwrap();
             let record = Record::from_value(v["record"].clone()).unwrap();
             let receipt: Receipt = serde_json::from_value(v["receipt"].clone()).unwrap();
@@ -94,8 +111,15 @@ fn kill_9_at_random_moments_loses_no_acknowledged_entry_and_signs_nothing_incons
         for a in &acked {
             // The entry is still there, byte for byte, and proven in the new checkpoint.
             let index = a.receipt.index;
-            let entry: Entry = log.entry(index).unwrap().unwrap_or_else(|| panic!("round {round}: entry {index} lost"));
-            assert_eq!(entry.leaf_hash(), a.leaf, "round {round}: entry {index} changed");
+            let entry: Entry = log
+                .entry(index)
+                .unwrap()
+                .unwrap_or_else(|| panic!("round {round}: entry {index} lost"));
+            assert_eq!(
+                entry.leaf_hash(),
+                a.leaf,
+                "round {round}: entry {index} changed"
+            );
             assert_eq!(entry.record().hash(), a.record.hash());
             let (_, proof) = log.inclusion_proof(index, None).unwrap();
             verify_inclusion(index, latest.size, &a.leaf, &proof, &latest.root).unwrap();
@@ -113,21 +137,35 @@ fn kill_9_at_random_moments_loses_no_acknowledged_entry_and_signs_nothing_incons
             }
             assert!(old.size <= latest.size, "round {round}: the log shrank");
             let (_, c) = log.consistency_proof(old.size, None).unwrap();
-            verify_consistency(old.size, latest.size, &old.root, &latest.root, &c)
-                .unwrap_or_else(|e| panic!("round {round}: checkpoint {} inconsistent: {e}", old.size));
+            verify_consistency(old.size, latest.size, &old.root, &latest.root, &c).unwrap_or_else(
+                |e| panic!("round {round}: checkpoint {} inconsistent: {e}", old.size),
+            );
         }
         // A retried acknowledged record gets its receipt back, byte for byte.
         if let Some(a) = acked.last() {
-            let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
-            let again = rt.block_on(log.append(a.record.clone(), tally_schemas::UnixMillis::now())).unwrap();
+            let rt = tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+                .unwrap();
+            let again = rt
+                .block_on(log.append(a.record.clone(), tally_schemas::UnixMillis::now()))
+                .unwrap();
             assert!(again.duplicate);
             assert_eq!(again.receipt, a.receipt, "round {round}");
         }
         seen.push(latest);
         log.shutdown();
         drop(log);
-        eprintln!("round {round}: killed after {wait:?}, {} new receipts, {} in all", acked.len() - before, acked.len());
+        eprintln!(
+            "round {round}: killed after {wait:?}, {} new receipts, {} in all",
+            acked.len() - before,
+            acked.len()
+        );
     }
     assert_eq!(killed_mid_run, kills());
-    assert!(acked.len() > kills(), "the load process acknowledged too little to test anything: {}", acked.len());
+    assert!(
+        acked.len() > kills(),
+        "the load process acknowledged too little to test anything: {}",
+        acked.len()
+    );
 }

@@ -15,7 +15,9 @@ use std::sync::{Arc, Mutex};
 
 use tally_log::{Log, LogConfig};
 use tally_schemas::record::NoteBody;
-use tally_schemas::{AgentName, Body, Hash, Nonce, NoteSigner, SecretKey, Seq, UnixMillis, UnsignedRecord};
+use tally_schemas::{
+    AgentName, Body, Hash, Nonce, NoteSigner, SecretKey, Seq, UnixMillis, UnsignedRecord,
+};
 
 /// The log key of the harness, fixed so that the parent can check receipts.
 pub const LOAD_LOG_SEED: [u8; 32] = [0x4c; 32];
@@ -55,7 +57,11 @@ fn main() -> ExitCode {
             return ExitCode::from(1);
         }
     };
-    let rt = match tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build() {
+    let rt = match tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+    {
         Ok(rt) => rt,
         Err(e) => {
             eprintln!("tally-log-load: {e}");
@@ -68,7 +74,9 @@ fn main() -> ExitCode {
         let mut tasks = Vec::new();
         for k in 0..agents {
             let (log, out) = (log.clone(), out.clone());
-            tasks.push(tokio::spawn(async move { run_agent(&log, &out, k, per_agent).await }));
+            tasks.push(tokio::spawn(async move {
+                run_agent(&log, &out, k, per_agent).await
+            }));
         }
         for t in tasks {
             t.await.map_err(|e| e.to_string())??;
@@ -85,7 +93,12 @@ fn main() -> ExitCode {
 }
 
 /// Appends `count` records to agent `k`'s chain, resuming from its head.
-async fn run_agent(log: &Log, out: &Mutex<std::io::Stdout>, k: usize, count: u64) -> Result<(), String> {
+async fn run_agent(
+    log: &Log,
+    out: &Mutex<std::io::Stdout>,
+    k: usize,
+    count: u64,
+) -> Result<(), String> {
     let name = AgentName::new(&format!("load-{k}")).map_err(|e| e.to_string())?;
     let key = SecretKey::from_seed(&[k as u8 + 1; 32]);
     let (mut seq, mut prev) = match log.chain_head(&name).map_err(|e| e.to_string())? {
@@ -95,8 +108,9 @@ async fn run_agent(log: &Log, out: &Mutex<std::io::Stdout>, k: usize, count: u64
     let run = UnixMillis::now().as_millis();
     for _ in 0..count {
         let nonce_seed = format!("{name}/{seq}/{run}/{}", std::process::id());
-        let nonce = Nonce::from_bytes(Hash::sha256(nonce_seed.as_bytes()).as_bytes()[..16].to_vec())
-            .map_err(|e| e.to_string())?;
+        let nonce =
+            Nonce::from_bytes(Hash::sha256(nonce_seed.as_bytes()).as_bytes()[..16].to_vec())
+                .map_err(|e| e.to_string())?;
         let record = UnsignedRecord {
             agent: name.clone(),
             key_id: key.public_key().key_id(),
@@ -110,11 +124,16 @@ async fn run_agent(log: &Log, out: &Mutex<std::io::Stdout>, k: usize, count: u64
         }
         .sign(&key)
         .map_err(|e| e.to_string())?;
-        let got = log.append(record.clone(), UnixMillis::now()).await.map_err(|e| e.to_string())?;
+        let got = log
+            .append(record.clone(), UnixMillis::now())
+            .await
+            .map_err(|e| e.to_string())?;
         let line = serde_json::json!({ "record": record, "receipt": got.receipt });
         {
             let mut o = out.lock().map_err(|_| "stdout lock poisoned".to_owned())?;
-            writeln!(o, "{line}").and_then(|()| o.flush()).map_err(|e| e.to_string())?;
+            writeln!(o, "{line}")
+                .and_then(|()| o.flush())
+                .map_err(|e| e.to_string())?;
         }
         prev = Some(record.hash());
         seq += 1;

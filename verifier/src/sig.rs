@@ -21,17 +21,47 @@ pub fn verify_message(public_key: &[u8; 32], message: &[u8], sig: &[u8; 64]) -> 
     })
 }
 
+/// `"tally/record/v1\n" ‖ JCS(record without sig)`, the message a record
+/// signs.
+///
+/// JCS sorts members, so the top-level `"sig"` member sits between `seq` and
+/// `time`, and no body has a member named `sig`; inside JSON strings every
+/// `"` is escaped, so the bytes `,"sig":"` occur only there. Cutting that
+/// member out of the record's canonical bytes gives the canonical bytes
+/// without it, without re-serialising the record. If the cut does not find
+/// exactly the record's own signature, the bytes are re-serialised instead.
+#[must_use]
+pub fn record_message(record: &Record) -> Option<Vec<u8>> {
+    const KEY: &[u8] = b",\"sig\":\"";
+    let canonical = record.canonical_bytes();
+    let sig = record.signature().to_base64();
+    let spliced = canonical
+        .windows(KEY.len())
+        .position(|w| w == KEY)
+        .and_then(|at| {
+            let value_start = at + KEY.len();
+            let value_end = value_start + sig.len();
+            (canonical.get(value_start..value_end) == Some(sig.as_bytes())
+                && canonical.get(value_end) == Some(&b'"'))
+            .then_some((at, value_end + 1))
+        });
+    let mut message = Vec::with_capacity(RECORD_SIGNATURE_DOMAIN.len() + canonical.len());
+    message.extend_from_slice(RECORD_SIGNATURE_DOMAIN);
+    match spliced {
+        Some((from, to)) => {
+            message.extend_from_slice(&canonical[..from]);
+            message.extend_from_slice(&canonical[to..]);
+        }
+        None => message.extend_from_slice(&record.unsigned().signing_bytes().ok()?),
+    }
+    Some(message)
+}
+
 /// Whether `record`'s signature verifies strictly with `key`
 /// (`"tally/record/v1\n" ‖ JCS(record without sig)`).
 #[must_use]
 pub fn verify_record(record: &Record, key: &PublicKey) -> bool {
-    let Ok(signing) = record.unsigned().signing_bytes() else {
-        return false;
-    };
-    let mut message = Vec::with_capacity(RECORD_SIGNATURE_DOMAIN.len() + signing.len());
-    message.extend_from_slice(RECORD_SIGNATURE_DOMAIN);
-    message.extend_from_slice(&signing);
-    key.verify_raw(&message, record.signature()).is_ok()
+    record_message(record).is_some_and(|m| key.verify_raw(&m, record.signature()).is_ok())
 }
 
 /// Checks many signatures on `threads` cores (0: all), each one strictly and

@@ -66,3 +66,26 @@ fn edge_cases_accept_and_reject_exactly_as_strict_single_verification() {
         );
     }
 }
+
+#[test]
+fn the_record_message_is_the_domain_and_the_canonical_record_without_sig() {
+    use tally_schemas::record::RECORD_SIGNATURE_DOMAIN;
+    use tally_verifier::fixture::{self, decision, note, tool, tools, Fixture};
+    let mut fx = Fixture::new("tally.local/log", "log");
+    fx.add_agent("a", "a/1");
+    let texts = [",\"sig\":\"", "\\\",\"sig\":\"x", "sig", "é\u{2028}\"\\"];
+    let mut records = vec![fx.log("a", tools("l", vec![tool("sig", true, "v1")]))];
+    for t in texts {
+        records.push(fx.log("a", note(t)));
+        records.push(fx.log("a", decision(t, t)));
+    }
+    for r in records {
+        let mut want = RECORD_SIGNATURE_DOMAIN.to_vec();
+        want.extend_from_slice(&r.unsigned().signing_bytes().unwrap());
+        assert_eq!(tally_verifier::sig::record_message(&r).unwrap(), want);
+        assert!(tally_verifier::sig::verify_record(
+            &r,
+            &fixture::key_from_label("a/1").public_key()
+        ));
+    }
+}

@@ -23,5 +23,7 @@ pub mod store;
 pub mod tree;
 
 pub use error::{AppendError, OpenError, ProofRequestError, ReadError};
-pub use log::{Appended, ChainEntries, ChainEntry, Log, LogConfig, LogStats, SignedCheckpoint};
+pub use log::{
+    Appended, ChainEntries, ChainEntry, Log, LogConfig, LogStats, PendingAppend, SignedCheckpoint,
+};
 pub use store::{ChainHead, LogStore, StoreError};

@@ -18,9 +18,12 @@
 //! landed.
 
 use std::collections::HashMap;
+use std::future::Future;
 use std::path::Path;
+use std::pin::Pin;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, RwLock};
+use std::task::{Context, Poll};
 use std::thread::JoinHandle;
 
 use tally_schemas::entry::RECEIPT_VERSION;
@@ -35,7 +38,7 @@ use tokio::sync::{mpsc, oneshot};
 
 use crate::error::{AppendError, OpenError, ProofRequestError, ReadError};
 use crate::store::redb::RedbStore;
-use crate::store::{BatchWrite, ChainHead, LogStore, NewEntry, StoreError};
+use crate::store::{BatchWrite, ChainHead, Found, LogStore, Lookup, NewEntry, StoreError};
 use crate::tree::{self, StoredHashes};
 
 /// Tuning of the sequencer.
@@ -94,6 +97,24 @@ pub struct ChainEntry {
     pub entry: Entry,
     /// The size of the checkpoint its receipt was issued under.
     pub receipt_size: TreeSize,
+}
+
+/// A queued append ([`Log::enqueue`]): resolves once the record is durably
+/// committed and covered by a signed checkpoint, or refused.
+#[derive(Debug)]
+#[must_use = "the append is queued either way; await it for the receipt"]
+pub struct PendingAppend {
+    rx: oneshot::Receiver<Result<Appended, AppendError>>,
+}
+
+impl Future for PendingAppend {
+    type Output = Result<Appended, AppendError>;
+
+    fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
+        Pin::new(&mut self.rx)
+            .poll(cx)
+            .map(|r| r.map_err(|_| AppendError::Closed).and_then(|a| a))
+    }
 }
 
 struct Job {
@@ -209,26 +230,41 @@ impl Log {
         record: Record,
         received: UnixMillis,
     ) -> Result<Appended, AppendError> {
+        self.enqueue(record, received)?.await
+    }
+
+    /// Queues `record` now, synchronously, and returns a future of its
+    /// append (see [`Log::append`]). Records are sequenced in the order they
+    /// are queued, so a caller that stamps receive times and enqueues under
+    /// one lock gets receive times that never decrease in log order.
+    ///
+    /// # Errors
+    /// [`AppendError::Overloaded`] when the queue is full;
+    /// [`AppendError::Closed`] after [`Log::shutdown`]. The future resolves
+    /// to the other errors of [`Log::append`].
+    pub fn enqueue(
+        &self,
+        record: Record,
+        received: UnixMillis,
+    ) -> Result<PendingAppend, AppendError> {
         let (reply, rx) = oneshot::channel();
-        {
-            let queue = self.queue.lock().map_err(|_| AppendError::Closed)?;
-            let Some(sender) = queue.as_ref() else {
-                return Err(AppendError::Closed);
-            };
-            sender
-                .try_send(Job {
-                    record,
-                    received,
-                    reply,
-                })
-                .map_err(|e| match e {
-                    mpsc::error::TrySendError::Full(_) => AppendError::Overloaded {
-                        capacity: self.capacity,
-                    },
-                    mpsc::error::TrySendError::Closed(_) => AppendError::Closed,
-                })?;
-        }
-        rx.await.map_err(|_| AppendError::Closed)?
+        let queue = self.queue.lock().map_err(|_| AppendError::Closed)?;
+        let Some(sender) = queue.as_ref() else {
+            return Err(AppendError::Closed);
+        };
+        sender
+            .try_send(Job {
+                record,
+                received,
+                reply,
+            })
+            .map_err(|e| match e {
+                mpsc::error::TrySendError::Full(_) => AppendError::Overloaded {
+                    capacity: self.capacity,
+                },
+                mpsc::error::TrySendError::Closed(_) => AppendError::Closed,
+            })?;
+        Ok(PendingAppend { rx })
     }
 
     /// Stops taking appends, lets the writer finish the queued ones, and
@@ -242,6 +278,10 @@ impl Log {
         if let Some(h) = handle {
             if h.join().is_err() {
                 tracing::error!("the sequencer thread panicked");
+            }
+            // The last checkpoint note was stored without a sync of its own.
+            if let Err(e) = self.shared.store.sync() {
+                tracing::warn!(error = %e, "syncing the store at shutdown failed; recovery will re-sign the last checkpoint");
             }
         }
     }
@@ -321,7 +361,7 @@ impl Log {
         if !self.latest_checkpoint().checkpoint.size.contains(index) {
             return Ok(None);
         }
-        stored_receipt(self.shared.store.as_ref(), index)
+        stored_receipt(self.shared.store.as_ref(), &self.shared.signer, index)
     }
 
     /// The index of the record with `record_hash`, if the latest checkpoint covers it.
@@ -557,8 +597,16 @@ fn read_entry(store: &dyn LogStore, index: LeafIndex) -> Result<Option<Entry>, R
 }
 
 /// Rebuilds the receipt first issued for `index` from storage.
+///
+/// Its checkpoint note is always stored (recovery stores the note of the
+/// only batch that can be beyond the latest stored checkpoint). Should one
+/// still be missing, it is re-signed from the stored tree: the note is a
+/// deterministic function of the tree of that size and the key, so these are
+/// the bytes first issued, and any tree the store holds is consistent with
+/// every checkpoint signed over it.
 fn stored_receipt(
     store: &dyn LogStore,
+    signer: &NoteSigner,
     index: LeafIndex,
 ) -> Result<Option<(Entry, Receipt)>, ReadError> {
     let Some(entry) = read_entry(store, index)? else {
@@ -569,9 +617,16 @@ fn stored_receipt(
             "entry {index} has no receipt size"
         )))
     })?;
-    let note = store
-        .checkpoint(size)?
-        .ok_or(ReadError::MissingCheckpoint { index, size })?;
+    let note = match store.checkpoint(size)? {
+        Some(note) => note,
+        None if size <= store.size()? => {
+            let root = tree::root(store, size)?;
+            signer
+                .sign_checkpoint(&Checkpoint::new(signer.verifier().name(), size, root))
+                .map_err(|_| ReadError::MissingCheckpoint { index, size })?
+        }
+        None => return Err(ReadError::MissingCheckpoint { index, size }),
+    };
     let inclusion = tree::inclusion_proof(store, index, size)?;
     let receipt = make_receipt(&entry, note, inclusion);
     Ok(Some((entry, receipt)))
@@ -642,10 +697,20 @@ fn check_extends(
     size: TreeSize,
     new_root: &Hash,
 ) -> Result<(), OpenError> {
+    check_extends_with(&StoredHashes::new(store), prev, size, new_root)
+}
+
+/// [`check_extends`] over a given hash reader.
+fn check_extends_with(
+    reader: &StoredHashes<'_>,
+    prev: &Checkpoint,
+    size: TreeSize,
+    new_root: &Hash,
+) -> Result<(), OpenError> {
     if prev.size.get() == 0 {
         return Ok(());
     }
-    let proof = tree::consistency_proof(store, prev.size, size)?;
+    let proof = tree::consistency_proof_with(reader, prev.size, size)?;
     verify_consistency(prev.size, size, &prev.root, new_root, &proof).map_err(|source| {
         OpenError::Inconsistent {
             from: prev.size,
@@ -741,10 +806,36 @@ fn process_batch(shared: &Shared, state: &mut WriterState, jobs: Vec<Job>) {
     let mut heads: HashMap<AgentName, ChainHead> = HashMap::new();
     let mut decided: Vec<(Job, Decision)> = Vec::with_capacity(jobs.len());
 
-    for job in jobs {
+    // Everything classification needs from storage, in one read. Storage
+    // cannot change meanwhile: this thread is its only writer.
+    let lookups: Vec<Lookup<'_>> = jobs
+        .iter()
+        .map(|j| Lookup {
+            record_hash: j.record.hash(),
+            nonce: &j.record.nonce,
+            agent: &j.record.agent,
+        })
+        .collect();
+    let found = match store.lookup(&lookups) {
+        Ok(f) if f.len() == jobs.len() => f,
+        Ok(_) => {
+            fail_all(
+                jobs,
+                &AppendError::Storage(StoreError::Corrupt("short lookup answer".into())),
+            );
+            return;
+        }
+        Err(e) => {
+            fail_all(jobs, &AppendError::Storage(e));
+            return;
+        }
+    };
+    drop(lookups);
+
+    for (job, found) in jobs.into_iter().zip(found) {
         let d = classify(
-            store,
             &job,
+            &found,
             old_size,
             &built,
             &mut by_hash,
@@ -777,22 +868,19 @@ fn process_batch(shared: &Shared, state: &mut WriterState, jobs: Vec<Job>) {
                 built.push(entry);
                 Decision::New(pos)
             }
-            Ok(None) => match by_hash.get(&job.record.hash()) {
-                Some(&pos) => Decision::Again(pos),
-                None => match store.index_of_record(&job.record.hash()) {
-                    Ok(Some(index)) => Decision::Existing(index),
-                    Ok(None) => Decision::Refused(AppendError::Storage(StoreError::Corrupt(
-                        "record classified as a retry but not found".into(),
-                    ))),
-                    Err(e) => Decision::Refused(e.into()),
-                },
+            Ok(None) => match (by_hash.get(&job.record.hash()), found.record) {
+                (Some(&pos), _) => Decision::Again(pos),
+                (None, Some(index)) => Decision::Existing(index),
+                (None, None) => Decision::Refused(AppendError::Storage(StoreError::Corrupt(
+                    "record classified as a retry but not found".into(),
+                ))),
             },
             Err(e) => Decision::Refused(e),
         };
         decided.push((job, d));
     }
 
-    let mut committed: Option<(TreeSize, String)> = None;
+    let mut committed: Option<Committed> = None;
     if !new_entries.is_empty() {
         match commit_and_sign(shared, state, old_size, new_entries) {
             Ok(c) => committed = Some(c),
@@ -803,7 +891,7 @@ fn process_batch(shared: &Shared, state: &mut WriterState, jobs: Vec<Job>) {
                 for (job, d) in decided {
                     let result = match d {
                         Decision::New(_) | Decision::Again(_) => Err(err.clone()),
-                        Decision::Existing(index) => existing(store, index),
+                        Decision::Existing(index) => existing(store, &shared.signer, index),
                         Decision::Refused(e) => Err(e),
                     };
                     let _ = job.reply.send(result);
@@ -818,30 +906,45 @@ fn process_batch(shared: &Shared, state: &mut WriterState, jobs: Vec<Job>) {
             Decision::New(pos) | Decision::Again(pos) => {
                 let duplicate = matches!(d, Decision::Again(_));
                 let entry = &built[pos];
-                match (
-                    &committed,
-                    tree::inclusion_proof(store, entry.index(), state.size),
-                ) {
-                    (Some((_, note)), Ok(inclusion)) => Ok(Appended {
-                        entry: entry.clone(),
-                        receipt: make_receipt(entry, note.clone(), inclusion),
-                        duplicate,
-                    }),
-                    (_, Err(e)) => Err(AppendError::Storage(e)),
-                    (None, _) => Err(AppendError::Storage(StoreError::Corrupt(
+                match &committed {
+                    // The proof is read from the batch's own hashes and the
+                    // old tree's frontier, not from storage.
+                    Some(c) => {
+                        let reader = StoredHashes::for_batch(store, &c.hashes);
+                        match tree::inclusion_proof_with(&reader, entry.index(), c.size) {
+                            Ok(inclusion) => Ok(Appended {
+                                entry: entry.clone(),
+                                receipt: make_receipt(entry, c.note.clone(), inclusion),
+                                duplicate,
+                            }),
+                            Err(e) => Err(AppendError::Storage(e)),
+                        }
+                    }
+                    None => Err(AppendError::Storage(StoreError::Corrupt(
                         "no checkpoint after commit".into(),
                     ))),
                 }
             }
-            Decision::Existing(index) => existing(store, index),
+            Decision::Existing(index) => existing(store, &shared.signer, index),
             Decision::Refused(e) => Err(e),
         };
         let _ = job.reply.send(result);
     }
 }
 
-fn existing(store: &dyn LogStore, index: LeafIndex) -> Result<Appended, AppendError> {
-    match stored_receipt(store, index)? {
+/// A committed batch: its size, its checkpoint note, and its hashes.
+struct Committed {
+    size: TreeSize,
+    note: String,
+    hashes: tree::BatchHashes,
+}
+
+fn existing(
+    store: &dyn LogStore,
+    signer: &NoteSigner,
+    index: LeafIndex,
+) -> Result<Appended, AppendError> {
+    match stored_receipt(store, signer, index)? {
         Some((entry, receipt)) => Ok(Appended {
             entry,
             receipt,
@@ -857,8 +960,8 @@ fn existing(store: &dyn LogStore, index: LeafIndex) -> Result<Appended, AppendEr
 /// of a record committed or earlier in this batch; `Err`: refused.
 #[allow(clippy::too_many_arguments)]
 fn classify(
-    store: &dyn LogStore,
     job: &Job,
+    found: &Found,
     old_size: TreeSize,
     built: &[Entry],
     by_hash: &mut HashMap<Hash, usize>,
@@ -867,12 +970,12 @@ fn classify(
 ) -> Result<Option<Entry>, AppendError> {
     let record = &job.record;
     let hash = record.hash();
-    if by_hash.contains_key(&hash) || store.index_of_record(&hash)?.is_some() {
+    if by_hash.contains_key(&hash) || found.record.is_some() {
         return Ok(None);
     }
     let first_index = match by_nonce.get(&record.nonce) {
         Some(i) => Some(*i),
-        None => store.index_of_nonce(&record.nonce)?,
+        None => found.nonce,
     };
     if let Some(first_index) = first_index {
         return Err(AppendError::NonceReplayed {
@@ -882,7 +985,7 @@ fn classify(
     }
     let head = match heads.get(&record.agent) {
         Some(h) => Some(h.clone()),
-        None => store.chain_head(&record.agent)?,
+        None => found.head.clone(),
     };
     let extends = match &head {
         None => record.seq == Seq::GENESIS,
@@ -907,16 +1010,16 @@ fn classify(
 }
 
 /// Steps 2 and 3 of the write path. On success the writer's size is the new
-/// size and the returned checkpoint is stored.
+/// size and the returned checkpoint is stored (durably with the next batch).
 fn commit_and_sign(
     shared: &Shared,
     state: &mut WriterState,
     old_size: TreeSize,
     entries: Vec<NewEntry>,
-) -> Result<(TreeSize, String), StoreError> {
+) -> Result<Committed, StoreError> {
     let store = shared.store.as_ref();
     let leaves: Vec<Hash> = entries.iter().map(|e| e.leaf_hash).collect();
-    let hashes = tree::batch_hashes(store, old_size, &leaves)?;
+    let hashes = tree::extend(store, old_size, &leaves)?;
     let mut last_per_agent: HashMap<AgentName, ChainHead> = HashMap::new();
     for e in &entries {
         last_per_agent.insert(
@@ -929,33 +1032,44 @@ fn commit_and_sign(
         );
     }
     let new_size = TreeSize::new(old_size.get() + entries.len() as u64);
+    let n = entries.len() as u64;
     let batch = BatchWrite {
         old_size,
         entries,
-        hashes,
+        hashes: hashes.hashes.clone(),
         heads: last_per_agent.into_iter().collect(),
         receipt_size: new_size,
     };
+    // The one durable write of the batch. It also persists the previous
+    // batch's checkpoint note, stored without a sync of its own.
     store.commit_batch(&batch)?;
+    drop(batch);
     state.size = new_size;
 
     // The batch is durable. Recompute the new root and prove it extends the
-    // last signed checkpoint from what is now stored (the batch's hashes are
-    // laid over the store only to save reads; they are the bytes just committed).
-    let first = tlog_tiles::stored_hash_count(old_size.get());
-    let reader = StoredHashes::with_overlay(store, first, &batch.hashes);
+    // last signed checkpoint (the batch's hashes and the old frontier are
+    // the bytes just committed and read; they are kept only to save reads).
+    let reader = StoredHashes::for_batch(store, &hashes);
     let new_root = tree::root_with(&reader, new_size)?;
     let prev = latest(shared);
-    check_extends(store, &prev.checkpoint, new_size, &new_root).map_err(open_error_to_store)?;
+    check_extends_with(&reader, &prev.checkpoint, new_size, &new_root)
+        .map_err(open_error_to_store)?;
+    drop(reader);
+    // Signing is deterministic, so this note is a function of durable state:
+    // storing it without its own fsync loses nothing a crash cannot rebuild
+    // (recovery re-signs the same bytes). docs/storage.md, "Write path".
     let signed =
         sign_and_store(store, &shared.signer, new_size, new_root).map_err(open_error_to_store)?;
     let note = signed.note.clone();
     set_latest(shared, signed);
 
-    let n = batch.entries.len() as u64;
     let stats = &shared.stats;
     stats.batches.fetch_add(1, Ordering::Relaxed);
     stats.entries.fetch_add(n, Ordering::Relaxed);
     stats.largest.fetch_max(n, Ordering::Relaxed);
-    Ok((new_size, note))
+    Ok(Committed {
+        size: new_size,
+        note,
+        hashes,
+    })
 }

@@ -33,6 +33,8 @@ pub(crate) struct StoredHashes<'a> {
     store: &'a dyn LogStore,
     first: u64,
     overlay: &'a [Hash],
+    /// Stored hashes already read (the old tree's frontier), by stored-hash index.
+    known: &'a [(u64, Hash)],
     error: RefCell<Option<StoreError>>,
 }
 
@@ -46,6 +48,20 @@ impl<'a> StoredHashes<'a> {
             store,
             first,
             overlay,
+            known: &[],
+            error: RefCell::new(None),
+        }
+    }
+
+    /// A reader over a batch just built: its hashes, the old tree's frontier
+    /// (every stored hash a root, inclusion or consistency proof at the new
+    /// size needs from before the batch), and the store as a fallback.
+    pub(crate) fn for_batch(store: &'a dyn LogStore, batch: &'a BatchHashes) -> Self {
+        Self {
+            store,
+            first: batch.first,
+            overlay: &batch.hashes,
+            known: &batch.frontier,
             error: RefCell::new(None),
         }
     }
@@ -76,6 +92,8 @@ impl HashReader for StoredHashes<'_> {
                         return Err(tlog_tiles::Error::IndexesNotInTree);
                     }
                 }
+            } else if let Some((_, h)) = self.known.iter().find(|(k, _)| *k == i) {
+                out[slot] = to_tlog(*h);
             } else {
                 from_store.push(i);
                 slots.push(slot);
@@ -142,6 +160,38 @@ pub fn inclusion_proof(
         .map_err(|e| r.lift(e))
 }
 
+/// [`inclusion_proof`] over a given hash reader.
+pub(crate) fn inclusion_proof_with(
+    reader: &StoredHashes<'_>,
+    index: LeafIndex,
+    size: TreeSize,
+) -> Result<Vec<Hash>, StoreError> {
+    if !size.contains(index) {
+        return Err(StoreError::Conflict(format!(
+            "leaf {index} is not in a tree of size {size}"
+        )));
+    }
+    tlog_tiles::prove_record(size.get(), index.get(), reader)
+        .map(|p| p.into_iter().map(from_tlog).collect())
+        .map_err(|e| reader.lift(e))
+}
+
+/// [`consistency_proof`] over a given hash reader.
+pub(crate) fn consistency_proof_with(
+    reader: &StoredHashes<'_>,
+    from: TreeSize,
+    to: TreeSize,
+) -> Result<Vec<Hash>, StoreError> {
+    if from.get() == 0 || from > to {
+        return Err(StoreError::Conflict(format!(
+            "no consistency proof from size {from} to {to}"
+        )));
+    }
+    tlog_tiles::prove_tree(to.get(), from.get(), reader)
+        .map(|p| p.into_iter().map(from_tlog).collect())
+        .map_err(|e| reader.lift(e))
+}
+
 /// RFC 9162 consistency proof from the tree of `from` leaves to the tree of
 /// `to` leaves, `0 < from <= to`; empty when they are equal.
 ///
@@ -186,6 +236,81 @@ pub fn batch_hashes(
     Ok(added)
 }
 
+/// The stored hashes a batch adds, with the old tree's frontier they were
+/// computed from.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct BatchHashes {
+    /// Stored-hash index of `hashes[0]`: `stored_hash_count(old_size)`.
+    pub(crate) first: u64,
+    /// The new stored hashes, in stored-hash order.
+    pub(crate) hashes: Vec<Hash>,
+    /// `(stored-hash index, hash)` of each maximal complete subtree of the
+    /// old tree, left to right.
+    pub(crate) frontier: Vec<(u64, Hash)>,
+}
+
+/// `(level, stored-hash index)` of the maximal complete subtrees of a tree
+/// of `size` leaves, largest (leftmost) first: one per set bit of `size`.
+fn frontier_nodes(size: TreeSize) -> Vec<(u8, u64)> {
+    let n = size.get();
+    (0..64u8)
+        .rev()
+        .filter(|l| (n >> l) & 1 == 1)
+        .map(|l| (l, tlog_tiles::stored_hash_index(l, (n >> l) - 1)))
+        .collect()
+}
+
+/// The stored hashes that appending `leaves` to a tree of `old_size` adds
+/// (the same as [`batch_hashes`]), computed in memory from the old tree's
+/// frontier, which is read from the store in one call: at most 64 hashes,
+/// whatever the batch size.
+///
+/// # Errors
+/// [`StoreError`] when a frontier hash cannot be read.
+pub(crate) fn extend(
+    store: &dyn LogStore,
+    old_size: TreeSize,
+    leaves: &[Hash],
+) -> Result<BatchHashes, StoreError> {
+    let nodes = frontier_nodes(old_size);
+    let indexes: Vec<u64> = nodes.iter().map(|(_, i)| *i).collect();
+    let read = if indexes.is_empty() {
+        Vec::new()
+    } else {
+        store.read_hashes(&indexes)?
+    };
+    if read.len() != nodes.len() {
+        return Err(StoreError::Corrupt("short read of stored hashes".into()));
+    }
+    // A stack of complete subtrees (level, hash), left to right: appending a
+    // leaf pushes it and merges equal levels, each merge being the next
+    // stored hash (Go sumdb/tlog order: the leaf, then the subtrees it completes).
+    let mut stack: Vec<(u8, Hash)> = nodes
+        .iter()
+        .map(|(l, _)| *l)
+        .zip(read.iter().copied())
+        .collect();
+    let mut hashes = Vec::with_capacity(leaves.len() * 2 + 1);
+    for leaf in leaves {
+        hashes.push(*leaf);
+        stack.push((0, *leaf));
+        while let [.., (left_level, left), (right_level, right)] = stack[..] {
+            if left_level != right_level {
+                break;
+            }
+            let node = from_tlog(tlog_tiles::node_hash(to_tlog(left), to_tlog(right)));
+            stack.truncate(stack.len() - 2);
+            hashes.push(node);
+            stack.push((right_level + 1, node));
+        }
+    }
+    Ok(BatchHashes {
+        first: tlog_tiles::stored_hash_count(old_size.get()),
+        hashes,
+        frontier: indexes.into_iter().zip(read).collect(),
+    })
+}
+
 /// The hashes of tile `(level, n)` of width `width` (C2SP tlog-tiles: the
 /// hashes at tree level `8 * level`, indexes `256 n .. 256 n + width`),
 /// concatenated. The caller checks the tile lies within the tree.
@@ -218,4 +343,79 @@ pub fn tile_width_at(size: TreeSize, level: u8, n: u64) -> u64 {
     let nodes = if shift >= 64 { 0 } else { size.get() >> shift };
     let start = n.saturating_mul(TILE_WIDTH);
     nodes.saturating_sub(start).min(TILE_WIDTH)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::store::memory::MemoryStore;
+    use crate::store::{BatchWrite, NewEntry};
+    use tally_schemas::{AgentName, Nonce, Seq};
+
+    fn leaf(i: u64) -> Hash {
+        from_tlog(tlog_tiles::record_hash(&i.to_be_bytes()))
+    }
+
+    /// `extend` (frontier, in memory) adds exactly the hashes `batch_hashes`
+    /// (tlog_tiles, reading the store) does, and proofs over its reader match
+    /// proofs read from storage, for batches of every shape.
+    #[test]
+    fn extend_matches_stored_hash_math() {
+        let store = MemoryStore::new();
+        let agent = AgentName::new("a").unwrap_or_else(|e| panic!("{e}"));
+        let mut size = 0u64;
+        for batch_len in [1u64, 1, 2, 3, 5, 8, 13, 1, 64, 7, 100, 255, 256, 1] {
+            let old = TreeSize::new(size);
+            let leaves: Vec<Hash> = (size..size + batch_len).map(leaf).collect();
+            let want = batch_hashes(&store, old, &leaves).unwrap_or_else(|e| panic!("{e}"));
+            let got = extend(&store, old, &leaves).unwrap_or_else(|e| panic!("{e}"));
+            assert_eq!(got.hashes, want, "batch of {batch_len} at {size}");
+            let new = TreeSize::new(size + batch_len);
+            let entries = leaves
+                .iter()
+                .enumerate()
+                .map(|(k, h)| {
+                    let i = size + k as u64;
+                    NewEntry {
+                        index: LeafIndex::new(i),
+                        canonical: i.to_be_bytes().to_vec(),
+                        leaf_hash: *h,
+                        record_hash: leaf(i + 1_000_000),
+                        nonce: Nonce::from_bytes(i.to_be_bytes().repeat(2))
+                            .unwrap_or_else(|e| panic!("{e}")),
+                        agent: agent.clone(),
+                        seq: Seq::new(i).unwrap_or_else(|e| panic!("{e}")),
+                    }
+                })
+                .collect();
+            store
+                .commit_batch(&BatchWrite {
+                    old_size: old,
+                    entries,
+                    hashes: want,
+                    heads: Vec::new(),
+                    receipt_size: new,
+                })
+                .unwrap_or_else(|e| panic!("{e}"));
+            let reader = StoredHashes::for_batch(&store, &got);
+            assert_eq!(
+                root_with(&reader, new).ok(),
+                root(&store, new).ok(),
+                "root at {new}"
+            );
+            for i in size..size + batch_len {
+                assert_eq!(
+                    inclusion_proof_with(&reader, LeafIndex::new(i), new).ok(),
+                    inclusion_proof(&store, LeafIndex::new(i), new).ok(),
+                );
+            }
+            if size > 0 {
+                assert_eq!(
+                    consistency_proof_with(&reader, old, new).ok(),
+                    consistency_proof(&store, old, new).ok(),
+                );
+            }
+            size += batch_len;
+        }
+    }
 }

@@ -8,7 +8,7 @@ use std::sync::{Arc, Mutex};
 
 use tally_schemas::{AgentName, Hash, LeafIndex, Nonce, Seq, TreeSize};
 
-use super::{BatchWrite, ChainHead, LogStore, StoreError};
+use super::{BatchWrite, ChainHead, Found, LogStore, Lookup, StoreError};
 
 /// What happens to one write.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -162,6 +162,12 @@ impl LogStore for FaultyStore {
     }
     fn index_of_leaf(&self, leaf_hash: &Hash) -> Result<Option<LeafIndex>, StoreError> {
         self.inner.index_of_leaf(leaf_hash)
+    }
+    fn lookup(&self, lookups: &[Lookup<'_>]) -> Result<Vec<Found>, StoreError> {
+        self.inner.lookup(lookups)
+    }
+    fn sync(&self) -> Result<(), StoreError> {
+        self.inner.sync()
     }
     fn commit_batch(&self, batch: &BatchWrite) -> Result<(), StoreError> {
         self.write(WriteKind::Batch, || self.inner.commit_batch(batch))

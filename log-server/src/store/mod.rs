@@ -9,7 +9,9 @@
 //! # Contract
 //! A backend promises:
 //! 1. **Atomic batches.** [`LogStore::commit_batch`] writes everything in a
-//!    [`BatchWrite`] or nothing, and is durable when it returns `Ok`.
+//!    [`BatchWrite`] or nothing, and is durable when it returns `Ok`, together
+//!    with every earlier write (checkpoint notes are stored without a sync of
+//!    their own and become durable with the next batch).
 //! 2. **Compare-and-swap on size.** It refuses a batch whose `old_size` is not
 //!    the stored size ([`StoreError::Conflict`]), so a stale writer can never
 //!    append twice at one index.
@@ -83,6 +85,28 @@ pub struct NewEntry {
     pub agent: AgentName,
     /// The record's seq.
     pub seq: Seq,
+}
+
+/// What the sequencer looks up for one queued record before classifying it.
+#[derive(Debug, Clone, Copy)]
+pub struct Lookup<'a> {
+    /// The record's hash (is it already committed?).
+    pub record_hash: Hash,
+    /// The record's nonce (was it used before?).
+    pub nonce: &'a Nonce,
+    /// The record's agent (where is its chain's head?).
+    pub agent: &'a AgentName,
+}
+
+/// The answers to one [`Lookup`], as of one consistent read of the store.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct Found {
+    /// [`LogStore::index_of_record`] of the record hash.
+    pub record: Option<LeafIndex>,
+    /// [`LogStore::index_of_nonce`] of the nonce.
+    pub nonce: Option<LeafIndex>,
+    /// [`LogStore::chain_head`] of the agent.
+    pub head: Option<ChainHead>,
 }
 
 /// Everything one group commit writes, in one transaction.
@@ -218,6 +242,24 @@ pub trait LogStore: Send + Sync + 'static {
     /// [`StoreError`] when the backend fails.
     fn index_of_leaf(&self, leaf_hash: &Hash) -> Result<Option<LeafIndex>, StoreError>;
 
+    /// The answers to many [`Lookup`]s, in order. Backends answer them in one
+    /// read transaction; the default asks the single-key methods.
+    ///
+    /// # Errors
+    /// [`StoreError`] when the backend fails.
+    fn lookup(&self, lookups: &[Lookup<'_>]) -> Result<Vec<Found>, StoreError> {
+        lookups
+            .iter()
+            .map(|l| {
+                Ok(Found {
+                    record: self.index_of_record(&l.record_hash)?,
+                    nonce: self.index_of_nonce(l.nonce)?,
+                    head: self.chain_head(l.agent)?,
+                })
+            })
+            .collect()
+    }
+
     /// Writes a batch atomically and durably (contract rules 1 and 2).
     ///
     /// # Errors
@@ -226,7 +268,12 @@ pub trait LogStore: Send + Sync + 'static {
     /// which case the batch may or may not have landed.
     fn commit_batch(&self, batch: &BatchWrite) -> Result<(), StoreError>;
 
-    /// Stores a signed checkpoint note for `size`, durably.
+    /// Stores a signed checkpoint note for `size`, atomically but **not
+    /// necessarily durably**: it is durable once the next
+    /// [`LogStore::commit_batch`] or [`LogStore::sync`] returns `Ok`. A note
+    /// is a deterministic function of durable state (the tree of `size` and
+    /// the log's key), so a note lost in a crash is re-signed byte for byte
+    /// by recovery (docs/storage.md, "Write path").
     ///
     /// Storing the same note again is a no-op.
     ///
@@ -234,6 +281,14 @@ pub trait LogStore: Send + Sync + 'static {
     /// [`StoreError::Conflict`] when another note is stored for `size`, when
     /// `size` is below the latest checkpoint's or above the stored tree size.
     fn put_checkpoint(&self, size: TreeSize, note: &str) -> Result<(), StoreError>;
+
+    /// Makes every earlier write durable (a clean shutdown calls it).
+    ///
+    /// # Errors
+    /// [`StoreError`] when the backend fails.
+    fn sync(&self) -> Result<(), StoreError> {
+        Ok(())
+    }
 }
 
 /// The rules of [`LogStore::put_checkpoint`], shared by the backends.

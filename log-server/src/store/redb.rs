@@ -1,14 +1,17 @@
 //! The redb [`LogStore`], the default backend: one file, one durable
-//! (`Durability::Immediate`) write transaction per group commit. Its tables,
+//! (`Durability::Immediate`) write transaction per group commit; checkpoint
+//! notes are written with `Durability::None` and persisted by the next one. Its tables,
 //! keys and encodings are documented in docs/storage.md, which is the
 //! contract for this file.
 
 use std::path::Path;
 
-use redb::{Database, ReadableDatabase, ReadableTable, ReadableTableMetadata, TableDefinition};
+use redb::{
+    Database, Durability, ReadableDatabase, ReadableTable, ReadableTableMetadata, TableDefinition,
+};
 use tally_schemas::{AgentName, Hash, LeafIndex, Nonce, Seq, TreeSize};
 
-use super::{check_put_checkpoint, BatchWrite, ChainHead, LogStore, StoreError};
+use super::{check_put_checkpoint, BatchWrite, ChainHead, Found, LogStore, Lookup, StoreError};
 
 /// `meta`: named counters. `tree_size` = number of committed entries;
 /// `layout` = the storage layout version.
@@ -223,6 +226,47 @@ impl LogStore for RedbStore {
         self.lookup(LEAF_HASHES, *leaf_hash.as_bytes())
     }
 
+    fn lookup(&self, lookups: &[Lookup<'_>]) -> Result<Vec<Found>, StoreError> {
+        let rows = self.read(|tx| {
+            let records = tx.open_table(RECORD_HASHES)?;
+            let nonces = tx.open_table(NONCES)?;
+            let heads = tx.open_table(CHAIN_HEADS)?;
+            let mut out = Vec::with_capacity(lookups.len());
+            for l in lookups {
+                out.push((
+                    records.get(*l.record_hash.as_bytes())?.map(|g| g.value()),
+                    nonces.get(l.nonce.as_bytes())?.map(|g| g.value()),
+                    heads.get(l.agent.as_str())?.map(|g| g.value()),
+                ));
+            }
+            Ok(out)
+        })?;
+        rows.into_iter()
+            .map(|(record, nonce, head)| {
+                Ok(Found {
+                    record: record.map(LeafIndex::new),
+                    nonce: nonce.map(LeafIndex::new),
+                    head: head
+                        .map(|(seq, hash, index)| {
+                            Ok::<_, StoreError>(ChainHead {
+                                seq: Seq::new(seq)
+                                    .map_err(|e| StoreError::Corrupt(e.to_string()))?,
+                                record_hash: Hash::from_bytes(hash),
+                                index: LeafIndex::new(index),
+                            })
+                        })
+                        .transpose()?,
+                })
+            })
+            .collect()
+    }
+
+    fn sync(&self) -> Result<(), StoreError> {
+        // An empty durable commit persists every earlier non-durable one.
+        let tx = self.db.begin_write().map_err(backend)?;
+        tx.commit().map_err(backend)
+    }
+
     fn commit_batch(&self, batch: &BatchWrite) -> Result<(), StoreError> {
         batch.check_shape()?;
         let tx = self.db.begin_write().map_err(backend)?;
@@ -288,7 +332,10 @@ impl LogStore for RedbStore {
     }
 
     fn put_checkpoint(&self, size: TreeSize, note: &str) -> Result<(), StoreError> {
-        let tx = self.db.begin_write().map_err(backend)?;
+        let mut tx = self.db.begin_write().map_err(backend)?;
+        // No fsync of its own: the next batch's durable commit persists it,
+        // and recovery re-signs a note lost before that (the same bytes).
+        tx.set_durability(Durability::None).map_err(backend)?;
         {
             let meta = tx.open_table(META).map_err(backend)?;
             let tree_size = TreeSize::new(

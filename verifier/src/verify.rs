@@ -994,8 +994,9 @@ impl State<'_> {
                 self.opts.0
             )),
             c.outcomes.finish(format!(
-                "{} each have exactly one outcome; no orphan outcomes",
-                plural(s.decisions, "decision", "decisions")
+                "{} {} exactly one outcome; no orphan outcomes",
+                plural(s.decisions, "decision", "decisions"),
+                if s.decisions == 1 { "has" } else { "each have" }
             )),
             c.head.finish("the head checkpoint extends the pack's, and no record is cut from the end".into()),
             c.consistency.finish(format!(

@@ -7,9 +7,7 @@
 //! nonce and idempotency atomically and resolves only once the entry is
 //! durable and covered by a signed checkpoint (docs/protocol.md §8).
 
-use std::future::Future;
 use std::sync::{Arc, Mutex};
-use std::task::{Context, Poll, Waker};
 use std::time::Instant;
 
 use rand_core::CryptoRngCore;
@@ -297,28 +295,20 @@ impl Witness {
             .take(&principal.key_id, self.now())
             .map_err(|retry_after_ms| WitnessError::RateLimited { retry_after_ms })?;
         self.check_key_and_signature(&principal, &record)?;
-        let (mut append, early) = {
+        let pending = {
             let mut last = self
                 .last_received
                 .lock()
                 .unwrap_or_else(std::sync::PoisonError::into_inner);
             let now = self.now().max(*last);
             self.check_skew(&record, now)?;
-            let mut append = Box::pin(self.log.append(record, now));
-            // The first poll queues the record (or refuses it at once); doing
-            // it under the lock makes queue order and receive-time order one.
-            let mut cx = Context::from_waker(Waker::noop());
-            let early = match append.as_mut().poll(&mut cx) {
-                Poll::Ready(result) => Some(result),
-                Poll::Pending => None,
-            };
+            // Queued under the lock, so queue order and receive-time order
+            // are one. The queueing itself never waits.
+            let pending = self.log.enqueue(record, now);
             *last = now;
-            (append, early)
+            pending?
         };
-        let appended = match early {
-            Some(result) => result?,
-            None => (&mut append).await?,
-        };
+        let appended = pending.await?;
         if !appended.duplicate {
             let size = tally_schemas::note::peek_checkpoint(&appended.receipt.checkpoint)
                 .map(|c| c.size.get());

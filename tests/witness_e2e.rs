@@ -3,10 +3,7 @@
 //! every row of the admission status table, the CLI exports checked by
 //! `tally verify`, SIGTERM, and a restart that returns the same receipts.
 
-use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
-use std::time::{Duration, Instant};
 
 use rand_core::OsRng;
 use serde_json::{json, Value};
@@ -16,85 +13,9 @@ use tally_schemas::{
     AgentName, Body, Hash, Nonce, Receipt, Record, SecretKey, Seq, UnixMillis, UnsignedRecord,
 };
 
-const TALLY: &str = env!("CARGO_BIN_EXE_tally");
+mod common;
 
-/// A running `tally serve`, killed on drop.
-struct Server {
-    child: Child,
-    url: String,
-    banner: String,
-}
-
-impl Drop for Server {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
-impl Server {
-    // The child is returned inside `Self`, which reaps it (Drop, kill9, sigterm).
-    #[allow(clippy::zombie_processes)]
-    fn start(data: &Path, extra: &[&str]) -> Self {
-        let mut child = Command::new(TALLY)
-            .arg("serve")
-            .arg("--data-dir")
-            .arg(data)
-            .args(["--listen", "127.0.0.1:0"])
-            .args(extra)
-            .env("RUST_LOG", "warn")
-            .stdout(Stdio::piped())
-            .stderr(Stdio::inherit())
-            .spawn()
-            .expect("start tally serve");
-        let mut out = BufReader::new(child.stdout.take().unwrap());
-        let mut banner = String::new();
-        let deadline = Instant::now() + Duration::from_secs(30);
-        loop {
-            let mut line = String::new();
-            if out.read_line(&mut line).unwrap() == 0 {
-                let _ = child.kill();
-                let _ = child.wait();
-                panic!("tally serve exited at start: {banner}");
-            }
-            banner.push_str(&line);
-            if let Some(rest) = line.strip_prefix("tally: listening on ") {
-                let url = rest.split_whitespace().next().unwrap().to_owned();
-                // Keep draining stdout so the server never blocks on a full pipe.
-                std::thread::spawn(move || for _ in out.lines() {});
-                return Self { child, url, banner };
-            }
-            if Instant::now() >= deadline {
-                let _ = child.kill();
-                let _ = child.wait();
-                panic!("no listening line: {banner}");
-            }
-        }
-    }
-
-    fn banner_value(&self, label: &str) -> String {
-        self.banner
-            .lines()
-            .find_map(|l| {
-                l.trim_start()
-                    .strip_prefix(label)
-                    .map(|v| v.trim().to_owned())
-            })
-            .unwrap_or_else(|| panic!("no {label} in banner:\n{}", self.banner))
-    }
-
-    fn sigterm(mut self) -> std::process::ExitStatus {
-        let pid = self.child.id().to_string();
-        assert!(Command::new("kill")
-            .args(["-TERM", &pid])
-            .status()
-            .unwrap()
-            .success());
-        let status = self.child.wait().unwrap();
-        std::mem::forget(self);
-        status
-    }
-}
+use common::{tally, Server};
 
 struct Agent {
     name: AgentName,
@@ -135,22 +56,6 @@ impl Agent {
         self.seq = r.seq.get() + 1;
         self.prev = Some(r.hash());
     }
-}
-
-fn tally(args: &[&str], env: &[(&str, &str)]) -> (bool, String, String) {
-    let out = Command::new(TALLY)
-        .args(args)
-        .envs(env.iter().copied())
-        .env_remove("TALLY_API_KEY")
-        .env_remove("TALLY_WITNESS_URL")
-        .envs(env.iter().copied())
-        .output()
-        .expect("run tally");
-    (
-        out.status.success(),
-        String::from_utf8_lossy(&out.stdout).into_owned(),
-        String::from_utf8_lossy(&out.stderr).into_owned(),
-    )
 }
 
 async fn post(

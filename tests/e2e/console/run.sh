@@ -19,7 +19,7 @@ if [ ! -x "${CHROMIUM:-/usr/bin/chromium}" ]; then
 fi
 
 cargo build --quiet --locked -p tally --manifest-path "$root/Cargo.toml"
-export TALLY_BIN="$root/target/debug/tally"
+export TALLY_BIN="${CARGO_TARGET_DIR:-$root/target}/debug/tally"
 
 cd "$here"
 npm ci --silent --no-audit --no-fund

@@ -8,7 +8,7 @@ here="$(cd "$(dirname "$0")" && pwd)"
 root="$(cd "$here/../../.." && pwd)"
 
 cargo build --quiet --locked -p tally --manifest-path "$root/Cargo.toml"
-export TALLY_BIN="$root/target/debug/tally"
+export TALLY_BIN="${CARGO_TARGET_DIR:-$root/target}/debug/tally"
 
 venv="${TALLY_E2E_VENV:-$here/.venv}"
 if [ ! -x "$venv/bin/python" ]; then

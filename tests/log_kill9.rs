@@ -14,9 +14,6 @@
 //! Its length is set by KILL9_ROUNDS (default 50, the minimum the issue asks).
 
 use std::collections::BTreeMap;
-use std::io::{BufRead, BufReader};
-use std::path::Path;
-use std::process::{Child, Command, Stdio};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -30,58 +27,11 @@ use tally_schemas::{
     UnsignedRecord,
 };
 
-const TALLY: &str = env!("CARGO_BIN_EXE_tally");
+mod common;
+
+use common::Server;
+
 const AGENTS: usize = 6;
-
-struct Server {
-    child: Child,
-    url: String,
-    banner: String,
-}
-
-impl Drop for Server {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
-impl Server {
-    // The child is returned inside `Self`, which reaps it (Drop, kill9, sigterm).
-    #[allow(clippy::zombie_processes)]
-    fn start(data: &Path) -> Self {
-        let mut child = Command::new(TALLY)
-            .args(["serve", "--listen", "127.0.0.1:0", "--rate-limit", "0"])
-            .arg("--data-dir")
-            .arg(data)
-            .env("RUST_LOG", "error")
-            .stdout(Stdio::piped())
-            .stderr(Stdio::inherit())
-            .spawn()
-            .expect("start tally serve");
-        let mut out = BufReader::new(child.stdout.take().unwrap());
-        let mut banner = String::new();
-        loop {
-            let mut line = String::new();
-            if out.read_line(&mut line).unwrap() == 0 {
-                let _ = child.kill();
-                let _ = child.wait();
-                panic!("tally serve exited at start: {banner}");
-            }
-            banner.push_str(&line);
-            if let Some(rest) = line.strip_prefix("tally: listening on ") {
-                let url = rest.split_whitespace().next().unwrap().to_owned();
-                std::thread::spawn(move || for _ in out.lines() {});
-                return Self { child, url, banner };
-            }
-        }
-    }
-
-    fn kill9(mut self) {
-        self.child.kill().unwrap(); // SIGKILL
-        self.child.wait().unwrap();
-    }
-}
 
 struct Agent {
     name: AgentName,
@@ -208,7 +158,7 @@ async fn kill9_loop_loses_no_receipt_and_signs_no_inconsistent_checkpoint() {
         .build()
         .unwrap();
 
-    let server = Server::start(&data);
+    let server = Server::start(&data, &["--rate-limit", "0"]);
     let api_key = server
         .banner
         .lines()
@@ -256,7 +206,9 @@ async fn kill9_loop_loses_no_receipt_and_signs_no_inconsistent_checkpoint() {
     let mut last_size = 0u64;
 
     for round in 0..rounds {
-        let s = server.take().unwrap_or_else(|| Server::start(&data));
+        let s = server
+            .take()
+            .unwrap_or_else(|| Server::start(&data, &["--rate-limit", "0"]));
         let url = s.url.clone();
 
         // After a restart: the new checkpoint against everything seen before.
@@ -380,7 +332,7 @@ async fn kill9_loop_loses_no_receipt_and_signs_no_inconsistent_checkpoint() {
     }
 
     // A final start: everything once more, then an export that tally verify passes.
-    let s = Server::start(&data);
+    let s = Server::start(&data, &["--rate-limit", "0"]);
     let note = http
         .get(format!("{}/checkpoint", s.url))
         .send()

@@ -77,6 +77,12 @@ impl Server {
             .unwrap_or_else(|| panic!("no {label} in banner:\n{}", self.banner))
     }
 
+    /// SIGKILL, as a crash would.
+    pub fn kill9(mut self) {
+        self.child.kill().unwrap();
+        self.child.wait().unwrap();
+    }
+
     pub fn sigterm(mut self) -> std::process::ExitStatus {
         let pid = self.child.id().to_string();
         assert!(Command::new("kill")

@@ -75,12 +75,47 @@ pub fn is_valid_key_name(name: &str) -> bool {
 }
 
 fn note_key_id(name: &str, public: &PublicKey) -> u32 {
-    let mut encoded = vec![ALG_ED25519];
+    key_id_for_algorithm(ALG_ED25519, name, public)
+}
+
+/// The signed-note key id of an Ed25519 `public` key named `name` under
+/// signature algorithm byte `algorithm` (0x01 for notes, 0x04 for C2SP
+/// cosignature/v1): `SHA-256(name ‖ "\n" ‖ algorithm ‖ key)[:4]`.
+#[must_use]
+pub fn key_id_for_algorithm(algorithm: u8, name: &str, public: &PublicKey) -> u32 {
+    let mut encoded = vec![algorithm];
     encoded.extend_from_slice(&public.to_bytes());
     signed_note::key_id(name, &encoded)
 }
 
-fn split_key(text: &str, what: &'static str) -> Result<(String, u32, [u8; 32]), NoteError> {
+/// Splits a vkey `name+hex8(id)+base64(algorithm ‖ 32-byte key)` whose
+/// algorithm byte must be `algorithm`, and checks the id against the key.
+///
+/// # Errors
+/// [`NoteError::KeyFormat`] naming what is malformed.
+pub fn parse_vkey_with_algorithm(
+    vkey: &str,
+    algorithm: u8,
+) -> Result<(String, PublicKey), NoteError> {
+    let (name, id, key) = split_key(vkey, "vkey", algorithm)?;
+    let public = PublicKey::from_bytes(&key).map_err(|_| NoteError::KeyFormat {
+        what: "vkey",
+        reason: "key is not a valid Ed25519 point",
+    })?;
+    if key_id_for_algorithm(algorithm, &name, &public) != id {
+        return Err(NoteError::KeyFormat {
+            what: "vkey",
+            reason: "key id does not match the key",
+        });
+    }
+    Ok((name, public))
+}
+
+fn split_key(
+    text: &str,
+    what: &'static str,
+    algorithm: u8,
+) -> Result<(String, u32, [u8; 32]), NoteError> {
     let bad = |reason| NoteError::KeyFormat { what, reason };
     // Names never contain '+', base64 may: split from the left.
     let mut parts = text.splitn(3, '+');
@@ -103,8 +138,8 @@ fn split_key(text: &str, what: &'static str) -> Result<(String, u32, [u8; 32]), 
     if raw.len() != 33 {
         return Err(bad("key must be 33 bytes: algorithm byte and 32 key bytes"));
     }
-    if raw[0] != ALG_ED25519 {
-        return Err(bad("unsupported algorithm (only Ed25519, 0x01)"));
+    if raw[0] != algorithm {
+        return Err(bad("unexpected signature algorithm byte"));
     }
     let mut key = [0u8; 32];
     key.copy_from_slice(&raw[1..]);
@@ -144,19 +179,8 @@ impl NoteVerifier {
     /// [`NoteError::KeyFormat`] when it is malformed or its key id does not
     /// match the key.
     pub fn from_vkey(vkey: &str) -> Result<Self, NoteError> {
-        let (name, id, key) = split_key(vkey, "vkey")?;
-        let public = PublicKey::from_bytes(&key).map_err(|_| NoteError::KeyFormat {
-            what: "vkey",
-            reason: "key is not a valid Ed25519 point",
-        })?;
-        let v = Self::new(&name, public)?;
-        if v.id != id {
-            return Err(NoteError::KeyFormat {
-                what: "vkey",
-                reason: "key id does not match the key",
-            });
-        }
-        Ok(v)
+        let (name, public) = parse_vkey_with_algorithm(vkey, ALG_ED25519)?;
+        Self::new(&name, public)
     }
 
     /// The vkey string.
@@ -252,7 +276,7 @@ impl NoteSigner {
                 what: "skey",
                 reason: "must start with PRIVATE+KEY+",
             })?;
-        let (name, id, seed) = split_key(rest, "skey")?;
+        let (name, id, seed) = split_key(rest, "skey", ALG_ED25519)?;
         let signer = Self::from_secret(&name, SecretKey::from_seed(&seed))?;
         if signer.verifier.id != id {
             return Err(NoteError::KeyFormat {

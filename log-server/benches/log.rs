@@ -8,19 +8,29 @@
 //!
 //! Environment: `TALLY_BENCH_SIZES` (default `1000,100000`): log sizes to
 //! measure at; `TALLY_BENCH_APPENDS` (default 20000): appends measured per
-//! size; `TALLY_BENCH_CLIENTS` (default 256): concurrent appenders.
+//! size; `TALLY_BENCH_CLIENTS` (default 256): concurrent appenders;
+//! `TALLY_BENCH_BULK_FROM` (default 1000000): from this size on, the redb
+//! store is filled with synthetic entries through `LogStore::commit_batch`
+//! (support/bulk_fill.rs) instead of through the append path, so a 10M-entry
+//! start takes minutes, not hours; the measured appends then go through the
+//! sequencer as usual. `TALLY_BENCH_DIR` (default the system temp folder):
+//! where the stores go (the 10M store takes a few GB).
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use redb::{Database, TableDefinition};
 use tally_log::store::memory::MemoryStore;
+use tally_log::store::redb::RedbStore;
 use tally_log::{Log, LogConfig};
 use tally_schemas::record::NoteBody;
 use tally_schemas::{
     AgentName, Body, Hash, LeafIndex, Nonce, NoteSigner, Record, SecretKey, Seq, TreeSize,
     UnixMillis, UnsignedRecord,
 };
+
+#[path = "support/bulk_fill.rs"]
+mod bulk_fill;
 
 fn env_list(name: &str, default: &str) -> Vec<u64> {
     std::env::var(name)
@@ -158,7 +168,15 @@ fn main() {
         .first()
         .copied()
         .unwrap_or(256) as usize;
-    let dir = tempfile::tempdir().unwrap();
+    let bulk_from = env_list("TALLY_BENCH_BULK_FROM", "1000000")
+        .first()
+        .copied()
+        .unwrap_or(1_000_000);
+    let dir = match std::env::var_os("TALLY_BENCH_DIR") {
+        Some(base) => tempfile::tempdir_in(base),
+        None => tempfile::tempdir(),
+    }
+    .unwrap();
     let raw = raw_redb_commits_per_sec(dir.path());
     println!("raw redb durable single-transaction commits: {raw:.0}/s");
     println!(
@@ -182,6 +200,16 @@ fn main() {
         let path = dir.path().join(format!("log-{size}.redb"));
         let signer =
             NoteSigner::from_secret("bench.example/log", SecretKey::from_seed(&[3; 32])).unwrap();
+        let bulk = !memory && size >= bulk_from;
+        let mut fill_s = None;
+        if bulk {
+            // Synthetic entries straight into the store (not timed as appends).
+            let t = Instant::now();
+            let store = RedbStore::open(&path).unwrap();
+            bulk_fill::fill(&store, 0, size);
+            drop(store);
+            fill_s = Some(t.elapsed().as_secs_f64());
+        }
         let log = if memory {
             Arc::new(Log::open(Arc::new(MemoryStore::new()), signer, LogConfig::default()).unwrap())
         } else {
@@ -189,7 +217,7 @@ fn main() {
         };
         let mut chains = Chains::new(clients);
         // Fill to `size` through the same append path (not timed).
-        let mut filled = 0u64;
+        let mut filled = if bulk { size } else { 0 };
         while filled < size {
             let per = ((size - filled).div_ceil(clients as u64)).min(200);
             let batch = chains.sign(per);
@@ -242,6 +270,9 @@ fn main() {
             percentile(&cons, 0.99).as_secs_f64() * 1e6,
         );
         log.shutdown();
+        if let Some(secs) = fill_s {
+            println!("(bulk fill of {size} synthetic entries: {secs:.0} s)");
+        }
         if !memory {
             let bytes = std::fs::metadata(&path).map(|m| m.len()).unwrap_or(0);
             println!(

@@ -15,14 +15,15 @@
 use std::time::{Duration, Instant};
 
 use tally_log::store::redb::RedbStore;
-use tally_log::store::{BatchWrite, ChainHead, LogStore, NewEntry};
 use tally_log::tree;
 use tally_schemas::hash::leaf_hash;
 use tally_schemas::tree::{verify_consistency, verify_inclusion};
-use tally_schemas::{AgentName, Hash, LeafIndex, Nonce, Seq, TreeSize};
+use tally_schemas::{LeafIndex, TreeSize};
 
-const CHUNK: u64 = 100_000;
-const AGENTS: u64 = 1000;
+#[path = "../benches/support/bulk_fill.rs"]
+mod bulk_fill;
+
+use bulk_fill::{fill, synthetic_canonical};
 
 fn env_list(name: &str, default: &str) -> Vec<u64> {
     std::env::var(name)
@@ -44,56 +45,6 @@ fn next(state: &mut u64) -> u64 {
     z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
     z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
     z ^ (z >> 31)
-}
-
-fn fill(store: &RedbStore, from: u64, to: u64) {
-    let mut size = from;
-    while size < to {
-        let end = (size + CHUNK).min(to);
-        let entries: Vec<NewEntry> = (size..end)
-            .map(|i| {
-                let canonical = format!("{{\"bench\":{i}}}").into_bytes();
-                let mut nonce = [0u8; 16];
-                nonce[..8].copy_from_slice(&i.to_be_bytes());
-                NewEntry {
-                    index: LeafIndex::new(i),
-                    leaf_hash: leaf_hash(&canonical),
-                    record_hash: Hash::sha256(&canonical),
-                    nonce: Nonce::from_bytes(nonce.to_vec()).expect("16 bytes"),
-                    agent: AgentName::new(&format!("bench-{}", i % AGENTS)).expect("valid"),
-                    seq: Seq::new(i / AGENTS).expect("small"),
-                    canonical,
-                }
-            })
-            .collect();
-        let leaves: Vec<Hash> = entries.iter().map(|e| e.leaf_hash).collect();
-        let hashes = tree::batch_hashes(store, TreeSize::new(size), &leaves).expect("hashes");
-        let heads = entries
-            .iter()
-            .rev()
-            .take(AGENTS as usize)
-            .map(|e| {
-                (
-                    e.agent.clone(),
-                    ChainHead {
-                        seq: e.seq,
-                        record_hash: e.record_hash,
-                        index: e.index,
-                    },
-                )
-            })
-            .collect();
-        store
-            .commit_batch(&BatchWrite {
-                old_size: TreeSize::new(size),
-                entries,
-                hashes,
-                heads,
-                receipt_size: TreeSize::new(end),
-            })
-            .expect("commit");
-        size = end;
-    }
 }
 
 fn main() {
@@ -125,7 +76,7 @@ fn main() {
                 tree::inclusion_proof(&store, LeafIndex::new(i), n).expect("inclusion proof");
             incl.push(t.elapsed());
             hashes = proof.len();
-            let leaf = leaf_hash(format!("{{\"bench\":{i}}}").as_bytes());
+            let leaf = leaf_hash(&synthetic_canonical(i));
             verify_inclusion(LeafIndex::new(i), n, &leaf, &proof, &root).expect("proof checks");
 
             let m = 1 + next(&mut rng) % size;

@@ -208,6 +208,10 @@ pub fn ingest(a: &IngestArgs) -> anyhow::Result<ExitCode> {
         }
         anyhow::Ok(())
     })?;
+    println!(
+        "agents:   bench-{run_id}-0 .. bench-{run_id}-{} (export them with `tally export --agent ...`)",
+        agents - 1
+    );
     println!("pre-signing {} records ...", per_agent * agents);
     let now = UnixMillis::now();
     let chains: Vec<Vec<Vec<u8>>> = keys

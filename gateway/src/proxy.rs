@@ -17,8 +17,16 @@
 //! - an `outcome` when the call ends: `ok`, `error` (a JSON-RPC error or
 //!   `isError: true`), `cancelled` (`notifications/cancelled` from the
 //!   client), `server_exited` (the server's output ended with the call in
-//!   flight; the client also gets a JSON-RPC error for each such call) or
-//!   `not_run`.
+//!   flight; the client also gets a JSON-RPC error for each such call),
+//!   `client_gone` (the same, after the client went away: its input ended or
+//!   writing to it failed) or `not_run`.
+//!
+//! When the client goes away the server's input is closed (the MCP stdio
+//! shutdown). Calls in flight stay open until the server answers them (an
+//! answer still ends a call with `ok` or `error`: a client that closed only
+//! its input may still read it) or its output ends (`client_gone`); held
+//! `--strict` calls end at once with `not_run`, and later calls are refused
+//! without a decision.
 //!
 //! Messages other than held `--strict` calls keep their order. The proxy is
 //! written over plain async streams so tests drive it without processes;
@@ -46,6 +54,9 @@ use crate::toollist::digest_list;
 pub const ERROR_NOT_FORWARDED: i64 = -32001;
 /// JSON-RPC error code of a call whose server exited while it was in flight.
 pub const ERROR_SERVER_EXITED: i64 = -32002;
+/// JSON-RPC error code of a call still in flight when the client went away
+/// and the server exited (sent in case the client still reads).
+pub const ERROR_CLIENT_GONE: i64 = -32003;
 
 /// Request ids the gateway uses for its own `tools/list` requests.
 const OWN_ID_PREFIX: &str = "tally-gateway:tools/list:";
@@ -104,7 +115,8 @@ pub struct ProxyDeps {
     pub store: Option<Arc<ChainStore>>,
     /// Receipt progress of the sync task; `None` when no witness is configured.
     pub receipts: Option<watch::Receiver<SyncProgress>>,
-    /// Notified when the client closes its side (end of input).
+    /// Notified when the client goes away (end of its input, or writing to
+    /// it failed); the server's input is closed then.
     pub client_gone: Arc<Notify>,
 }
 
@@ -113,6 +125,8 @@ pub struct ProxyDeps {
 pub struct ProxyReport {
     /// Calls answered with `server_exited`.
     pub server_exited_calls: usize,
+    /// Calls ended with `client_gone`.
+    pub client_gone_calls: usize,
 }
 
 #[derive(Debug)]
@@ -320,6 +334,12 @@ impl Proxy {
                 drop(st);
                 return self.refuse(&id, "server_exited", "the MCP server has exited");
             }
+            if st.client_closed {
+                // Only reachable when writing to the client failed while its
+                // input is still open: the server's input is closed already.
+                drop(st);
+                return self.refuse(&id, "client_gone", "the client went away");
+            }
             if st.pending.contains_key(&key) {
                 drop(st);
                 return self.refuse(
@@ -400,10 +420,15 @@ impl Proxy {
         let seq = decision.seq.get();
         {
             let mut st = self.lock();
-            if st.server_gone {
+            if st.server_gone || st.client_closed {
+                let (reason, message) = if st.server_gone {
+                    ("server_exited", "the MCP server has exited")
+                } else {
+                    ("client_gone", "the client went away")
+                };
                 drop(st);
                 self.record_outcome(&decision, &call_id, OutcomeStatus::NotRun, None);
-                return self.refuse(&id, "server_exited", "the MCP server has exited");
+                return self.refuse(&id, reason, message);
             }
             st.pending.insert(
                 key.clone(),
@@ -643,14 +668,61 @@ impl Proxy {
         }
     }
 
-    /// The server's output ended: every call in flight ends with it.
-    fn server_ended(&self) -> usize {
-        let drained: Vec<Pending> = {
+    /// The client went away: its input ended, or writing to it failed.
+    /// Closes the server's input (the MCP stdio shutdown) and ends the calls
+    /// held for a receipt, which can no longer be forwarded. Calls already
+    /// forwarded stay open for the server's answer; [`Self::server_ended`]
+    /// ends the rest with `client_gone`. Idempotent.
+    fn client_went_away(&self, why: &str) {
+        let held: Vec<Pending> = {
+            let mut st = self.lock();
+            if st.client_closed {
+                return;
+            }
+            st.client_closed = true;
+            let keys: Vec<String> = st
+                .pending
+                .iter()
+                .filter(|(_, p)| matches!(p, Pending::Call { held: true, .. }))
+                .map(|(k, _)| k.clone())
+                .collect();
+            keys.iter().filter_map(|k| st.pending.remove(k)).collect()
+        };
+        let _ = self.to_server.send(ToServer::Close);
+        for p in held {
+            if let Pending::Call {
+                id,
+                call_id,
+                decision,
+                ..
+            } = p
+            {
+                if let Some(d) = decision {
+                    self.record_outcome(&d, &call_id, OutcomeStatus::NotRun, None);
+                }
+                self.refuse(
+                    &id,
+                    "client_gone",
+                    &format!("the client {why} before the receipt arrived"),
+                );
+            }
+        }
+        self.deps.client_gone.notify_one();
+    }
+
+    /// The server's output ended: every call in flight ends with it, as
+    /// `client_gone` when the client had gone away first (the server exits
+    /// because its input closed), else `server_exited`.
+    fn server_ended(&self) -> ProxyReport {
+        let (drained, client_closed): (Vec<Pending>, bool) = {
             let mut st = self.lock();
             st.server_gone = true;
-            st.pending.drain().map(|(_, p)| p).collect()
+            (
+                st.pending.drain().map(|(_, p)| p).collect(),
+                st.client_closed,
+            )
         };
-        let mut n = 0;
+        let mut report = ProxyReport::default();
         for p in drained {
             if let Pending::Call {
                 id,
@@ -659,30 +731,39 @@ impl Proxy {
                 held,
             } = p
             {
-                n += 1;
-                let (status, message) = if held {
+                let (status, code, reason, message) = if held {
                     (
                         OutcomeStatus::NotRun,
+                        ERROR_SERVER_EXITED,
+                        "server_exited",
                         "tally gateway: call not forwarded: the MCP server exited before the receipt arrived",
+                    )
+                } else if client_closed {
+                    (
+                        OutcomeStatus::ClientGone,
+                        ERROR_CLIENT_GONE,
+                        "client_gone",
+                        "tally gateway: the client went away while this call was in flight, and the MCP server exited without answering it",
                     )
                 } else {
                     (
                         OutcomeStatus::ServerExited,
+                        ERROR_SERVER_EXITED,
+                        "server_exited",
                         "tally gateway: the MCP server exited while this call was in flight",
                     )
                 };
-                self.reply(error_line(
-                    &id,
-                    ERROR_SERVER_EXITED,
-                    "server_exited",
-                    message,
-                ));
+                match status {
+                    OutcomeStatus::ClientGone => report.client_gone_calls += 1,
+                    _ => report.server_exited_calls += 1,
+                }
+                self.reply(error_line(&id, code, reason, message));
                 if let Some(d) = decision {
                     self.record_outcome(&d, &call_id, status, None);
                 }
             }
         }
-        n
+        report
     }
 }
 
@@ -741,6 +822,7 @@ where
         }
         let _ = server_in.shutdown().await;
     });
+    let p = Arc::clone(&proxy);
     let client_writer = tokio::spawn(async move {
         let mut open = true;
         while let Some(msg) = client_rx.recv().await {
@@ -748,6 +830,11 @@ where
                 ToClient::Line(l) if open => {
                     open =
                         client_out.write_all(&l).await.is_ok() && client_out.flush().await.is_ok();
+                    if !open {
+                        // A client that cannot be written to is gone (it
+                        // died, or closed its end of our output).
+                        p.client_went_away("stopped reading its answers");
+                    }
                 }
                 ToClient::Line(_) => {}
                 ToClient::Close => break,
@@ -762,21 +849,17 @@ where
         while let Some(line) = read_line(&mut r).await {
             p.on_client_line(line).await;
         }
-        p.lock().client_closed = true;
-        let _ = p.to_server.send(ToServer::Close);
-        p.deps.client_gone.notify_one();
+        p.client_went_away("closed its input");
     });
 
     let mut r = BufReader::new(server_out);
     while let Some(line) = read_line(&mut r).await {
         proxy.on_server_line(line);
     }
-    let server_exited_calls = proxy.server_ended();
+    let report = proxy.server_ended();
     let _ = proxy.to_client.send(ToClient::Close);
     let _ = client_writer.await;
     server_writer.abort();
     client_reader.abort();
-    ProxyReport {
-        server_exited_calls,
-    }
+    report
 }

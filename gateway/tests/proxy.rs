@@ -15,7 +15,8 @@ use tally_gateway::sync::SyncProgress;
 use tally_schemas::time::SystemClock;
 use tally_schemas::{AgentName, Body, Hash, Record, SecretKey, Seq, UnixMillis};
 use tokio::io::{
-    AsyncBufReadExt as _, AsyncWriteExt as _, BufReader, DuplexStream, ReadHalf, WriteHalf,
+    AsyncBufReadExt as _, AsyncReadExt as _, AsyncWriteExt as _, BufReader, DuplexStream, ReadHalf,
+    WriteHalf,
 };
 use tokio::sync::{watch, Notify};
 use tokio::task::JoinHandle;
@@ -43,8 +44,11 @@ impl ChainWriter for FailAfter {
 }
 
 struct Harness {
-    client: WriteHalf<DuplexStream>,
-    from_gateway: BufReader<ReadHalf<DuplexStream>>,
+    /// What the client writes (the gateway's input), one pipe per
+    /// direction so either can close alone.
+    client: DuplexStream,
+    /// What the client reads (the gateway's output).
+    from_gateway: BufReader<DuplexStream>,
     server: WriteHalf<DuplexStream>,
     to_server: BufReader<ReadHalf<DuplexStream>>,
     proxy: JoinHandle<ProxyReport>,
@@ -75,9 +79,9 @@ fn setup(
         )
         .unwrap(),
     };
-    let (client_end, gw_client) = tokio::io::duplex(1 << 20);
+    let (client, gw_client_in) = tokio::io::duplex(1 << 20);
+    let (gw_client_out, from_gateway) = tokio::io::duplex(1 << 20);
     let (server_end, gw_server) = tokio::io::duplex(1 << 20);
-    let (gw_client_in, gw_client_out) = tokio::io::split(gw_client);
     let (gw_server_out, gw_server_in) = tokio::io::split(gw_server);
     let deps = ProxyDeps {
         recorder: recorder.handle(),
@@ -93,7 +97,6 @@ fn setup(
         gw_server_in,
         gw_server_out,
     ));
-    let (from_gateway, client) = tokio::io::split(client_end);
     let (to_server, server) = tokio::io::split(server_end);
     Harness {
         client,
@@ -242,6 +245,7 @@ async fn errors_cancellations_and_server_exit_end_calls() {
     assert!(errors.iter().all(|e| e["error"]["code"] == -32002));
     let report = h.proxy.await.unwrap();
     assert_eq!(report.server_exited_calls, 2);
+    assert_eq!(report.client_gone_calls, 0);
 
     let store = Arc::clone(&h.store);
     let mut records = Vec::new();
@@ -506,4 +510,147 @@ async fn strict_without_a_witness_refuses() {
         .as_str()
         .unwrap()
         .contains("no witness is configured"));
+}
+
+/// Waits until the chain has `n` records, then maps each outcome's call id
+/// to its status (one outcome per call, each naming its decision).
+async fn outcome_statuses(
+    store: &ChainStore,
+    n: usize,
+) -> std::collections::BTreeMap<String, String> {
+    let mut records = Vec::new();
+    for _ in 0..500 {
+        records = store.records(0, 1000).unwrap();
+        if records.len() >= n {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    assert_eq!(records.len(), n, "{records:#?}");
+    let mut out = std::collections::BTreeMap::new();
+    for r in &records {
+        if let Body::Outcome(o) = &r.body {
+            let d = records
+                .iter()
+                .find(|d| d.hash() == o.decision)
+                .expect("outcome names a decision");
+            assert!(matches!(&d.body, Body::Decision(dd) if dd.call_id == o.call_id));
+            assert!(
+                out.insert(o.call_id.clone(), o.status.as_str().to_owned())
+                    .is_none(),
+                "one outcome per call"
+            );
+        }
+    }
+    out
+}
+
+#[tokio::test]
+async fn calls_in_flight_when_the_client_closes_its_input_end_as_client_gone() {
+    let mut h = setup(ProxyConfig::default(), None, None);
+    for id in ["1", "2", "3"] {
+        h.client_sends(&call(id, "t")).await;
+        h.server_gets().await;
+    }
+    h.client.shutdown().await.unwrap();
+    // The server's input is closed: the MCP stdio shutdown.
+    let mut rest = Vec::new();
+    tokio::time::timeout(Duration::from_secs(10), h.to_server.read_to_end(&mut rest))
+        .await
+        .expect("the server's input closes")
+        .unwrap();
+    assert!(rest.is_empty());
+    // An answer that still comes ends its call as usual, and the client (which
+    // may still read) gets it.
+    h.server_sends(r#"{"jsonrpc":"2.0","id":2,"result":{"content":[]}}"#)
+        .await;
+    assert_eq!(js(&h.client_gets().await)["id"], 2);
+    // Then the server exits without answering 1 and 3.
+    h.server.shutdown().await.unwrap();
+    let mut errors = Vec::new();
+    for _ in 0..2 {
+        errors.push(js(&h.client_gets().await));
+    }
+    let ids: BTreeSet<String> = errors.iter().map(|e| e["id"].to_string()).collect();
+    assert_eq!(ids, BTreeSet::from(["1".to_string(), "3".to_string()]));
+    assert!(errors
+        .iter()
+        .all(|e| e["error"]["code"] == -32003 && e["error"]["data"]["tally"] == "client_gone"));
+    let report = h.proxy.await.unwrap();
+    assert_eq!(
+        (report.client_gone_calls, report.server_exited_calls),
+        (2, 0)
+    );
+    let statuses = outcome_statuses(&h.store, 6).await;
+    assert_eq!(
+        statuses.into_iter().collect::<Vec<_>>(),
+        vec![
+            ("1".to_string(), "client_gone".to_string()),
+            ("2".to_string(), "ok".to_string()),
+            ("3".to_string(), "client_gone".to_string()),
+        ]
+    );
+}
+
+#[tokio::test]
+async fn a_client_that_stops_reading_is_gone_and_later_calls_are_not_forwarded() {
+    let mut h = setup(ProxyConfig::default(), None, None);
+    for id in ["1", "2"] {
+        h.client_sends(&call(id, "t")).await;
+        h.server_gets().await;
+    }
+    // The client dies on its reading side: the next answer cannot be written.
+    let from_gateway =
+        std::mem::replace(&mut h.from_gateway, BufReader::new(tokio::io::duplex(1).0));
+    drop(from_gateway);
+    h.server_sends(r#"{"jsonrpc":"2.0","id":1,"result":{"content":[]}}"#)
+        .await;
+    let mut rest = Vec::new();
+    tokio::time::timeout(Duration::from_secs(10), h.to_server.read_to_end(&mut rest))
+        .await
+        .expect("the server's input closes once writing to the client fails")
+        .unwrap();
+    assert!(rest.is_empty());
+    // Input that still comes from the client is not forwarded and not recorded.
+    h.client_sends(&call("3", "t")).await;
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    h.server.shutdown().await.unwrap();
+    let report = h.proxy.await.unwrap();
+    assert_eq!(report.client_gone_calls, 1);
+    let statuses = outcome_statuses(&h.store, 4).await;
+    assert_eq!(
+        statuses.into_iter().collect::<Vec<_>>(),
+        vec![
+            ("1".to_string(), "ok".to_string()),
+            ("2".to_string(), "client_gone".to_string()),
+        ]
+    );
+}
+
+#[tokio::test]
+async fn a_strict_call_held_when_the_client_goes_away_is_not_run() {
+    let (_progress, rx) = watch::channel(SyncProgress::default());
+    let mut h = setup(
+        ProxyConfig {
+            strict: StrictPolicy::All,
+            strict_timeout: Duration::from_secs(30),
+            ..ProxyConfig::default()
+        },
+        None,
+        Some(rx),
+    );
+    h.client_sends(&call("1", "pay")).await;
+    h.records(1).await;
+    h.client.shutdown().await.unwrap();
+    // Ended at once, not after the 30 s receipt timeout.
+    let err = js(&h.client_gets().await);
+    assert_eq!(err["id"], 1);
+    assert_eq!(err["error"]["data"]["tally"], "client_gone");
+    let mut rest = Vec::new();
+    h.to_server.read_to_end(&mut rest).await.unwrap();
+    assert!(rest.is_empty(), "the held call never reached the server");
+    h.server.shutdown().await.unwrap();
+    h.proxy.await.unwrap();
+    let statuses = outcome_statuses(&h.store, 2).await;
+    assert_eq!(statuses["1"], "not_run");
 }

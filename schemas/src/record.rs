@@ -367,6 +367,9 @@ pub enum OutcomeStatus {
     Cancelled,
     /// The server exited while the call was in flight.
     ServerExited,
+    /// The client went away (closed its input or died) while the call was
+    /// in flight, and the call ended without an answer.
+    ClientGone,
     /// No answer within the configured time.
     Timeout,
     /// The call was not forwarded (its decision could not be recorded, or a
@@ -383,6 +386,7 @@ impl OutcomeStatus {
             Self::Error => "error",
             Self::Cancelled => "cancelled",
             Self::ServerExited => "server_exited",
+            Self::ClientGone => "client_gone",
             Self::Timeout => "timeout",
             Self::NotRun => "not_run",
         }

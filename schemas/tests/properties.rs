@@ -56,13 +56,14 @@ fn body() -> impl Strategy<Value = Body> {
             tool,
             input_hash
         })),
-        (text(), hash(), 0usize..6, proptest::option::of(hash())).prop_map(
+        (text(), hash(), 0usize..7, proptest::option::of(hash())).prop_map(
             |(call_id, decision, s, output_hash)| {
                 let status = [
                     OutcomeStatus::Ok,
                     OutcomeStatus::Error,
                     OutcomeStatus::Cancelled,
                     OutcomeStatus::ServerExited,
+                    OutcomeStatus::ClientGone,
                     OutcomeStatus::Timeout,
                     OutcomeStatus::NotRun,
                 ][s];

@@ -23,8 +23,8 @@ use super::agent::{parse_agent, runtime, StateArgs};
 Every tools/call gets a signed decision record in the agent's local chain BEFORE it is \
 forwarded; if that record cannot be written, the call is answered with a JSON-RPC error \
 (code -32001) and the server never sees it. When the call ends an outcome record says \
-how: ok, error, cancelled, server_exited or not_run. Tool lists are recorded with \
-per-part definition digests, again whenever they change.
+how: ok, error, cancelled, server_exited, client_gone or not_run. Tool lists are recorded \
+with per-part definition digests, again whenever they change.
 
 --name-prefix P: only tools whose name starts with P are recorded. The other tools are \
 still declared in the recorded tool list, with recorded=false, and calls to them are \

@@ -165,6 +165,62 @@ def test_calls_errors_cancellation_and_server_death_are_recorded(state: Path, tm
     assert "witness: none configured" in status
 
 
+class RawClient:
+    """A bare newline-delimited JSON-RPC client on a gateway's stdio, for
+    tests that need to misbehave in ways the SDK client does not."""
+
+    def __init__(self, state: Path, server_cmd: list[str]) -> None:
+        env = dict(os.environ, TALLY_STATE_DIR=str(state))
+        self.p = subprocess.Popen(
+            [TALLY, "gateway", "--agent", AGENT, "--", *server_cmd],
+            env=env,
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+        )
+
+    def send(self, msg: dict) -> None:
+        assert self.p.stdin is not None
+        self.p.stdin.write(json.dumps(msg).encode() + b"\n")
+        self.p.stdin.flush()
+
+    def read(self) -> dict:
+        assert self.p.stdout is not None
+        line = self.p.stdout.readline()
+        assert line, "the gateway closed its output"
+        return json.loads(line)
+
+    def initialize(self) -> None:
+        self.send({"jsonrpc": "2.0", "id": 0, "method": "initialize", "params": {
+            "protocolVersion": "2025-06-18", "capabilities": {}, "clientInfo": {"name": "raw", "version": "1"}}})
+        while self.read().get("id") != 0:
+            pass
+        self.send({"jsonrpc": "2.0", "method": "notifications/initialized"})
+
+
+def test_a_call_in_flight_when_the_client_dies_ends_as_client_gone(state: Path) -> None:
+    c = RawClient(state, ["node", SERVER, "stdio"])
+    c.initialize()
+    c.send({"jsonrpc": "2.0", "id": 1, "method": "tools/call", "params": {
+        "name": "trigger-long-running-operation", "arguments": {"duration": 30, "steps": 30},
+        "_meta": {"progressToken": "p1"}}})
+    # The first progress notification shows the server is running the call.
+    while c.read().get("method") != "notifications/progress":
+        pass
+    # The client dies: both of its pipes close, nothing is cancelled.
+    assert c.p.stdin is not None and c.p.stdout is not None
+    c.p.stdin.close()
+    c.p.stdout.close()
+    assert c.p.wait(timeout=60) is not None
+
+    entries = chain(state)
+    check_links(entries)
+    decisions = [e for e in entries if e["record"]["kind"] == "decision"]
+    assert [d["record"]["body"]["tool"] for d in decisions] == ["trigger-long-running-operation"]
+    outcomes = outcomes_by_decision(entries)
+    assert [o["status"] for o in outcomes[decisions[0]["hash"]]] == ["client_gone"]
+
+
 def test_store_content_lets_a_call_be_disclosed(state: Path) -> None:
     async def session() -> None:
         async with stdio_client(gateway_params(state, ["node", SERVER, "stdio"], "--store-content")) as (r, w):

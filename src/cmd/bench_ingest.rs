@@ -6,6 +6,7 @@
 //! Ed25519 verifications/s of one process on all cores, and prints the ratio
 //! (DESIGN.md's target: at least 0.5). Results: docs/benchmarks.md "Ingest".
 
+use std::collections::BTreeMap;
 use std::io::{BufRead, BufReader};
 use std::process::{Child, Command, ExitCode, Stdio};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -35,8 +36,10 @@ pub struct IngestArgs {
     /// Seconds of the raw verification measurement.
     #[arg(long, default_value_t = 3.0)]
     pub verify_secs: f64,
-    /// Post to this witness instead of starting one (it needs --api-key, and
-    /// its rate limit should be off).
+    /// Post to this witness instead of starting one (it needs --api-key, its
+    /// rate limit should be off, and its --max-skew must cover the run: the
+    /// records are all signed, with the time they were signed, before
+    /// posting starts).
     #[arg(long, requires = "api_key")]
     pub witness: Option<String>,
     /// API key of --witness.
@@ -68,6 +71,10 @@ fn start_witness() -> anyhow::Result<(Started, String, String)> {
             "0",
             "--max-in-flight",
             "100000",
+            // Records are signed before posting starts; a long run (a million
+            // records) posts the last ones many minutes after their time.
+            "--max-skew",
+            "86400",
         ])
         .arg("--data-dir")
         .arg(dir.path().join("data"))
@@ -242,7 +249,7 @@ pub fn ingest(a: &IngestArgs) -> anyhow::Result<ExitCode> {
     // Post: worker w owns agents w, w+C, …, and posts each chain in order.
     println!("posting ...");
     let chains = Arc::new(chains);
-    let errors = Arc::new(AtomicU64::new(0));
+    let errors = Arc::new(std::sync::Mutex::new(BTreeMap::<String, u64>::new()));
     let started = Instant::now();
     let latencies: Vec<Duration> = rt.block_on(async {
         let tasks: Vec<_> = (0..concurrency)
@@ -267,12 +274,23 @@ pub fn ingest(a: &IngestArgs) -> anyhow::Result<ExitCode> {
                                 .send()
                                 .await
                             {
-                                Ok(r) => r.status().is_success() && r.bytes().await.is_ok(),
-                                Err(_) => false,
+                                Ok(r) => {
+                                    let status = r.status().as_u16();
+                                    match r.bytes().await {
+                                        Ok(_) if status == 200 => Ok(()),
+                                        Ok(body) => Err(format!("{status} {}", error_code(&body))),
+                                        Err(e) => Err(format!("{status} body lost: {e}")),
+                                    }
+                                }
+                                Err(e) => Err(format!("request failed: {e}")),
                             };
                             lat.push(t.elapsed());
-                            if !ok {
-                                errors.fetch_add(1, Ordering::Relaxed);
+                            if let Err(what) = ok {
+                                *errors
+                                    .lock()
+                                    .unwrap_or_else(std::sync::PoisonError::into_inner)
+                                    .entry(what)
+                                    .or_insert(0) += 1;
                             }
                         }
                     }
@@ -296,8 +314,13 @@ pub fn ingest(a: &IngestArgs) -> anyhow::Result<ExitCode> {
     });
     let mut latencies = latencies;
     latencies.sort_unstable();
-    let errors = errors.load(Ordering::Relaxed);
-    let ok = latencies.len() as u64 - errors;
+    let errors = std::mem::take(
+        &mut *errors
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner),
+    );
+    let error_count: u64 = errors.values().sum();
+    let ok = latencies.len() as u64 - error_count;
     let rate = ok as f64 / elapsed;
     let ms = |d: Duration| d.as_secs_f64() * 1000.0;
     let metric = |name: &str| -> Option<f64> {
@@ -308,7 +331,12 @@ pub fn ingest(a: &IngestArgs) -> anyhow::Result<ExitCode> {
             .find_map(|l| l.strip_prefix(name)?.trim().parse().ok())
     };
     println!();
-    println!("ingest:   {ok} records in {elapsed:.2}s = {rate:.0} records/s ({errors} errors)");
+    println!(
+        "ingest:   {ok} records in {elapsed:.2}s = {rate:.0} records/s ({error_count} errors)"
+    );
+    for (what, n) in &errors {
+        println!("errors:   {n} x {what}");
+    }
     println!(
         "latency:  p50 {:.2} ms, p99 {:.2} ms, p999 {:.2} ms",
         ms(percentile(&latencies, 0.50)),
@@ -331,5 +359,17 @@ pub fn ingest(a: &IngestArgs) -> anyhow::Result<ExitCode> {
         "ratio:    {:.2} (ingest / raw verification; target >= 0.5)",
         rate / raw
     );
+    if error_count > 0 {
+        println!("FAIL: {error_count} posts were refused or lost, so these figures do not measure ingest");
+        return Ok(ExitCode::from(1));
+    }
     Ok(ExitCode::SUCCESS)
+}
+
+/// The stable `error.code` of a witness error body, or what the body was.
+fn error_code(body: &[u8]) -> String {
+    serde_json::from_slice::<serde_json::Value>(body)
+        .ok()
+        .and_then(|v| v["error"]["code"].as_str().map(str::to_owned))
+        .unwrap_or_else(|| format!("(not a witness error: {} bytes)", body.len()))
 }

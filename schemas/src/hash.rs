@@ -58,14 +58,31 @@ impl Hash {
         let err = || HashParseError {
             got: text.chars().take(80).collect(),
         };
-        if text.len() != 2 * HASH_LEN
-            || !text.bytes().all(|b| matches!(b, b'0'..=b'9' | b'a'..=b'f'))
-        {
+        if text.len() != 2 * HASH_LEN {
             return Err(err());
         }
+        // One pass (a pack line holds a score of hashes): any digit that is
+        // not lowercase hex sets a high bit in `bad`.
         let mut out = [0u8; HASH_LEN];
-        hex::decode_to_slice(text, &mut out).map_err(|_| err())?;
+        let mut bad = 0u8;
+        for (byte, pair) in out.iter_mut().zip(text.as_bytes().chunks_exact(2)) {
+            let (hi, lo) = (hex_digit(pair[0]), hex_digit(pair[1]));
+            bad |= hi | lo;
+            *byte = (hi << 4) | (lo & 0x0f);
+        }
+        if bad > 0x0f {
+            return Err(err());
+        }
         Ok(Self(out))
+    }
+}
+
+/// The value of a lowercase hex digit, or 0xff for any other byte.
+const fn hex_digit(c: u8) -> u8 {
+    match c {
+        b'0'..=b'9' => c - b'0',
+        b'a'..=b'f' => c - b'a' + 10,
+        _ => 0xff,
     }
 }
 
@@ -143,6 +160,21 @@ mod tests {
         assert!(Hash::from_hex(&h.to_hex().to_uppercase()).is_err());
         assert!(Hash::from_hex("ab").is_err());
         assert!(Hash::from_hex(&format!("{}0", h.to_hex())).is_err());
+        // Every byte at every place: only 0-9 and a-f read.
+        for at in [0, 1, 37, 63] {
+            for c in 0u8..=255 {
+                let mut text = h.to_hex().into_bytes();
+                text[at] = c;
+                let Ok(text) = String::from_utf8(text) else {
+                    continue;
+                };
+                let ok = c.is_ascii_digit() || (b'a'..=b'f').contains(&c);
+                assert_eq!(Hash::from_hex(&text).is_ok(), ok, "{c} at {at}");
+                if ok {
+                    assert_eq!(Hash::from_hex(&text).unwrap().to_hex(), text);
+                }
+            }
+        }
     }
 
     #[test]

@@ -13,7 +13,10 @@ use serde_json::Value;
 use crate::canonical::{self, CanonicalError, Limits};
 use crate::hash::Hash;
 use crate::keys::{KeyId, PublicKey};
-use crate::record::{check_version, AgentName, Nonce, Record, RecordError, Seq};
+use crate::record::{
+    check_version, put_counter, put_hex, put_time, AgentName, FastRecord, Nonce, Record,
+    RecordError, Seq,
+};
 use crate::time::UnixMillis;
 use crate::tree::{LeafIndex, TreeSize};
 
@@ -138,6 +141,76 @@ struct PackRecordIn {
     receipt: Option<PackReceipt>,
 }
 
+/// A record line as the fast road reads it (see [`Record::from_json`]).
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct FastRecordLine<'a> {
+    receipt: Option<PackReceipt>,
+    record: FastRecord,
+    #[serde(rename = "type")]
+    line_type: &'a str,
+    witnessed: Option<Witnessed>,
+}
+
+/// The fast road for a record line that is already canonical, as export
+/// writes them: the typed fields read straight from the bytes, accepted only
+/// when writing them back canonically gives `line` byte for byte (so the
+/// strict road would read the same line). `None` for anything else, which
+/// then takes the strict road and its errors.
+fn fast_record_line(line: &[u8]) -> Option<PackRecord> {
+    const START: &[u8] = b"{\"receipt\":";
+    if line.len() > Limits::WIRE.max_bytes || !line.starts_with(START) {
+        return None;
+    }
+    let fields: FastRecordLine<'_> = serde_json::from_slice(line).ok()?;
+    if fields.line_type != "record" {
+        return None;
+    }
+    let record = fields.record.into_record()?;
+    let mut out = Vec::with_capacity(line.len());
+    out.extend_from_slice(START);
+    match &fields.receipt {
+        None => out.extend_from_slice(b"null"),
+        Some(r) => {
+            out.extend_from_slice(b"{\"index\":");
+            put_counter(&mut out, r.index.get())?;
+            out.extend_from_slice(b",\"nonce\":");
+            put_hex(&mut out, r.nonce.as_bytes());
+            out.extend_from_slice(b",\"record_hash\":");
+            put_hex(&mut out, r.record_hash.as_bytes());
+            out.extend_from_slice(b",\"tree_size\":");
+            put_counter(&mut out, r.tree_size.get())?;
+            out.push(b'}');
+        }
+    }
+    out.extend_from_slice(b",\"record\":");
+    out.extend_from_slice(record.canonical_bytes());
+    out.extend_from_slice(b",\"type\":\"record\",\"witnessed\":");
+    match &fields.witnessed {
+        None => out.extend_from_slice(b"null"),
+        Some(w) => {
+            out.extend_from_slice(b"{\"inclusion\":[");
+            for (i, h) in w.inclusion.iter().enumerate() {
+                if i > 0 {
+                    out.push(b',');
+                }
+                put_hex(&mut out, h.as_bytes());
+            }
+            out.extend_from_slice(b"],\"index\":");
+            put_counter(&mut out, w.index.get())?;
+            out.extend_from_slice(b",\"received\":");
+            put_time(&mut out, w.received);
+            out.push(b'}');
+        }
+    }
+    out.push(b'}');
+    (out == line).then_some(PackRecord {
+        record,
+        witnessed: fields.witnessed,
+        receipt: fields.receipt,
+    })
+}
+
 /// Last line of a pack.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -167,6 +240,15 @@ impl PackLine {
     /// # Errors
     /// [`PackError`] naming the first rule broken.
     pub fn from_json(line: &[u8]) -> Result<Self, PackError> {
+        match fast_record_line(line) {
+            Some(record) => Ok(Self::Record(Box::new(record))),
+            None => Self::from_json_strict(line),
+        }
+    }
+
+    /// The strict road: every line that is not a canonical record line, and
+    /// every line that breaks a rule.
+    fn from_json_strict(line: &[u8]) -> Result<Self, PackError> {
         let mut value = canonical::parse_strict(line, Limits::WIRE)?;
         let schema = |message: String| PackError::Schema {
             what: "pack line",
@@ -389,5 +471,167 @@ impl Head {
             consistency: raw.consistency,
             agents,
         })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::keys::SecretKey;
+    use crate::record::{Body, NoteBody, UnsignedRecord};
+
+    fn line(seq: u64, witnessed: bool, receipt: bool) -> PackLine {
+        let key = SecretKey::from_seed(&[3; 32]);
+        let record = UnsignedRecord {
+            agent: AgentName::new("a").unwrap(),
+            key_id: key.public_key().key_id(),
+            seq: Seq::new(seq).unwrap(),
+            prev: (seq > 0).then(|| Hash::sha256(b"p")),
+            time: UnixMillis::new(1_795_000_000_000 + 7),
+            nonce: Nonce::from_bytes(vec![seq as u8; 16]).unwrap(),
+            body: Body::Note(NoteBody {
+                text: "\"note\"\n".into(),
+            }),
+        }
+        .sign(&key)
+        .unwrap();
+        let hash = record.hash();
+        PackLine::Record(Box::new(PackRecord {
+            witnessed: witnessed.then(|| Witnessed {
+                index: LeafIndex::new(seq + 5),
+                received: UnixMillis::new(1_795_000_000_040),
+                inclusion: (0..seq).map(|i| Hash::sha256(&[i as u8])).collect(),
+            }),
+            receipt: receipt.then(|| PackReceipt {
+                record_hash: hash,
+                nonce: record.nonce.clone(),
+                index: LeafIndex::new(seq + 5),
+                tree_size: TreeSize::new(900),
+            }),
+            record,
+        }))
+    }
+
+    fn lines() -> Vec<PackLine> {
+        vec![
+            line(0, false, false),
+            line(1, true, false),
+            line(2, true, true),
+            line(17, true, true),
+        ]
+    }
+
+    #[test]
+    fn canonical_record_lines_take_the_fast_road_to_the_same_line() {
+        for l in lines() {
+            let bytes = l.to_json().unwrap();
+            let PackLine::Record(expected) = &l else {
+                unreachable!()
+            };
+            assert_eq!(fast_record_line(&bytes).as_ref(), Some(&**expected));
+            assert_eq!(PackLine::from_json_strict(&bytes), Ok(l.clone()));
+            assert_eq!(PackLine::from_json(&bytes), Ok(l));
+        }
+    }
+
+    #[test]
+    fn other_lines_take_the_strict_road_with_its_answers() {
+        let text = String::from_utf8(line(2, true, true).to_json().unwrap()).unwrap();
+        let big_proof = {
+            let hashes = vec![format!("\"{}\"", Hash::default().to_hex()); 2100].join(",");
+            text.replace("\"inclusion\":[", &format!("\"inclusion\":[{hashes},"))
+        };
+        let cases: Vec<(String, Result<(), &str>)> = vec![
+            (
+                text.replace(
+                    "\"index\":7,\"received\"",
+                    "\"index\":9007199254740992,\"received\"",
+                ),
+                Err("integer_out_of_range"),
+            ),
+            (
+                text.replace("\"tree_size\":900", "\"tree_size\":1e400"),
+                Err("non_finite_number"),
+            ),
+            (
+                text.replace(
+                    "\"type\":\"record\"",
+                    "\"type\":\"record\",\"type\":\"record\"",
+                ),
+                Err("duplicate_key"),
+            ),
+            (
+                text.replace("\"receipt\":{", "\"receipt\":{\"index\":7,"),
+                Err("duplicate_key"),
+            ),
+            (
+                text.replace("\"type\":\"record\"", "\"type\":\"rec\\u006frd\""),
+                Ok(()),
+            ),
+            (text.replace(",\"witnessed\":{", ",\"x\":{"), Err("schema")),
+            (text.replace("{\"receipt\":", "{ \"receipt\":"), Ok(())),
+            (big_proof, Err("too_large")),
+        ];
+        for (bytes, expect) in cases {
+            assert_ne!(bytes, text);
+            assert!(fast_record_line(bytes.as_bytes()).is_none(), "{bytes}");
+            let got = PackLine::from_json(bytes.as_bytes());
+            assert_eq!(got, PackLine::from_json_strict(bytes.as_bytes()));
+            let code = got.as_ref().map(|_| ()).map_err(|e| match e {
+                PackError::Canonical(c) => c.code(),
+                PackError::Record(r) => r.code(),
+                _ => "schema",
+            });
+            assert_eq!(code, expect, "{bytes}");
+        }
+        // A line without its witnessed member reads as witnessed: null.
+        let pending = String::from_utf8(line(0, false, false).to_json().unwrap()).unwrap();
+        let short = pending.replace(",\"witnessed\":null", "");
+        assert!(fast_record_line(short.as_bytes()).is_none());
+        assert_eq!(
+            PackLine::from_json(short.as_bytes()),
+            PackLine::from_json(pending.as_bytes())
+        );
+    }
+
+    #[test]
+    fn whatever_the_fast_road_accepts_the_strict_road_reads_the_same() {
+        let mut state: u64 = 0x2545_f491_4f6c_dd1d;
+        let mut next = move || {
+            state ^= state << 13;
+            state ^= state >> 7;
+            state ^= state << 17;
+            state
+        };
+        let mut fast_hits = 0;
+        for l in lines() {
+            let base = l.to_json().unwrap();
+            for _ in 0..2000 {
+                let mut m = base.clone();
+                let at = (next() as usize) % m.len();
+                match next() % 3 {
+                    0 => m[at] ^= (next() as u8) | 1,
+                    1 => {
+                        let end = (at + 1 + (next() as usize) % 16).min(m.len());
+                        let chunk = m[at..end].to_vec();
+                        m.splice(at..at, chunk);
+                    }
+                    _ => {
+                        let end = (at + 1 + (next() as usize) % 16).min(m.len());
+                        m.drain(at..end);
+                    }
+                }
+                if let Some(fast) = fast_record_line(&m) {
+                    fast_hits += 1;
+                    assert_eq!(
+                        PackLine::from_json_strict(&m),
+                        Ok(PackLine::Record(Box::new(fast))),
+                        "{}",
+                        String::from_utf8_lossy(&m)
+                    );
+                }
+            }
+        }
+        assert!(fast_hits > 0);
     }
 }

@@ -5,6 +5,15 @@
 //! limit, and a round trip (its canonical form re-serialises to the bytes it
 //! was parsed from). The signature is checked separately, against a key the
 //! caller trusts ([`Record::verify_signature`]).
+//!
+//! A record's canonical bytes are written by [`write_canonical`], a JCS
+//! writer for this one fixed shape (members in RFC 8785 order, strings
+//! escaped as RFC 8785 §3.2.2.2 says); a test holds it byte-equal to the
+//! general canonicaliser. Parsing has two roads with one answer: input that
+//! is already canonical is read straight into the typed fields and accepted
+//! only if writing those fields back gives the input byte for byte; anything
+//! else (other spacing or member order, an error of any kind) goes the
+//! strict road through [`canonical::parse_strict`], which gives the errors.
 
 use std::fmt;
 use std::ops::Deref;
@@ -676,7 +685,9 @@ impl UnsignedRecord {
     /// # Errors
     /// Only if a field holds a number JCS refuses, which the types prevent.
     pub fn signing_bytes(&self) -> Result<Vec<u8>, RecordError> {
-        Ok(canonical::canonicalize(&self.wire(None))?)
+        let mut out = Vec::with_capacity(512);
+        write_canonical(self, None, &mut out);
+        Ok(out)
     }
 
     fn validate(&self) -> Result<(), RecordError> {
@@ -705,6 +716,306 @@ impl UnsignedRecord {
     }
 }
 
+const HEX_DIGITS: &[u8; 16] = b"0123456789abcdef";
+
+/// Appends `text` as a JSON string in RFC 8785 form (§3.2.2.2): `"` and `\`
+/// escaped, U+0008, U+0009, U+000A, U+000C and U+000D as `\b \t \n \f \r`,
+/// the other controls below U+0020 as `\u00xx` in lowercase hex, and every
+/// other character as itself.
+pub(crate) fn put_str(out: &mut Vec<u8>, text: &str) {
+    let bytes = text.as_bytes();
+    out.reserve(bytes.len() + 2);
+    out.push(b'"');
+    let mut run = 0;
+    for (i, &b) in bytes.iter().enumerate() {
+        let short: &[u8] = match b {
+            b'"' => b"\\\"",
+            b'\\' => b"\\\\",
+            0x08 => b"\\b",
+            0x09 => b"\\t",
+            0x0a => b"\\n",
+            0x0c => b"\\f",
+            0x0d => b"\\r",
+            0x00..=0x1f => &[
+                b'\\',
+                b'u',
+                b'0',
+                b'0',
+                HEX_DIGITS[usize::from(b >> 4)],
+                HEX_DIGITS[usize::from(b & 0x0f)],
+            ],
+            _ => continue,
+        };
+        out.extend_from_slice(&bytes[run..i]);
+        out.extend_from_slice(short);
+        run = i + 1;
+    }
+    out.extend_from_slice(&bytes[run..]);
+    out.push(b'"');
+}
+
+/// Appends `bytes` as a JSON string of lowercase hex.
+pub(crate) fn put_hex(out: &mut Vec<u8>, bytes: &[u8]) {
+    let start = out.len();
+    out.resize(start + 2 * bytes.len() + 2, b'"');
+    let digits = &mut out[start + 1..start + 1 + 2 * bytes.len()];
+    for (pair, &b) in digits.chunks_exact_mut(2).zip(bytes) {
+        pair[0] = HEX_DIGITS[usize::from(b >> 4)];
+        pair[1] = HEX_DIGITS[usize::from(b & 0x0f)];
+    }
+}
+
+/// Appends a counter as a JSON integer; `None` above 2^53 − 1, which tally's
+/// JSON refuses (§2), so nothing beyond it is ever written.
+pub(crate) fn put_counter(out: &mut Vec<u8>, n: u64) -> Option<()> {
+    if n > MAX_COUNTER {
+        return None;
+    }
+    let mut digits = [0u8; 20];
+    let mut at = digits.len();
+    let mut rest = n;
+    loop {
+        at -= 1;
+        // `rest % 10` is below 10, so the cast keeps it.
+        digits[at] = b'0' + (rest % 10) as u8;
+        rest /= 10;
+        if rest == 0 {
+            break;
+        }
+    }
+    out.extend_from_slice(&digits[at..]);
+    Some(())
+}
+
+/// Appends a time in its one wire spelling (it needs no escaping).
+pub(crate) fn put_time(out: &mut Vec<u8>, time: UnixMillis) {
+    out.push(b'"');
+    out.extend_from_slice(time.to_rfc3339().as_bytes());
+    out.push(b'"');
+}
+
+/// Appends a key or signature (at most 64 bytes) as canonical standard
+/// base64 with padding.
+fn put_base64(out: &mut Vec<u8>, bytes: &[u8]) {
+    use base64::Engine as _;
+    let mut text = [0u8; 88];
+    out.push(b'"');
+    match base64::engine::general_purpose::STANDARD.encode_slice(bytes, &mut text) {
+        Ok(n) => out.extend_from_slice(&text[..n]),
+        // Longer input than any key or signature: the allocating encoder.
+        Err(_) => out.extend_from_slice(
+            base64::engine::general_purpose::STANDARD
+                .encode(bytes)
+                .as_bytes(),
+        ),
+    }
+    out.push(b'"');
+}
+
+fn put_u32(out: &mut Vec<u8>, n: u32) {
+    // A u32 is always below 2^53.
+    let _ = put_counter(out, u64::from(n));
+}
+
+fn write_tool(out: &mut Vec<u8>, tool: &ToolEntry) {
+    out.extend_from_slice(b"{\"digest\":");
+    put_hex(out, tool.digest.as_bytes());
+    out.extend_from_slice(b",\"name\":");
+    put_str(out, &tool.name);
+    out.extend_from_slice(b",\"parts\":{");
+    let p = &tool.parts;
+    let parts = [
+        ("annotations", p.annotations),
+        ("description", p.description),
+        ("input_schema", p.input_schema),
+        ("meta", p.meta),
+        ("output_schema", p.output_schema),
+        ("title", p.title),
+    ];
+    let mut first = true;
+    for (name, digest) in parts {
+        if let Some(d) = digest {
+            if !first {
+                out.push(b',');
+            }
+            first = false;
+            put_str(out, name);
+            out.push(b':');
+            put_hex(out, d.as_bytes());
+        }
+    }
+    out.extend_from_slice(b"},\"recorded\":");
+    out.extend_from_slice(if tool.recorded { b"true" } else { b"false" });
+    out.push(b'}');
+}
+
+fn write_body(out: &mut Vec<u8>, body: &Body) {
+    match body {
+        Body::Decision(d) => {
+            out.extend_from_slice(b"{\"call_id\":");
+            put_str(out, &d.call_id);
+            out.extend_from_slice(b",\"input_hash\":");
+            put_hex(out, d.input_hash.as_bytes());
+            out.extend_from_slice(b",\"tool\":");
+            put_str(out, &d.tool);
+        }
+        Body::Outcome(o) => {
+            out.extend_from_slice(b"{\"call_id\":");
+            put_str(out, &o.call_id);
+            out.extend_from_slice(b",\"decision\":");
+            put_hex(out, o.decision.as_bytes());
+            if let Some(h) = &o.output_hash {
+                out.extend_from_slice(b",\"output_hash\":");
+                put_hex(out, h.as_bytes());
+            }
+            out.extend_from_slice(b",\"status\":");
+            put_str(out, o.status.as_str());
+        }
+        Body::Tools(t) => {
+            out.extend_from_slice(b"{\"list_id\":");
+            put_str(out, &t.list_id);
+            out.extend_from_slice(b",\"part\":");
+            put_u32(out, t.part);
+            out.extend_from_slice(b",\"parts\":");
+            put_u32(out, t.parts);
+            out.extend_from_slice(b",\"tools\":[");
+            for (i, tool) in t.tools.iter().enumerate() {
+                if i > 0 {
+                    out.push(b',');
+                }
+                write_tool(out, tool);
+            }
+            out.push(b']');
+        }
+        Body::Note(n) => {
+            out.extend_from_slice(b"{\"text\":");
+            put_str(out, &n.text);
+        }
+        Body::KeyRotation(k) => {
+            out.extend_from_slice(b"{\"new_key_id\":");
+            put_str(out, &k.new_key_id.to_hex());
+            out.extend_from_slice(b",\"new_public_key\":");
+            put_base64(out, &k.new_public_key.to_bytes());
+        }
+    }
+    out.push(b'}');
+}
+
+/// Appends `JCS(record)`, or `JCS(record without "sig")` when `sig` is
+/// `None`: the members in RFC 8785 order (all names are ASCII, so UTF-16
+/// order is byte order), the numbers all counters below 2^53.
+fn write_canonical(u: &UnsignedRecord, sig: Option<&Signature>, out: &mut Vec<u8>) {
+    out.extend_from_slice(b"{\"agent\":");
+    put_str(out, u.agent.as_str());
+    out.extend_from_slice(b",\"body\":");
+    write_body(out, &u.body);
+    out.extend_from_slice(b",\"key_id\":");
+    put_str(out, &u.key_id.to_hex());
+    out.extend_from_slice(b",\"kind\":");
+    put_str(out, u.body.kind().as_str());
+    out.extend_from_slice(b",\"nonce\":");
+    put_hex(out, u.nonce.as_bytes());
+    out.extend_from_slice(b",\"prev\":");
+    match &u.prev {
+        Some(h) => put_hex(out, h.as_bytes()),
+        None => out.extend_from_slice(b"null"),
+    }
+    out.extend_from_slice(b",\"seq\":");
+    // A `Seq` is at most 2^53 − 1 by construction.
+    let _ = put_counter(out, u.seq.get());
+    if let Some(sig) = sig {
+        out.extend_from_slice(b",\"sig\":");
+        put_base64(out, sig.as_bytes());
+    }
+    out.extend_from_slice(b",\"time\":");
+    put_time(out, u.time);
+    out.extend_from_slice(b",\"v\":1}");
+}
+
+/// A record's fields as the fast road reads them ([`Record::from_json`]).
+/// The body's members are all optional because in canonical order `body`
+/// comes before `kind`; the kind picks the members afterwards, and a member
+/// of another kind makes the bytes differ from the canonical ones.
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct FastRecord {
+    agent: AgentName,
+    body: FastBody,
+    key_id: KeyId,
+    kind: RecordKind,
+    nonce: Nonce,
+    prev: Option<Hash>,
+    seq: Seq,
+    sig: Signature,
+    time: UnixMillis,
+    v: u64,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct FastBody {
+    call_id: Option<String>,
+    input_hash: Option<Hash>,
+    tool: Option<String>,
+    decision: Option<Hash>,
+    status: Option<OutcomeStatus>,
+    output_hash: Option<Hash>,
+    list_id: Option<String>,
+    part: Option<u32>,
+    parts: Option<u32>,
+    tools: Option<Vec<ToolEntry>>,
+    text: Option<String>,
+    new_key_id: Option<KeyId>,
+    new_public_key: Option<PublicKey>,
+}
+
+impl FastRecord {
+    /// The record these fields make, or `None` when a member its kind needs
+    /// is missing or a rule is broken (the strict road then says which).
+    /// The caller still compares the canonical bytes with its input.
+    pub(crate) fn into_record(self) -> Option<Record> {
+        if self.v != RECORD_VERSION {
+            return None;
+        }
+        let b = self.body;
+        let body = match self.kind {
+            RecordKind::Decision => Body::Decision(Decision {
+                call_id: b.call_id?,
+                tool: b.tool?,
+                input_hash: b.input_hash?,
+            }),
+            RecordKind::Outcome => Body::Outcome(Outcome {
+                call_id: b.call_id?,
+                decision: b.decision?,
+                status: b.status?,
+                output_hash: b.output_hash,
+            }),
+            RecordKind::Tools => Body::Tools(ToolList {
+                list_id: b.list_id?,
+                part: b.part?,
+                parts: b.parts?,
+                tools: b.tools?,
+            }),
+            RecordKind::Note => Body::Note(NoteBody { text: b.text? }),
+            RecordKind::KeyRotation => Body::KeyRotation(KeyRotation {
+                new_key_id: b.new_key_id?,
+                new_public_key: b.new_public_key?,
+            }),
+        };
+        let unsigned = UnsignedRecord {
+            agent: self.agent,
+            key_id: self.key_id,
+            seq: self.seq,
+            prev: self.prev,
+            time: self.time,
+            nonce: self.nonce,
+            body,
+        };
+        unsigned.validate().ok()?;
+        Record::assemble(unsigned, self.sig).ok()
+    }
+}
+
 /// A structurally valid, signed record.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Record {
@@ -723,7 +1034,8 @@ impl Deref for Record {
 
 impl Record {
     fn assemble(unsigned: UnsignedRecord, sig: Signature) -> Result<Self, RecordError> {
-        let canonical = canonical::canonicalize(&unsigned.wire(Some(&sig)))?;
+        let mut canonical = Vec::with_capacity(512);
+        write_canonical(&unsigned, Some(&sig), &mut canonical);
         if canonical.len() > MAX_RECORD_BYTES {
             return Err(RecordError::TooLarge {
                 size: canonical.len(),
@@ -744,7 +1056,22 @@ impl Record {
     /// # Errors
     /// [`RecordError`] naming the first rule broken.
     pub fn from_json(bytes: &[u8]) -> Result<Self, RecordError> {
+        if let Some(record) = Self::from_canonical(bytes) {
+            return Ok(record);
+        }
         Self::from_value(canonical::parse_strict(bytes, Limits::WIRE)?)
+    }
+
+    /// The fast road for input that is already canonical: the typed fields
+    /// read straight from `bytes`, accepted only when their canonical bytes
+    /// are `bytes` exactly. Those bytes have no duplicate member, no number
+    /// but the record's own counters, no white space and no other spelling,
+    /// so the strict road would accept them and read the same fields. `None`
+    /// sends the input down the strict road, which names what is wrong.
+    fn from_canonical(bytes: &[u8]) -> Option<Self> {
+        let fields: FastRecord = serde_json::from_slice(bytes).ok()?;
+        let record = fields.into_record()?;
+        (record.canonical == bytes).then_some(record)
     }
 
     /// Parses a record from a JSON value that was itself parsed strictly
@@ -863,5 +1190,304 @@ pub(crate) fn check_version<E>(
         Some(v) => Err(Err(format!(
             "field `v` must be a positive integer, got {v}"
         ))),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn key() -> SecretKey {
+        SecretKey::from_seed(&[7; 32])
+    }
+
+    fn signed(seq: u64, body: Body) -> Record {
+        UnsignedRecord {
+            agent: AgentName::new("claims-bot.v2").unwrap(),
+            key_id: key().public_key().key_id(),
+            seq: Seq::new(seq).unwrap(),
+            prev: (seq > 0).then(|| Hash::sha256(b"prev")),
+            time: UnixMillis::new(1_795_000_000_123),
+            nonce: Nonce::from_bytes((0..24).collect()).unwrap(),
+            body,
+        }
+        .sign(&key())
+        .unwrap()
+    }
+
+    fn digest(label: &str) -> Hash {
+        Hash::sha256(label.as_bytes())
+    }
+
+    /// One record of every kind and shape, with text that needs escaping.
+    fn samples() -> Vec<Record> {
+        let tool = |name: &str, all: bool| ToolEntry {
+            name: name.into(),
+            recorded: all,
+            digest: digest(name),
+            parts: if all {
+                ToolPartDigests {
+                    title: Some(digest("t")),
+                    description: Some(digest("d")),
+                    input_schema: Some(digest("i")),
+                    output_schema: Some(digest("o")),
+                    annotations: Some(digest("a")),
+                    meta: Some(digest("m")),
+                }
+            } else {
+                ToolPartDigests {
+                    input_schema: Some(digest("i")),
+                    ..ToolPartDigests::default()
+                }
+            },
+        };
+        let new_key = SecretKey::from_seed(&[9; 32]).public_key();
+        vec![
+            signed(
+                0,
+                Body::Tools(ToolList {
+                    list_id: "list \"1\"".into(),
+                    part: 0,
+                    parts: 2,
+                    tools: vec![tool("refund", true), tool("zé\\ro", false)],
+                }),
+            ),
+            signed(
+                1,
+                Body::Decision(Decision {
+                    call_id: "42".into(),
+                    tool: "refund/é😀\u{2028}".into(),
+                    input_hash: digest("in"),
+                }),
+            ),
+            signed(
+                2,
+                Body::Outcome(Outcome {
+                    call_id: "42".into(),
+                    decision: digest("d"),
+                    status: OutcomeStatus::ServerExited,
+                    output_hash: Some(digest("out")),
+                }),
+            ),
+            signed(
+                3,
+                Body::Outcome(Outcome {
+                    call_id: "43".into(),
+                    decision: digest("d2"),
+                    status: OutcomeStatus::NotRun,
+                    output_hash: None,
+                }),
+            ),
+            signed(
+                4,
+                Body::Note(NoteBody {
+                    text: "line 1\nline\t2 \"quoted\" back\\slash é".into(),
+                }),
+            ),
+            signed(
+                5,
+                Body::KeyRotation(KeyRotation {
+                    new_key_id: new_key.key_id(),
+                    new_public_key: new_key,
+                }),
+            ),
+            signed(
+                9_007_199_254_740_991,
+                Body::Note(NoteBody { text: "max".into() }),
+            ),
+        ]
+    }
+
+    #[test]
+    fn the_record_writer_is_the_general_canonicaliser() {
+        for r in samples() {
+            let general = canonical::canonicalize(&r).unwrap();
+            assert_eq!(
+                String::from_utf8(r.canonical_bytes().to_vec()).unwrap(),
+                String::from_utf8(general.clone()).unwrap()
+            );
+            assert_eq!(r.hash(), Hash::sha256(&general));
+            assert_eq!(
+                r.unsigned().signing_bytes().unwrap(),
+                canonical::canonicalize(&r.unsigned().wire(None)).unwrap()
+            );
+        }
+    }
+
+    #[test]
+    fn strings_are_escaped_as_rfc8785_says() {
+        let mut texts: Vec<String> = (0u32..0x80)
+            .filter_map(char::from_u32)
+            .map(|c| format!("a{c}b{c}"))
+            .collect();
+        texts.extend(
+            [
+                "",
+                "\u{80}\u{9f}\u{2028}\u{2029}\u{feff}",
+                "😀é\\\"/",
+                "\u{10ffff}",
+            ]
+            .map(String::from),
+        );
+        for t in texts {
+            let mut out = Vec::new();
+            put_str(&mut out, &t);
+            assert_eq!(out, canonical::canonicalize(&t).unwrap(), "{t:?}");
+        }
+        for n in [0, 9, 10, 99, 100, 1 << 32, MAX_COUNTER] {
+            let mut out = Vec::new();
+            put_counter(&mut out, n).unwrap();
+            assert_eq!(out, n.to_string().into_bytes());
+        }
+        assert_eq!(put_counter(&mut Vec::new(), MAX_COUNTER + 1), None);
+    }
+
+    fn strict(bytes: &[u8]) -> Result<Record, RecordError> {
+        Record::from_value(canonical::parse_strict(bytes, Limits::WIRE)?)
+    }
+
+    #[test]
+    fn canonical_input_takes_the_fast_road_to_the_same_record() {
+        for r in samples() {
+            let bytes = r.canonical_bytes();
+            assert_eq!(Record::from_canonical(bytes).as_ref(), Some(&r));
+            assert_eq!(strict(bytes).as_ref(), Ok(&r));
+            // Other spacing is not canonical: the strict road reads it.
+            let pretty = serde_json::to_vec_pretty(&r).unwrap();
+            assert!(Record::from_canonical(&pretty).is_none());
+            assert_eq!(Record::from_json(&pretty).as_ref(), Ok(&r));
+        }
+    }
+
+    #[test]
+    fn every_refusal_comes_from_the_strict_road_unchanged() {
+        let r = &samples()[2];
+        let text = String::from_utf8(r.canonical_bytes().to_vec()).unwrap();
+        let cases: Vec<(Vec<u8>, &str)> = vec![
+            (
+                text.replace("\"seq\":2,", "\"seq\":2,\"seq\":2,").into(),
+                "duplicate_key",
+            ),
+            (
+                text.replace("\"body\":{", "\"body\":{\"status\":\"ok\",")
+                    .into(),
+                "duplicate_key",
+            ),
+            (
+                text.replace("\"seq\":2,", "\"seq\":9007199254740992,")
+                    .into(),
+                "integer_out_of_range",
+            ),
+            (
+                text.replace("\"seq\":2,", "\"seq\":2e400,").into(),
+                "non_finite_number",
+            ),
+            (
+                text.replace("\"v\":1}", "\"v\":2}").into(),
+                "unsupported_version",
+            ),
+            (text.replace("\"seq\":2,", "\"seq\":2.0,").into(), "schema"),
+            (
+                text.replace(
+                    "\"status\":\"server_exited\"",
+                    "\"output_hash\":null,\"status\":\"server_exited\"",
+                )
+                .into(),
+                "duplicate_key",
+            ),
+            (
+                text.replace(",\"output_hash\":", ",\"extra\":1,\"output_hash\":")
+                    .into(),
+                "schema",
+            ),
+            (
+                {
+                    let at = text.find(",\"prev\":").unwrap();
+                    format!("{}{}", &text[..at], &text[at + 74..]).into()
+                },
+                "invalid_field",
+            ),
+            (
+                text.replace("\"call_id\":\"42\"", "\"call_id\":\"\"")
+                    .into(),
+                "invalid_field",
+            ),
+            (
+                {
+                    let mut b = text.clone().into_bytes();
+                    let at = text.find("\"42\"").unwrap() + 1;
+                    b[at] = 0xff;
+                    b
+                },
+                "invalid_utf8",
+            ),
+        ];
+        for (bytes, code) in cases {
+            assert_ne!(bytes, text.as_bytes());
+            assert!(
+                Record::from_canonical(&bytes).is_none(),
+                "{}",
+                String::from_utf8_lossy(&bytes)
+            );
+            let fast = Record::from_json(&bytes);
+            assert_eq!(fast, strict(&bytes));
+            assert_eq!(
+                fast.unwrap_err().code(),
+                code,
+                "{}",
+                String::from_utf8_lossy(&bytes)
+            );
+        }
+        // An explicit null where the writer omits the member, and an omitted
+        // prev, are not v1 form.
+        let r3 = &samples()[3];
+        let t3 = String::from_utf8(r3.canonical_bytes().to_vec()).unwrap();
+        let null = t3.replace(",\"status\":", ",\"output_hash\":null,\"status\":");
+        assert!(Record::from_canonical(null.as_bytes()).is_none());
+        assert_eq!(
+            Record::from_json(null.as_bytes()).unwrap_err().code(),
+            "schema"
+        );
+    }
+
+    #[test]
+    fn mutated_input_is_never_accepted_by_the_fast_road_alone() {
+        // Whatever the fast road accepts, the strict road accepts as the
+        // same record: flip, cut and repeat bytes of canonical records.
+        let mut state: u64 = 0x9e37_79b9_7f4a_7c15;
+        let mut next = move || {
+            state ^= state << 13;
+            state ^= state >> 7;
+            state ^= state << 17;
+            state
+        };
+        let mut fast_hits = 0;
+        for r in samples() {
+            let base = r.canonical_bytes().to_vec();
+            for _ in 0..3000 {
+                let mut m = base.clone();
+                let at = (next() as usize) % m.len();
+                match next() % 3 {
+                    0 => m[at] ^= (next() as u8) | 1,
+                    1 => {
+                        let len = 1 + (next() as usize) % 12;
+                        let end = (at + len).min(m.len());
+                        let chunk = m[at..end].to_vec();
+                        m.splice(at..at, chunk);
+                    }
+                    _ => {
+                        let end = (at + 1 + (next() as usize) % 12).min(m.len());
+                        m.drain(at..end);
+                    }
+                }
+                if let Some(fast) = Record::from_canonical(&m) {
+                    fast_hits += 1;
+                    assert_eq!(strict(&m), Ok(fast), "{}", String::from_utf8_lossy(&m));
+                }
+            }
+        }
+        // Some mutations (a digit of seq or time, a hex digit) stay
+        // canonical and must agree; most do not.
+        assert!(fast_hits > 0);
     }
 }

@@ -26,9 +26,10 @@ mod nonces;
 mod pool;
 mod render;
 pub mod sig;
+mod spill;
 mod tally;
 pub mod trust;
 mod verify;
 
 pub use render::{render_text, result_line};
-pub use verify::{verify, Verification, VerifyError, VerifyOptions};
+pub use verify::{verify, verify_with_budget, Verification, VerifyError, VerifyOptions};

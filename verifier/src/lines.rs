@@ -3,7 +3,7 @@
 //! to its newline without being buffered, so a hostile pack cannot make the
 //! verifier hold more than one line.
 
-use std::io::{self, BufRead};
+use std::io::{self, BufRead, Read};
 
 /// One line as read.
 #[derive(Debug, PartialEq, Eq)]
@@ -17,60 +17,54 @@ pub(crate) enum Line {
     Eof,
 }
 
-/// Reads the next line into `buf` (cleared first). Returns the line kind and
-/// the number of bytes consumed, newline included.
+/// Reads the next line and appends it to `buf` (so that a batch of lines
+/// shares one buffer); a line over `max` leaves `buf` as it was. Returns the
+/// line kind and the number of bytes consumed, newline included.
 pub(crate) fn read_line<R: BufRead + ?Sized>(
     input: &mut R,
     buf: &mut Vec<u8>,
     max: usize,
 ) -> io::Result<(Line, u64)> {
-    buf.clear();
-    let mut consumed: u64 = 0;
-    let mut too_long = false;
-    loop {
+    let start = buf.len();
+    // `read_until` finds the newline a word at a time; `take` stops it one
+    // byte past the limit, so a long line is never buffered whole.
+    let limit = u64::try_from(max).unwrap_or(u64::MAX).saturating_add(1);
+    let read = (&mut *input).take(limit).read_until(b'\n', buf)?;
+    let mut consumed = read as u64;
+    if read == 0 {
+        return Ok((Line::Eof, 0));
+    }
+    let terminated = buf.last() == Some(&b'\n');
+    if terminated {
+        buf.pop();
+    }
+    if buf.len() - start <= max {
+        return Ok((Line::Text { terminated }, consumed));
+    }
+    buf.truncate(start);
+    // Skip the rest of the long line without keeping it.
+    let mut newline = terminated;
+    while !newline {
         let chunk = match input.fill_buf() {
             Ok(c) => c,
             Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
             Err(e) => return Err(e),
         };
         if chunk.is_empty() {
-            let line = if consumed == 0 {
-                Line::Eof
-            } else if too_long {
-                Line::TooLong { len: consumed }
-            } else {
-                Line::Text { terminated: false }
-            };
-            return Ok((line, consumed));
+            break;
         }
-        let (take, done) = match chunk.iter().position(|&b| b == b'\n') {
-            Some(i) => (i + 1, true),
-            None => (chunk.len(), false),
-        };
-        let body = if done {
-            &chunk[..take - 1]
-        } else {
-            &chunk[..take]
-        };
-        if !too_long {
-            if buf.len() + body.len() > max {
-                too_long = true;
-                buf.clear();
-            } else {
-                buf.extend_from_slice(body);
+        let take = match chunk.iter().position(|&b| b == b'\n') {
+            Some(i) => {
+                newline = true;
+                i + 1
             }
-        }
+            None => chunk.len(),
+        };
         input.consume(take);
         consumed += take as u64;
-        if done {
-            let line = if too_long {
-                Line::TooLong { len: consumed - 1 }
-            } else {
-                Line::Text { terminated: true }
-            };
-            return Ok((line, consumed));
-        }
     }
+    let len = if newline { consumed - 1 } else { consumed };
+    Ok((Line::TooLong { len }, consumed))
 }
 
 #[cfg(test)]
@@ -81,28 +75,43 @@ mod tests {
     fn splits_bounds_and_skips_long_lines() {
         let data = b"ab\n0123456789\ncd";
         let mut r = io::BufReader::with_capacity(3, &data[..]);
-        let mut buf = Vec::new();
+        let mut buf = b"xyz".to_vec();
         assert_eq!(
             read_line(&mut r, &mut buf, 5).unwrap(),
             (Line::Text { terminated: true }, 3)
         );
-        assert_eq!(buf, b"ab");
+        assert_eq!(buf, b"xyzab");
         assert_eq!(
             read_line(&mut r, &mut buf, 5).unwrap(),
             (Line::TooLong { len: 10 }, 11)
         );
-        assert!(buf.is_empty());
+        assert_eq!(buf, b"xyzab", "a long line leaves the buffer as it was");
         assert_eq!(
             read_line(&mut r, &mut buf, 5).unwrap(),
             (Line::Text { terminated: false }, 2)
         );
-        assert_eq!(buf, b"cd");
+        assert_eq!(buf, b"xyzabcd");
         assert_eq!(read_line(&mut r, &mut buf, 5).unwrap(), (Line::Eof, 0));
+        assert_eq!(buf, b"xyzabcd");
         let exact = b"12345\n";
         let mut r = &exact[..];
+        buf.clear();
         assert_eq!(
             read_line(&mut r, &mut buf, 5).unwrap().0,
             Line::Text { terminated: true }
         );
+        assert_eq!(buf, b"12345");
+        // One byte over the limit, with and without a newline, then EOF.
+        let mut r = io::BufReader::with_capacity(2, &b"123456\n1234567"[..]);
+        assert_eq!(
+            read_line(&mut r, &mut buf, 5).unwrap(),
+            (Line::TooLong { len: 6 }, 7)
+        );
+        assert_eq!(
+            read_line(&mut r, &mut buf, 5).unwrap(),
+            (Line::TooLong { len: 7 }, 7)
+        );
+        assert_eq!(read_line(&mut r, &mut buf, 5).unwrap(), (Line::Eof, 0));
+        assert_eq!(buf, b"12345");
     }
 }

@@ -10,19 +10,36 @@
 //! both records. Two different nonces share 92 bits with probability about
 //! n²/2^93 (2^-45 at the 16.7-million-record limit); that would show as a
 //! false `fail` naming two records a person can compare, never a false pass.
-//! This set is the one part of the verifier's memory that grows with the
-//! pack: 16 bytes per record (docs/benchmarks.md).
+//! The set is kept within a memory budget by [`crate::spill`]: past it,
+//! sorted runs go to a temporary file and are merged at the end, which gives
+//! the same sorted sequence, and so the same pairs, as one sort in memory.
+
+use std::io;
+
+use crate::spill::Spill;
 
 const AGENT_BITS: u32 = 12;
 const OFFSET_BITS: u32 = 24;
 const LOW_BITS: u32 = AGENT_BITS + OFFSET_BITS;
 
-#[derive(Debug, Default)]
 pub(crate) struct NonceSet {
-    entries: Vec<u128>,
+    entries: Spill<u128>,
+}
+
+fn split(e: u128) -> (usize, u64) {
+    let agent = ((e >> OFFSET_BITS) & ((1 << AGENT_BITS) - 1)) as usize;
+    let offset = (e & ((1 << OFFSET_BITS) - 1)) as u64;
+    (agent, offset)
 }
 
 impl NonceSet {
+    /// A set that keeps at most `budget_bytes` in memory.
+    pub(crate) fn new(budget_bytes: usize) -> Self {
+        Self {
+            entries: Spill::new(budget_bytes),
+        }
+    }
+
     /// Adds a record's nonce fingerprint; `agent` and `offset` must fit the
     /// limits above (the caller refuses packs beyond them as `schema`).
     pub(crate) fn push(&mut self, fingerprint: u128, agent: usize, offset: u64) {
@@ -32,22 +49,27 @@ impl NonceSet {
             .push((fingerprint >> LOW_BITS << LOW_BITS) | low);
     }
 
-    /// The pairs `(first, again)` of records that share a nonce, each as
-    /// `(agent position, seq offset)`, first use first in sort order.
-    pub(crate) fn duplicates(mut self) -> Vec<((usize, u64), (usize, u64))> {
-        self.entries.sort_unstable();
-        let split = |e: u128| {
-            let agent = ((e >> OFFSET_BITS) & ((1 << AGENT_BITS) - 1)) as usize;
-            let offset = (e & ((1 << OFFSET_BITS) - 1)) as u64;
-            (agent, offset)
-        };
-        let mut out = Vec::new();
-        for pair in self.entries.windows(2) {
-            if pair[0] >> LOW_BITS == pair[1] >> LOW_BITS {
-                out.push((split(pair[0]), split(pair[1])));
+    /// Calls `found(first, again)` for each pair of records that share a
+    /// nonce, each as `(agent position, seq offset)`, first use first in
+    /// sort order.
+    ///
+    /// # Errors
+    /// An I/O error of the temporary file.
+    pub(crate) fn duplicates(
+        self,
+        mut found: impl FnMut((usize, u64), (usize, u64)),
+    ) -> io::Result<()> {
+        let mut sorted = self.entries.sorted()?;
+        let mut last: Option<u128> = None;
+        while let Some(e) = sorted.next_item()? {
+            if let Some(p) = last {
+                if p >> LOW_BITS == e >> LOW_BITS {
+                    found(split(p), split(e));
+                }
             }
+            last = Some(e);
         }
-        out
+        Ok(())
     }
 }
 
@@ -55,18 +77,47 @@ impl NonceSet {
 mod tests {
     use super::*;
 
+    fn pairs(s: NonceSet) -> Vec<((usize, u64), (usize, u64))> {
+        let mut out = Vec::new();
+        s.duplicates(|a, b| out.push((a, b))).unwrap();
+        out
+    }
+
     #[test]
     fn finds_repeats_and_names_both() {
-        let mut s = NonceSet::default();
+        let mut s = NonceSet::new(1 << 20);
         s.push(u128::MAX - 5, 1, 7);
         s.push(42 << 64, 0, 0);
         s.push(u128::MAX - 9, 3, 2); // same top 92 bits as the first
         s.push(43 << 64, 0, 1);
-        let d = s.duplicates();
-        assert_eq!(d, vec![((1, 7), (3, 2))]);
-        let mut none = NonceSet::default();
+        assert_eq!(pairs(s), vec![((1, 7), (3, 2))]);
+        let mut none = NonceSet::new(1 << 20);
         none.push(1 << 100, 0, 0);
         none.push(2 << 100, 0, 1);
-        assert!(none.duplicates().is_empty());
+        assert!(pairs(none).is_empty());
+    }
+
+    #[test]
+    fn a_repeat_is_found_across_spilled_runs() {
+        // Four entries a run: the two uses of one nonce land in runs far
+        // apart, and the answer is the one an in-memory sort gives.
+        let fingerprint = |i: u64| u128::from(i.wrapping_mul(0x9e37_79b9_7f4a_7c15)) << 64;
+        let mut small = NonceSet::new(4 * 16);
+        let mut large = NonceSet::new(1 << 20);
+        for i in 0..1000u64 {
+            let fp = if i == 977 {
+                fingerprint(3)
+            } else {
+                fingerprint(i)
+            };
+            small.push(fp, (i % 5) as usize, i / 5);
+            large.push(fp, (i % 5) as usize, i / 5);
+        }
+        // 250 runs of 4, merged sixteen at a time: 15 of 64 and 10 of 4.
+        assert_eq!(small.entries.runs(), 25);
+        assert_eq!(large.entries.runs(), 0);
+        let found = pairs(small);
+        assert_eq!(found, vec![((2, 195), (3, 0))]);
+        assert_eq!(found, pairs(large));
     }
 }

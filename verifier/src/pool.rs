@@ -19,8 +19,12 @@ use tally_schemas::{Hash, Record};
 
 use crate::sig::verify_record;
 
-/// Lines per batch handed to a worker.
+/// Lines per batch handed to a worker, at most.
 pub(crate) const BATCH_LINES: usize = 256;
+/// Bytes of lines per batch, at least once reached (a batch is sent when it
+/// has `BATCH_LINES` lines or this many bytes, so one batch holds at most
+/// this plus one line).
+pub(crate) const BATCH_BYTES: usize = 1 << 20;
 
 /// Number of worker threads for `requested` (0: one per core).
 pub(crate) fn thread_count(requested: usize) -> usize {
@@ -78,10 +82,31 @@ pub(crate) enum Parsed {
     TooLong(u64),
 }
 
-/// A line as handed to a worker.
+/// A line as handed to a worker: its place in the batch's bytes.
 pub(crate) enum RawLine {
-    Text(Vec<u8>),
+    Text(std::ops::Range<usize>),
     TooLong(u64),
+}
+
+/// Lines read one after another, with their bytes end to end in one buffer
+/// (one allocation per batch, not one per line).
+#[derive(Default)]
+pub(crate) struct Batch {
+    pub data: Vec<u8>,
+    pub lines: Vec<RawLine>,
+}
+
+impl Batch {
+    pub(crate) fn with_capacity(bytes: usize) -> Self {
+        Self {
+            data: Vec::with_capacity(bytes),
+            lines: Vec::with_capacity(BATCH_LINES),
+        }
+    }
+
+    pub(crate) fn is_full(&self) -> bool {
+        self.lines.len() >= BATCH_LINES || self.data.len() >= BATCH_BYTES
+    }
 }
 
 /// `JCS(entry)` for the entry rebuilt from a pack record (§7.1, §8 step 4).
@@ -161,13 +186,13 @@ fn work_record(line: PackRecord, ctx: &Context) -> RecordWork {
     }
 }
 
-/// The parallel half for one line.
-pub(crate) fn work(line: RawLine, ctx: &Context) -> Parsed {
+/// The parallel half for one line of `data`.
+pub(crate) fn work(line: RawLine, data: &[u8], ctx: &Context) -> Parsed {
     let bytes = match line {
         RawLine::TooLong(len) => return Parsed::TooLong(len),
-        RawLine::Text(b) => b,
+        RawLine::Text(range) => &data[range],
     };
-    match PackLine::from_json(&bytes) {
+    match PackLine::from_json(bytes) {
         Ok(PackLine::Header(_)) => Parsed::Header,
         Ok(PackLine::Checkpoint(c)) => Parsed::Checkpoint(Box::new(c)),
         Ok(PackLine::Record(r)) => Parsed::Record(Box::new(work_record(*r, ctx))),
@@ -187,7 +212,7 @@ pub(crate) struct JobQueue {
 }
 
 /// A numbered batch of lines.
-type Job = (u64, Vec<RawLine>);
+type Job = (u64, Batch);
 
 impl JobQueue {
     /// A queue holding at most `depth` batches.
@@ -230,8 +255,13 @@ impl<'a> Pipeline<'a> {
                     .lock()
                     .unwrap_or_else(std::sync::PoisonError::into_inner)
                     .recv();
-                let Ok((id, lines)) = job else { break };
-                let out: Vec<Parsed> = lines.into_iter().map(|l| work(l, ctx)).collect();
+                let Ok((id, batch)) = job else { break };
+                let data = &batch.data;
+                let out: Vec<Parsed> = batch
+                    .lines
+                    .into_iter()
+                    .map(|l| work(l, data, ctx))
+                    .collect();
                 if res_tx.send((id, out)).is_err() {
                     break;
                 }
@@ -254,9 +284,9 @@ impl<'a> Pipeline<'a> {
 
     /// Hands a batch to the workers (blocks while they are all busy and the
     /// queue is full, which bounds memory).
-    pub(crate) fn send(&mut self, lines: Vec<RawLine>) {
+    pub(crate) fn send(&mut self, batch: Batch) {
         if let Some(jobs) = &self.jobs {
-            if jobs.send((self.sent, lines)).is_ok() {
+            if jobs.send((self.sent, batch)).is_ok() {
                 self.sent += 1;
             }
         }

@@ -6,7 +6,9 @@
 //! worker threads in batches ([`crate::pool`]) for parsing, strict signature
 //! checks and inclusion proofs; their results come back in pack order to the
 //! reading thread, which keeps only per-agent state (the last seq and hash,
-//! open decisions, tool lists) and the compact nonce set ([`crate::nonces`]).
+//! open decisions, tool lists) and the sets that span the whole pack (nonces,
+//! [`crate::nonces`]; answered decisions and unmatched outcomes), which are
+//! kept within a memory budget by [`crate::spill`].
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::hash::BuildHasher;
@@ -29,8 +31,11 @@ use tally_schemas::{Hash, KeyId};
 use crate::coverage::Coverage;
 use crate::lines::{read_line, Line};
 use crate::nonces::NonceSet;
-use crate::pool::{self, Context, JobQueue, KeyStatus, Parsed, Pipeline, RawLine, RecordWork};
+use crate::pool::{
+    self, Batch, Context, JobQueue, KeyStatus, Parsed, Pipeline, RawLine, RecordWork,
+};
 use crate::sig::verify_record;
+use crate::spill::{self, Spill};
 use crate::tally::{ref_text, Tally};
 use crate::trust::WitnessPolicy;
 
@@ -206,9 +211,95 @@ struct State<'a> {
     saw_pending: bool,
     last_received: Option<UnixMillis>,
     nonces: NonceSet,
-    answered: Vec<u64>,
-    unmatched: Vec<(usize, u64, RecordRef, String)>,
+    answered: Spill<u64>,
+    unmatched: Spill<Unmatched>,
     fp_key: std::collections::hash_map::RandomState,
+    /// Bytes each whole-pack set may hold in memory before it spills.
+    budget: usize,
+}
+
+/// An outcome whose decision was not open when it came (check 10): a second
+/// outcome, an orphan, or in a pack that starts mid-chain possibly the
+/// answer to a decision before the anchor. Decided at the end, against the
+/// answered decisions; ordered by the fingerprint of the decision it names,
+/// then by its place in the pack.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+struct Unmatched {
+    decision_fp: u64,
+    line: u64,
+    agent: u32,
+    seq: u64,
+    /// `u64::MAX` when not witnessed (indexes are at most 2^53 − 1).
+    index: u64,
+    decision: [u8; 32],
+}
+
+/// An [`Unmatched`] outcome found to fail, ordered by its place in the pack
+/// so that failures are reported in pack order.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+struct Judged {
+    line: u64,
+    second: bool,
+    outcome: Unmatched,
+}
+
+impl Unmatched {
+    const BYTES: usize = 8 + 8 + 4 + 8 + 8 + 32;
+
+    fn put_fields(&self, out: &mut [u8]) {
+        out[..8].copy_from_slice(&self.decision_fp.to_le_bytes());
+        out[8..16].copy_from_slice(&self.line.to_le_bytes());
+        out[16..20].copy_from_slice(&self.agent.to_le_bytes());
+        out[20..28].copy_from_slice(&self.seq.to_le_bytes());
+        out[28..36].copy_from_slice(&self.index.to_le_bytes());
+        out[36..68].copy_from_slice(&self.decision);
+    }
+
+    fn get_fields(b: &[u8]) -> Self {
+        let u64_at = |i: usize| {
+            let mut x = [0u8; 8];
+            x.copy_from_slice(&b[i..i + 8]);
+            u64::from_le_bytes(x)
+        };
+        let mut agent = [0u8; 4];
+        agent.copy_from_slice(&b[16..20]);
+        let mut decision = [0u8; 32];
+        decision.copy_from_slice(&b[36..68]);
+        Self {
+            decision_fp: u64_at(0),
+            line: u64_at(8),
+            agent: u32::from_le_bytes(agent),
+            seq: u64_at(20),
+            index: u64_at(28),
+            decision,
+        }
+    }
+}
+
+impl spill::Item for Unmatched {
+    const BYTES: usize = Self::BYTES;
+    fn put(&self, out: &mut [u8]) {
+        self.put_fields(out);
+    }
+    fn get(bytes: &[u8]) -> Self {
+        Self::get_fields(bytes)
+    }
+}
+
+impl spill::Item for Judged {
+    const BYTES: usize = Unmatched::BYTES + 1;
+    fn put(&self, out: &mut [u8]) {
+        self.outcome.put_fields(out);
+        out[Unmatched::BYTES] = u8::from(self.second);
+    }
+    fn get(bytes: &[u8]) -> Self {
+        let outcome = Unmatched::get_fields(bytes);
+        Self {
+            line: outcome.line,
+            second: bytes[Unmatched::BYTES] == 1,
+            outcome,
+        }
+    }
 }
 
 fn record_ref(w: &RecordWork) -> RecordRef {
@@ -680,12 +771,15 @@ impl State<'_> {
                         );
                         self.c.outcomes.fail(Some(rref.clone()), msg);
                     }
-                    None => self.unmatched.push((
-                        ai,
-                        self.fp_key.hash_one(o.decision.as_bytes()),
-                        rref.clone(),
-                        o.decision.to_hex(),
-                    )),
+                    None => self.unmatched.push(Unmatched {
+                        decision_fp: self.fp_key.hash_one(o.decision.as_bytes()),
+                        line: n,
+                        // Below MAX_AGENTS_PER_PACK by the header check.
+                        agent: u32::try_from(ai).unwrap_or(u32::MAX),
+                        seq,
+                        index: rref.index.unwrap_or(u64::MAX),
+                        decision: *o.decision.as_bytes(),
+                    }),
                 }
             }
             Body::Tools(t) => st.coverage.tools(seq, t),
@@ -693,7 +787,7 @@ impl State<'_> {
         }
     }
 
-    fn finish_stream(&mut self) {
+    fn finish_stream(&mut self) -> std::io::Result<()> {
         match &self.end {
             None => self
                 .c
@@ -763,39 +857,101 @@ impl State<'_> {
                 }
             }
         }
-        self.answered.sort_unstable();
-        for (ai, fp, rref, decision) in std::mem::take(&mut self.unmatched) {
-            if self.answered.binary_search(&fp).is_ok() {
-                self.c.outcomes.fail(
-                    Some(rref),
-                    format!("a second outcome for decision {decision}, which already has one"),
-                );
-            } else if self.agents[ai].first_seq == 0 {
-                self.c.outcomes.fail(
-                    Some(rref),
-                    format!("orphan outcome: decision {decision} is not in the pack"),
-                );
-            }
-        }
-        let dups = std::mem::take(&mut self.nonces).duplicates();
-        for ((a1, o1), (a2, o2)) in dups {
+        self.judge_unmatched()?;
+        self.judge_nonces()
+    }
+
+    /// Check 8's "no nonce appears in two records". The pairs come out of
+    /// the nonce set in the order of its fingerprints, which are keyed at
+    /// random for each run; they are sorted by the record that reuses the
+    /// nonce (header order of agents, then seq), so that the report is the
+    /// same on every run.
+    fn judge_nonces(&mut self) -> std::io::Result<()> {
+        const POSITION_BITS: u32 = 36;
+        let position = |(agent, offset): (usize, u64)| {
+            ((agent as u128) << 24) | u128::from(offset & ((1 << 24) - 1))
+        };
+        let mut pairs: Spill<u128> = Spill::new(self.budget);
+        let nonces = std::mem::replace(&mut self.nonces, NonceSet::new(0));
+        nonces.duplicates(|first, again| {
+            pairs.push((position(again) << POSITION_BITS) | position(first));
+        })?;
+        let mut pairs = pairs.sorted()?;
+        let split = |p: u128| {
+            let agent = ((p >> 24) & 0xfff) as usize;
+            let offset = (p & ((1 << 24) - 1)) as u64;
+            (agent, offset)
+        };
+        while let Some(p) = pairs.next_item()? {
+            let (a1, o1) = split(p & ((1 << POSITION_BITS) - 1));
+            let (a2, o2) = split(p >> POSITION_BITS);
+            let agents = &self.agents;
             let name = |a: usize, o: u64| {
-                self.agents.get(a).map_or_else(
+                agents.get(a).map_or_else(
                     || format!("agent {a}"),
                     |s| format!("{}#{}", s.name, s.first_seq + o),
                 )
             };
             let again = RecordRef {
-                agent: self
-                    .agents
-                    .get(a2)
-                    .map_or_else(String::new, |s| s.name.clone()),
-                seq: self.agents.get(a2).map_or(0, |s| s.first_seq) + o2,
+                agent: agents.get(a2).map_or_else(String::new, |s| s.name.clone()),
+                seq: agents.get(a2).map_or(0, |s| s.first_seq) + o2,
                 index: None,
             };
             let msg = format!("nonce reused: already used by {}", name(a1, o1));
             self.c.receipts.fail(Some(again), msg);
         }
+        Ok(())
+    }
+
+    /// Check 10 for the outcomes whose decision was not open when they came:
+    /// naming an answered decision, a second outcome; otherwise an orphan,
+    /// unless the agent's chain starts mid-way (then the decision may be
+    /// before the anchor and cannot be judged). Both sets are sorted by the
+    /// decision's fingerprint and walked together; the failures are then
+    /// sorted back into pack order.
+    fn judge_unmatched(&mut self) -> std::io::Result<()> {
+        let budget = self.budget;
+        let mut answered = std::mem::replace(&mut self.answered, Spill::new(0)).sorted()?;
+        let mut unmatched = std::mem::replace(&mut self.unmatched, Spill::new(0)).sorted()?;
+        let mut judged: Spill<Judged> = Spill::new(budget);
+        let mut next_answered = answered.next_item()?;
+        while let Some(u) = unmatched.next_item()? {
+            while next_answered.is_some_and(|a| a < u.decision_fp) {
+                next_answered = answered.next_item()?;
+            }
+            let second = next_answered == Some(u.decision_fp);
+            let anchored = self
+                .agents
+                .get(u.agent as usize)
+                .is_some_and(|a| a.first_seq > 0);
+            if second || !anchored {
+                judged.push(Judged {
+                    line: u.line,
+                    second,
+                    outcome: u,
+                });
+            }
+        }
+        let mut judged = judged.sorted()?;
+        while let Some(j) = judged.next_item()? {
+            let u = j.outcome;
+            let rref = RecordRef {
+                agent: self
+                    .agents
+                    .get(u.agent as usize)
+                    .map_or_else(String::new, |a| a.name.clone()),
+                seq: u.seq,
+                index: (u.index != u64::MAX).then_some(u.index),
+            };
+            let decision = Hash::from_bytes(u.decision);
+            let msg = if j.second {
+                format!("a second outcome for decision {decision}, which already has one")
+            } else {
+                format!("orphan outcome: decision {decision} is not in the pack")
+            };
+            self.c.outcomes.fail(Some(rref), msg);
+        }
+        Ok(())
     }
 
     fn check_head(&mut self, head: &Head, keys: &Context) {
@@ -1056,13 +1212,39 @@ fn headerless_report(reason: String) -> Verification {
 /// # Errors
 /// [`VerifyError`] when the pack cannot be verified at all: it cannot be
 /// read, it is of an unsupported format version, or it is not JSON Lines.
-#[allow(clippy::too_many_lines)]
 pub fn verify<R: BufRead>(
+    pack: R,
+    keys: &AgentKeys,
+    log_key: &NoteVerifier,
+    head: Option<&Head>,
+    options: VerifyOptions<'_>,
+) -> Result<Verification, VerifyError> {
+    verify_with_budget(
+        pack,
+        keys,
+        log_key,
+        head,
+        options,
+        spill::DEFAULT_BUDGET_BYTES,
+    )
+}
+
+/// [`verify()`] with the memory budget of each set that spans the whole
+/// pack (the nonces, the answered decisions, the unmatched outcomes) given
+/// in bytes: past it, the set goes to a temporary file in sorted runs. The
+/// report does not depend on the budget; tests use a tiny one to make the
+/// sets spill.
+///
+/// # Errors
+/// As [`verify()`]; also an I/O error of the temporary file.
+#[allow(clippy::too_many_lines)]
+pub fn verify_with_budget<R: BufRead>(
     mut pack: R,
     keys: &AgentKeys,
     log_key: &NoteVerifier,
     head: Option<&Head>,
     mut options: VerifyOptions<'_>,
+    memory_budget: usize,
 ) -> Result<Verification, VerifyError> {
     let mut buf = Vec::new();
     let (first, mut bytes) = read_line(&mut pack, &mut buf, MAX_WIRE_OBJECT_BYTES)?;
@@ -1195,10 +1377,11 @@ pub fn verify<R: BufRead>(
         last_index: None,
         saw_pending: false,
         last_received: None,
-        nonces: NonceSet::default(),
-        answered: Vec::new(),
-        unmatched: Vec::new(),
+        nonces: NonceSet::new(memory_budget),
+        answered: Spill::new(memory_budget),
+        unmatched: Spill::new(memory_budget),
         fp_key: Default::default(),
+        budget: memory_budget,
     };
     let note = st.header.checkpoint.clone();
     if let Some(cp) = st.open_or_peek(&note, "pack checkpoint") {
@@ -1214,7 +1397,7 @@ pub fn verify<R: BufRead>(
     let queue = JobQueue::new(threads * 2);
     let result: Result<(), VerifyError> = std::thread::scope(|scope| {
         let mut pipeline = Pipeline::start(scope, &ctx, &queue, threads);
-        let mut batch = Vec::with_capacity(pool::BATCH_LINES);
+        let mut batch = Batch::with_capacity(pool::BATCH_BYTES + MAX_WIRE_OBJECT_BYTES);
         let mut next_line: u64 = 2;
         let mut handle = |st: &mut State<'_>, batches: Vec<Vec<Parsed>>| {
             for b in batches {
@@ -1225,7 +1408,8 @@ pub fn verify<R: BufRead>(
             }
         };
         loop {
-            let (line, n) = match read_line(&mut pack, &mut buf, MAX_WIRE_OBJECT_BYTES) {
+            let start = batch.data.len();
+            let (line, n) = match read_line(&mut pack, &mut batch.data, MAX_WIRE_OBJECT_BYTES) {
                 Ok(x) => x,
                 Err(e) => {
                     drop(pipeline.finish());
@@ -1235,18 +1419,19 @@ pub fn verify<R: BufRead>(
             bytes += n;
             match line {
                 Line::Eof => break,
-                Line::TooLong { len } => batch.push(RawLine::TooLong(len)),
+                Line::TooLong { len } => batch.lines.push(RawLine::TooLong(len)),
                 Line::Text { terminated } => {
                     if !terminated {
                         st.unterminated = true;
                     }
-                    batch.push(RawLine::Text(std::mem::take(&mut buf)));
+                    batch.lines.push(RawLine::Text(start..batch.data.len()));
                 }
             }
-            if batch.len() >= pool::BATCH_LINES {
+            if batch.is_full() {
+                let capacity = batch.data.capacity();
                 pipeline.send(std::mem::replace(
                     &mut batch,
-                    Vec::with_capacity(pool::BATCH_LINES),
+                    Batch::with_capacity(capacity),
                 ));
                 handle(&mut st, pipeline.ready());
                 if let Some(p) = options.progress.as_mut() {
@@ -1254,7 +1439,7 @@ pub fn verify<R: BufRead>(
                 }
             }
         }
-        if !batch.is_empty() {
+        if !batch.lines.is_empty() {
             pipeline.send(batch);
         }
         let rest = pipeline.finish();
@@ -1265,7 +1450,7 @@ pub fn verify<R: BufRead>(
     if let Some(p) = options.progress.as_mut() {
         p(bytes);
     }
-    st.finish_stream();
+    st.finish_stream()?;
     let agents = st.agents.len();
     Ok(Verification {
         report: st.report(head, &ctx, options.witnesses),

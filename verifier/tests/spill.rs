@@ -1,0 +1,179 @@
+//! The sets that span a whole pack (nonces, answered decisions, unmatched
+//! outcomes) spill to a temporary file past a memory budget; the report must
+//! not depend on the budget. Every tampered case, and a pack full of reused
+//! nonces, second outcomes and orphans, gives the same report with a budget
+//! of one item as with the default.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+
+use tally_schemas::note::NoteVerifier;
+use tally_schemas::pack::{AgentKeys, Head};
+use tally_schemas::record::OutcomeStatus;
+use tally_schemas::report::{CheckId, CheckStatus};
+use tally_verifier::fixture::{self, decision, outcome, Fixture, PackSpec};
+use tally_verifier::{verify, verify_with_budget, Verification, VerifyOptions};
+
+const TINY: usize = 1;
+
+fn corpus_dir() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../testdata/tampered")
+}
+
+fn read(dir: &Path, name: &str) -> Option<Vec<u8>> {
+    std::fs::read(dir.join(name)).ok()
+}
+
+fn run_case(dir: &Path, budget: Option<usize>) -> Option<Verification> {
+    let valid = corpus_dir().join("valid");
+    let keys =
+        read(dir, "agent-keys.json").unwrap_or_else(|| read(&valid, "agent-keys.json").unwrap());
+    let head = read(dir, "head.json").unwrap_or_else(|| read(&valid, "head.json").unwrap());
+    let vkey = String::from_utf8(read(&valid, "log.vkey").unwrap()).unwrap();
+    let keys = AgentKeys::from_json(&keys).unwrap();
+    let head = Head::from_json(&head).unwrap();
+    let log_key = NoteVerifier::from_vkey(vkey.trim()).unwrap();
+    let pack = read(dir, "pack.jsonl").unwrap();
+    let options = VerifyOptions::default();
+    match budget {
+        None => verify(&pack[..], &keys, &log_key, Some(&head), options),
+        Some(b) => verify_with_budget(&pack[..], &keys, &log_key, Some(&head), options, b),
+    }
+    .ok()
+}
+
+#[test]
+fn every_tampered_case_reports_the_same_with_a_tiny_budget() {
+    let mut cases = 0;
+    for entry in std::fs::read_dir(corpus_dir()).unwrap() {
+        let dir = entry.unwrap().path();
+        if !dir.join("pack.jsonl").exists() {
+            continue;
+        }
+        let default = run_case(&dir, None);
+        let tiny = run_case(&dir, Some(TINY));
+        assert_eq!(
+            default.as_ref().map(|v| &v.report),
+            tiny.as_ref().map(|v| &v.report),
+            "{}",
+            dir.display()
+        );
+        cases += 1;
+    }
+    assert!(cases > 40, "{cases} cases");
+}
+
+fn check(v: &Verification, id: CheckId) -> &tally_schemas::report::CheckResult {
+    v.report.checks.iter().find(|c| c.id == id).unwrap()
+}
+
+#[test]
+fn reused_nonces_and_second_or_orphan_outcomes_are_found_across_spilled_runs() {
+    let mut fx = Fixture::new("tally.local/log", "log");
+    let mut elsewhere = Fixture::new("tally.local/log", "log");
+    elsewhere.add_agent("a", "a/1");
+    elsewhere.skip_nonces(1 << 40);
+    let agents = ["a", "b", "c"];
+    for a in agents {
+        fx.add_agent(a, &format!("{a}/1"));
+    }
+    let mut first_nonces: Vec<tally_schemas::Nonce> = Vec::new();
+    for i in 0..120 {
+        let a = agents[i % 3];
+        let call = format!("c{i}");
+        if i % 6 == 5 {
+            // A decision whose nonce another agent already used.
+            let mut d = fx.draft(a, decision(&call, "refund"));
+            d.nonce = first_nonces[i / 2].clone();
+            let d = fx.sign(d, None);
+            fx.append(d.clone(), None);
+            fx.tick(1000);
+            fx.log(a, outcome(&call, &d, OutcomeStatus::Ok));
+        } else {
+            let (d, _) = fx.call(a, &call, "refund");
+            first_nonces.push(d.nonce.clone());
+            if i % 10 == 3 {
+                // A second outcome for an answered decision.
+                fx.log(a, outcome(&call, &d, OutcomeStatus::Error));
+            }
+        }
+        if i % 15 == 7 {
+            // An orphan: its decision is in no pack.
+            let gone = elsewhere.make("a", decision("x", "refund"));
+            fx.log(a, outcome("x", &gone, OutcomeStatus::Ok));
+        }
+    }
+    fx.commit();
+    let keys = fx.agent_keys();
+    let whole = PackSpec::default();
+    // A pack that starts mid-chain for one agent: some outcomes there name
+    // decisions before the anchor and cannot be judged.
+    let last = |a: &str| {
+        fx.entries
+            .iter()
+            .filter(|e| e.record.agent.as_str() == a)
+            .map(|e| e.record.seq.get())
+            .max()
+            .unwrap()
+    };
+    let mid = PackSpec {
+        ranges: Some(BTreeMap::from([
+            ("a".to_owned(), (0, last("a"))),
+            ("b".to_owned(), (31, last("b"))),
+            ("c".to_owned(), (0, last("c"))),
+        ])),
+        ..PackSpec::default()
+    };
+    // All orphans are b's; in the mid-chain pack b is anchored, so they
+    // cannot be judged there and only the second outcomes fail.
+    for (spec, reused, outcomes_failed) in [
+        (whole, "20 failed: ", "16 failed: "),
+        (mid, "", "7 failed: "),
+    ] {
+        let pack = fixture::to_jsonl(&fx.pack_lines(&spec));
+        let run = |budget: usize| {
+            verify_with_budget(
+                &pack[..],
+                &keys,
+                fx.log.verifier(),
+                None,
+                VerifyOptions::default(),
+                budget,
+            )
+            .unwrap()
+        };
+        let default = verify(
+            &pack[..],
+            &keys,
+            fx.log.verifier(),
+            None,
+            VerifyOptions::default(),
+        )
+        .unwrap();
+        for budget in [TINY, 40, 1000] {
+            assert_eq!(run(budget).report, default.report, "budget {budget}");
+        }
+        let receipts = check(&default, CheckId::Receipts);
+        assert_eq!(receipts.status, CheckStatus::Fail);
+        assert!(
+            receipts.message.starts_with(reused)
+                && receipts.message.contains("nonce reused: already used by"),
+            "{}",
+            receipts.message
+        );
+        let outcomes = check(&default, CheckId::Outcomes);
+        assert_eq!(outcomes.status, CheckStatus::Fail);
+        assert!(
+            outcomes.message.starts_with(outcomes_failed)
+                && outcomes.message.contains("a second outcome for decision"),
+            "{}",
+            outcomes.message
+        );
+        assert_eq!(
+            outcomes.message.contains("orphan outcome"),
+            outcomes_failed == "16 failed: ",
+            "{}",
+            outcomes.message
+        );
+    }
+}

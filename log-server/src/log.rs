@@ -48,13 +48,22 @@ pub struct LogConfig {
     pub queue_capacity: usize,
     /// Most records committed in one transaction.
     pub max_batch: usize,
+    /// The redb store's page cache in bytes ([`Log::open_redb`] only). redb
+    /// reads through its own cache, which otherwise grows to 1 GiB as reads
+    /// (exports, proofs) touch the file; the OS page cache still holds what
+    /// does not fit.
+    pub cache_bytes: usize,
 }
+
+/// The default [`LogConfig::cache_bytes`]: 64 MiB.
+pub const DEFAULT_CACHE_BYTES: usize = 64 * 1024 * 1024;
 
 impl Default for LogConfig {
     fn default() -> Self {
         Self {
             queue_capacity: 8192,
             max_batch: 2048,
+            cache_bytes: DEFAULT_CACHE_BYTES,
         }
     }
 }
@@ -210,7 +219,8 @@ impl Log {
         signer: NoteSigner,
         config: LogConfig,
     ) -> Result<Self, OpenError> {
-        Self::open(Arc::new(RedbStore::open(path)?), signer, config)
+        let store = RedbStore::open_with_cache(path, config.cache_bytes)?;
+        Self::open(Arc::new(store), signer, config)
     }
 
     /// Queues `record`, received at `received`, and resolves once it is

@@ -287,6 +287,7 @@ fn a_full_queue_refuses_at_once_with_overloaded_and_loses_nothing() {
     let config = LogConfig {
         queue_capacity: 2,
         max_batch: 8,
+        ..LogConfig::default()
     };
     let log = Arc::new(Log::open(store.clone(), signer(), config).unwrap());
     // One agent per record: the queued ones may reach the queue in any order.

@@ -53,6 +53,11 @@ pub struct Args {
     /// Most records per group commit [default: 2048].
     #[arg(long)]
     pub max_batch: Option<usize>,
+    /// The log store's page cache in MiB: memory the server uses for reads
+    /// (exports, proofs) stays within it; the OS page cache holds the rest
+    /// [default: 64].
+    #[arg(long)]
+    pub cache_mib: Option<usize>,
     /// Seconds to let in-flight requests finish on SIGTERM [default: 30].
     #[arg(long)]
     pub drain_timeout: Option<u64>,
@@ -107,6 +112,9 @@ impl Args {
         }
         if let Some(v) = self.max_batch {
             c.max_batch = v.max(1);
+        }
+        if let Some(v) = self.cache_mib {
+            c.cache_bytes = tally_witness::config::mib(v);
         }
         if let Some(v) = self.drain_timeout {
             c.drain_timeout_secs = v;

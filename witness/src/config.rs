@@ -83,6 +83,8 @@ pub struct ConfigFile {
     pub queue_capacity: Option<usize>,
     /// Largest group commit.
     pub max_batch: Option<usize>,
+    /// The log store's page cache, MiB.
+    pub cache_mib: Option<usize>,
     /// Seconds to wait for in-flight requests on SIGTERM.
     pub drain_timeout_secs: Option<u64>,
     /// Rate limit per API key; `per_second = 0` turns it off.
@@ -144,6 +146,8 @@ pub struct ServeConfig {
     pub queue_capacity: usize,
     /// Largest group commit.
     pub max_batch: usize,
+    /// The log store's page cache, bytes.
+    pub cache_bytes: usize,
     /// Drain timeout on SIGTERM, seconds.
     pub drain_timeout_secs: u64,
     /// TLS files.
@@ -162,6 +166,7 @@ impl Default for ServeConfig {
             witness: WitnessConfig::default(),
             queue_capacity: log.queue_capacity,
             max_batch: log.max_batch,
+            cache_bytes: log.cache_bytes,
             drain_timeout_secs: 30,
             tls: None,
         }
@@ -195,6 +200,9 @@ impl ServeConfig {
         if let Some(v) = file.max_batch {
             self.max_batch = v.max(1);
         }
+        if let Some(v) = file.cache_mib {
+            self.cache_bytes = mib(v);
+        }
         if let Some(v) = file.drain_timeout_secs {
             self.drain_timeout_secs = v;
         }
@@ -207,6 +215,11 @@ impl ServeConfig {
     }
 }
 
+/// `v` MiB in bytes, at least 1 MiB.
+pub fn mib(v: usize) -> usize {
+    v.max(1).saturating_mul(1024 * 1024)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -214,13 +227,14 @@ mod tests {
     #[test]
     fn file_overrides_defaults_and_refuses_unknown_keys() {
         let f: ConfigFile = toml::from_str(
-            "listen = \"0.0.0.0:9000\"\nmax_skew_secs = 10\n[rate_limit]\nper_second = 0\nburst = 1\n[tls]\ncert = \"c.pem\"\nkey = \"k.pem\"\n",
+            "listen = \"0.0.0.0:9000\"\nmax_skew_secs = 10\ncache_mib = 16\n[rate_limit]\nper_second = 0\nburst = 1\n[tls]\ncert = \"c.pem\"\nkey = \"k.pem\"\n",
         )
         .unwrap();
         let mut c = ServeConfig::default();
         c.apply_file(f);
         assert_eq!(c.listen.port(), 9000);
         assert_eq!(c.witness.max_skew_ms, 10_000);
+        assert_eq!(c.cache_bytes, 16 * 1024 * 1024);
         assert!(c.witness.rate_limit.is_none());
         assert!(c.tls.is_some());
         assert!(toml::from_str::<ConfigFile>("lisen = \"x\"").is_err());

@@ -197,6 +197,7 @@ pub fn open(
         LogConfig {
             queue_capacity: config.queue_capacity,
             max_batch: config.max_batch,
+            cache_bytes: config.cache_bytes,
         },
     )?;
     let registry = Registry::open(&dir.join(files::WITNESS_DB))?;

@@ -55,7 +55,18 @@ impl RedbStore {
     /// [`StoreError::Backend`] when the file cannot be opened (held by another
     /// process, unreadable); [`StoreError::Corrupt`] for another layout version.
     pub fn open(path: &Path) -> Result<Self, StoreError> {
-        let db = Database::create(path).map_err(backend)?;
+        Self::open_with_cache(path, crate::log::DEFAULT_CACHE_BYTES)
+    }
+
+    /// [`RedbStore::open`] with a page cache of at most `cache_bytes`.
+    ///
+    /// # Errors
+    /// As [`RedbStore::open`].
+    pub fn open_with_cache(path: &Path, cache_bytes: usize) -> Result<Self, StoreError> {
+        let db = redb::Builder::new()
+            .set_cache_size(cache_bytes)
+            .create(path)
+            .map_err(backend)?;
         let tx = db.begin_write().map_err(backend)?;
         {
             let mut meta = tx.open_table(META).map_err(backend)?;

@@ -4,8 +4,9 @@
 
 use serde::{Deserialize, Serialize};
 
-/// The report format version.
-pub const REPORT_VERSION: u64 = 1;
+/// The report format version. Version 2 added [`Report::agents`]; the
+/// rest is as in version 1.
+pub const REPORT_VERSION: u64 = 2;
 
 /// The twelve checks, in the order they are reported.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
@@ -127,16 +128,35 @@ pub enum Verdict {
     Fail,
 }
 
+/// One agent of the pack: the range its header line claims, and how many of
+/// its records were verified (those that passed `schema`'s per-record
+/// rules; fewer than the range holds when records are missing).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ReportAgent {
+    /// The agent.
+    pub agent: String,
+    /// `first_seq` in the pack's header.
+    pub first_seq: u64,
+    /// `last_seq` in the pack's header.
+    pub last_seq: u64,
+    /// Records of this agent verified.
+    pub records: u64,
+}
+
 /// The whole report.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct Report {
-    /// Format version, 1.
+    /// Format version, 2.
     pub v: u64,
     /// The twelve checks, in [`CheckId::ALL`] order.
     pub checks: Vec<CheckResult>,
     /// The coverage lines, without the `coverage: ` prefix.
     pub coverage: Vec<String>,
+    /// The agents of the pack's header, in header order, each once (empty
+    /// when the pack has no valid header).
+    pub agents: Vec<ReportAgent>,
     /// Number of records verified.
     pub records: u64,
     /// PASS or FAIL.

@@ -23,7 +23,7 @@ use tally_schemas::pack::{
     AgentKeys, Head, PackCheckpoint, PackEnd, PackError, PackHeader, PackLine,
 };
 use tally_schemas::record::Body;
-use tally_schemas::report::{CheckId, RecordRef, Report, Verdict, REPORT_VERSION};
+use tally_schemas::report::{CheckId, RecordRef, Report, ReportAgent, Verdict, REPORT_VERSION};
 use tally_schemas::time::UnixMillis;
 use tally_schemas::tree::{empty_root, verify_consistency, TreeSize};
 use tally_schemas::{Hash, KeyId};
@@ -56,7 +56,8 @@ pub enum VerifyError {
 }
 
 /// What `verify` found: the report, and the number of agents in the pack's
-/// header (for the result line; the v1 report has no field for it).
+/// header (for the result line; `report.agents` lists them once each, so
+/// it is the same number unless the header repeats an agent).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Verification {
     /// The report of the twelve checks and the coverage.
@@ -124,6 +125,8 @@ struct AgentState {
     name: String,
     first_seq: u64,
     last_seq: u64,
+    /// Records verified (past the per-record `schema` rules).
+    records: u64,
     seen: bool,
     last_seen_seq: u64,
     last_hash: Hash,
@@ -489,6 +492,7 @@ impl State<'_> {
             return;
         }
         self.s.records += 1;
+        self.agents[ai].records += 1;
         let hash = rec.hash();
 
         // 2. agent_keys
@@ -1165,13 +1169,24 @@ impl State<'_> {
             .iter()
             .flat_map(|a| a.coverage.lines(&a.name))
             .collect();
-        finish_report(checks, coverage, self.s.records)
+        let agents = self
+            .agents
+            .iter()
+            .map(|a| ReportAgent {
+                agent: a.name.clone(),
+                first_seq: a.first_seq,
+                last_seq: a.last_seq,
+                records: a.records,
+            })
+            .collect();
+        finish_report(checks, coverage, agents, self.s.records)
     }
 }
 
 fn finish_report(
     checks: Vec<tally_schemas::report::CheckResult>,
     coverage: Vec<String>,
+    agents: Vec<ReportAgent>,
     records: u64,
 ) -> Report {
     let failed = checks
@@ -1181,6 +1196,7 @@ fn finish_report(
         v: REPORT_VERSION,
         checks,
         coverage,
+        agents,
         records,
         result: if failed { Verdict::Fail } else { Verdict::Pass },
     }
@@ -1199,7 +1215,7 @@ fn headerless_report(reason: String) -> Verification {
         checks.push(t.finish(String::new()));
     }
     Verification {
-        report: finish_report(checks, Vec::new(), 0),
+        report: finish_report(checks, Vec::new(), Vec::new(), 0),
         agents: 0,
     }
 }
@@ -1301,6 +1317,7 @@ pub fn verify_with_budget<R: BufRead>(
             name: a.agent.as_str().to_owned(),
             first_seq: f,
             last_seq: l,
+            records: 0,
             seen: false,
             last_seen_seq: 0,
             last_hash: Hash::default(),

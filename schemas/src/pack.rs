@@ -14,7 +14,7 @@ use crate::canonical::{self, CanonicalError, Limits};
 use crate::hash::Hash;
 use crate::keys::{KeyId, PublicKey};
 use crate::record::{
-    check_version, put_counter, put_hex, put_time, AgentName, FastRecord, Nonce, Record,
+    check_version, put_counter, put_hex, put_time, AgentName, Cursor, FastRecord, Nonce, Record,
     RecordError, Seq,
 };
 use crate::time::UnixMillis;
@@ -142,14 +142,69 @@ struct PackRecordIn {
 }
 
 /// A record line as the fast road reads it (see [`Record::from_json`]).
-#[derive(Deserialize)]
-#[serde(deny_unknown_fields)]
-struct FastRecordLine<'a> {
+struct FastRecordLine {
     receipt: Option<PackReceipt>,
     record: FastRecord,
-    #[serde(rename = "type")]
-    line_type: &'a str,
     witnessed: Option<Witnessed>,
+}
+
+/// Reads a record line in canonical layout; `None` at anything else.
+fn read_record_line(line: &[u8]) -> Option<FastRecordLine> {
+    let mut c = Cursor::new(line)?;
+    c.expect(b"{\"receipt\":")?;
+    let receipt = if c.eat(b"null") {
+        None
+    } else {
+        c.expect(b"{\"index\":")?;
+        let index = LeafIndex::new(c.counter()?);
+        c.expect(b",\"nonce\":")?;
+        let nonce = c.nonce()?;
+        c.expect(b",\"record_hash\":")?;
+        let record_hash = c.hash()?;
+        c.expect(b",\"tree_size\":")?;
+        let tree_size = TreeSize::new(c.counter()?);
+        c.expect(b"}")?;
+        Some(PackReceipt {
+            record_hash,
+            nonce,
+            index,
+            tree_size,
+        })
+    };
+    c.expect(b",\"record\":")?;
+    let record = FastRecord::read(&mut c)?;
+    c.expect(b",\"type\":\"record\",\"witnessed\":")?;
+    let witnessed = if c.eat(b"null") {
+        None
+    } else {
+        c.expect(b"{\"inclusion\":[")?;
+        let mut inclusion = Vec::new();
+        if !c.eat(b"]") {
+            loop {
+                inclusion.push(c.hash()?);
+                if c.eat(b"]") {
+                    break;
+                }
+                c.expect(b",")?;
+            }
+        }
+        c.expect(b",\"index\":")?;
+        let index = LeafIndex::new(c.counter()?);
+        c.expect(b",\"received\":")?;
+        let received = c.time()?;
+        c.expect(b"}")?;
+        Some(Witnessed {
+            index,
+            received,
+            inclusion,
+        })
+    };
+    c.expect(b"}")?;
+    c.at_end().then_some(FastRecordLine {
+        receipt,
+        record,
+        witnessed,
+    })
 }
 
 /// The fast road for a record line that is already canonical, as export
@@ -162,10 +217,7 @@ fn fast_record_line(line: &[u8]) -> Option<PackRecord> {
     if line.len() > Limits::WIRE.max_bytes || !line.starts_with(START) {
         return None;
     }
-    let fields: FastRecordLine<'_> = serde_json::from_slice(line).ok()?;
-    if fields.line_type != "record" {
-        return None;
-    }
+    let fields = read_record_line(line)?;
     let record = fields.record.into_record()?;
     let mut out = Vec::with_capacity(line.len());
     out.extend_from_slice(START);

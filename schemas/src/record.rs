@@ -932,12 +932,140 @@ fn write_canonical(u: &UnsignedRecord, sig: Option<&Signature>, out: &mut Vec<u8
     out.extend_from_slice(b",\"v\":1}");
 }
 
+/// A reader for the fast road: it walks bytes expected to be in the one
+/// canonical layout and gives up (`None`) at anything else (white space,
+/// members out of place, an escape JCS would not write, a number that is
+/// not a plain counter). Giving up costs only the strict road; whatever it
+/// reads is accepted only after the caller writes it back canonically and
+/// compares, so the reader need not be exact, only never wrong about what
+/// it did read.
+pub(crate) struct Cursor<'a> {
+    text: &'a str,
+    at: usize,
+}
+
+impl<'a> Cursor<'a> {
+    /// A cursor at the start of `bytes`, which must be UTF-8.
+    pub(crate) fn new(bytes: &'a [u8]) -> Option<Self> {
+        Some(Self {
+            text: std::str::from_utf8(bytes).ok()?,
+            at: 0,
+        })
+    }
+
+    pub(crate) fn at_end(&self) -> bool {
+        self.at == self.text.len()
+    }
+
+    /// Consumes `lit` if the input goes on with it.
+    pub(crate) fn eat(&mut self, lit: &[u8]) -> bool {
+        let found = self.text.as_bytes()[self.at..].starts_with(lit);
+        if found {
+            self.at += lit.len();
+        }
+        found
+    }
+
+    /// Consumes `lit`, or gives up.
+    pub(crate) fn expect(&mut self, lit: &[u8]) -> Option<()> {
+        self.eat(lit).then_some(())
+    }
+
+    /// A string, with the escapes JCS writes (`\" \\ \b \f \n \r \t` and
+    /// `\u00xx` for other controls) decoded; borrowed when it has none.
+    pub(crate) fn string(&mut self) -> Option<std::borrow::Cow<'a, str>> {
+        let b = self.text.as_bytes();
+        if b.get(self.at) != Some(&b'"') {
+            return None;
+        }
+        let start = self.at + 1;
+        let len = b[start..]
+            .iter()
+            .position(|&c| c == b'"' || c == b'\\' || c < 0x20)?;
+        if b[start + len] == b'"' {
+            self.at = start + len + 1;
+            return Some(std::borrow::Cow::Borrowed(&self.text[start..start + len]));
+        }
+        let mut out = String::from(&self.text[start..start + len]);
+        let mut i = start + len;
+        loop {
+            let c = *b.get(i)?;
+            match c {
+                b'"' => break,
+                b'\\' => {
+                    let decoded = match *b.get(i + 1)? {
+                        b'"' => '"',
+                        b'\\' => '\\',
+                        b'b' => '\u{8}',
+                        b'f' => '\u{c}',
+                        b'n' => '\n',
+                        b'r' => '\r',
+                        b't' => '\t',
+                        b'u' => {
+                            let hex = self.text.get(i + 2..i + 6)?;
+                            let v = u8::from_str_radix(hex.strip_prefix("00")?, 16).ok()?;
+                            i += 4;
+                            (v < 0x20).then_some(char::from(v))?
+                        }
+                        _ => return None,
+                    };
+                    out.push(decoded);
+                    i += 2;
+                }
+                0x00..=0x1f => return None,
+                _ => {
+                    let run = b[i..]
+                        .iter()
+                        .position(|&c| c == b'"' || c == b'\\' || c < 0x20)?;
+                    out.push_str(&self.text[i..i + run]);
+                    i += run;
+                }
+            }
+        }
+        self.at = i + 1;
+        Some(std::borrow::Cow::Owned(out))
+    }
+
+    /// A counter: digits only, at most 2^53 − 1.
+    pub(crate) fn counter(&mut self) -> Option<u64> {
+        let digits = self.text.as_bytes()[self.at..]
+            .iter()
+            .take_while(|c| c.is_ascii_digit())
+            .count();
+        if digits == 0 || digits > 16 {
+            return None;
+        }
+        let n = self.text[self.at..self.at + digits].parse::<u64>().ok()?;
+        self.at += digits;
+        (n <= MAX_COUNTER).then_some(n)
+    }
+
+    pub(crate) fn hash(&mut self) -> Option<Hash> {
+        Hash::from_hex(&self.string()?).ok()
+    }
+
+    pub(crate) fn nonce(&mut self) -> Option<Nonce> {
+        Nonce::from_hex(&self.string()?).ok()
+    }
+
+    pub(crate) fn time(&mut self) -> Option<UnixMillis> {
+        UnixMillis::parse_rfc3339(&self.string()?).ok()
+    }
+
+    /// A string naming a variant of a unit enum (its serde name).
+    fn variant<T: serde::de::DeserializeOwned>(&mut self) -> Option<T> {
+        use serde::de::IntoDeserializer as _;
+        let name = self.string()?;
+        let d: serde::de::value::StrDeserializer<'_, serde::de::value::Error> =
+            name.as_ref().into_deserializer();
+        T::deserialize(d).ok()
+    }
+}
+
 /// A record's fields as the fast road reads them ([`Record::from_json`]).
 /// The body's members are all optional because in canonical order `body`
 /// comes before `kind`; the kind picks the members afterwards, and a member
 /// of another kind makes the bytes differ from the canonical ones.
-#[derive(Deserialize)]
-#[serde(deny_unknown_fields)]
 pub(crate) struct FastRecord {
     agent: AgentName,
     body: FastBody,
@@ -948,11 +1076,9 @@ pub(crate) struct FastRecord {
     seq: Seq,
     sig: Signature,
     time: UnixMillis,
-    v: u64,
 }
 
-#[derive(Deserialize)]
-#[serde(deny_unknown_fields)]
+#[derive(Default)]
 struct FastBody {
     call_id: Option<String>,
     input_hash: Option<Hash>,
@@ -969,14 +1095,141 @@ struct FastBody {
     new_public_key: Option<PublicKey>,
 }
 
+impl FastBody {
+    fn read(c: &mut Cursor<'_>) -> Option<Self> {
+        let mut b = Self::default();
+        c.expect(b"{")?;
+        if c.eat(b"}") {
+            return Some(b);
+        }
+        loop {
+            let key = c.string()?;
+            c.expect(b":")?;
+            match key.as_ref() {
+                "call_id" => b.call_id = Some(c.string()?.into_owned()),
+                "input_hash" => b.input_hash = Some(c.hash()?),
+                "tool" => b.tool = Some(c.string()?.into_owned()),
+                "decision" => b.decision = Some(c.hash()?),
+                "status" => b.status = Some(c.variant()?),
+                "output_hash" => b.output_hash = Some(c.hash()?),
+                "list_id" => b.list_id = Some(c.string()?.into_owned()),
+                "part" => b.part = Some(u32::try_from(c.counter()?).ok()?),
+                "parts" => b.parts = Some(u32::try_from(c.counter()?).ok()?),
+                "tools" => b.tools = Some(read_tools(c)?),
+                "text" => b.text = Some(c.string()?.into_owned()),
+                "new_key_id" => b.new_key_id = Some(KeyId::from_hex(&c.string()?).ok()?),
+                "new_public_key" => {
+                    b.new_public_key = Some(PublicKey::from_base64(&c.string()?).ok()?);
+                }
+                _ => return None,
+            }
+            if c.eat(b"}") {
+                return Some(b);
+            }
+            c.expect(b",")?;
+        }
+    }
+}
+
+fn read_tools(c: &mut Cursor<'_>) -> Option<Vec<ToolEntry>> {
+    let mut tools = Vec::new();
+    c.expect(b"[")?;
+    if c.eat(b"]") {
+        return Some(tools);
+    }
+    loop {
+        c.expect(b"{\"digest\":")?;
+        let digest = c.hash()?;
+        c.expect(b",\"name\":")?;
+        let name = c.string()?.into_owned();
+        c.expect(b",\"parts\":{")?;
+        let mut parts = ToolPartDigests::default();
+        if !c.eat(b"}") {
+            loop {
+                let key = c.string()?;
+                c.expect(b":")?;
+                let h = Some(c.hash()?);
+                match key.as_ref() {
+                    "annotations" => parts.annotations = h,
+                    "description" => parts.description = h,
+                    "input_schema" => parts.input_schema = h,
+                    "meta" => parts.meta = h,
+                    "output_schema" => parts.output_schema = h,
+                    "title" => parts.title = h,
+                    _ => return None,
+                }
+                if c.eat(b"}") {
+                    break;
+                }
+                c.expect(b",")?;
+            }
+        }
+        c.expect(b",\"recorded\":")?;
+        let recorded = if c.eat(b"true") {
+            true
+        } else {
+            c.expect(b"false")?;
+            false
+        };
+        c.expect(b"}")?;
+        tools.push(ToolEntry {
+            name,
+            recorded,
+            digest,
+            parts,
+        });
+        if c.eat(b"]") {
+            return Some(tools);
+        }
+        c.expect(b",")?;
+    }
+}
+
+impl FastRecord {
+    /// Reads a record object in canonical layout at the cursor.
+    pub(crate) fn read(c: &mut Cursor<'_>) -> Option<Self> {
+        c.expect(b"{\"agent\":")?;
+        let agent = AgentName::new(&c.string()?).ok()?;
+        c.expect(b",\"body\":")?;
+        let body = FastBody::read(c)?;
+        c.expect(b",\"key_id\":")?;
+        let key_id = KeyId::from_hex(&c.string()?).ok()?;
+        c.expect(b",\"kind\":")?;
+        let kind = c.variant()?;
+        c.expect(b",\"nonce\":")?;
+        let nonce = c.nonce()?;
+        c.expect(b",\"prev\":")?;
+        let prev = if c.eat(b"null") {
+            None
+        } else {
+            Some(c.hash()?)
+        };
+        c.expect(b",\"seq\":")?;
+        let seq = Seq::new(c.counter()?).ok()?;
+        c.expect(b",\"sig\":")?;
+        let sig = Signature::from_base64(&c.string()?).ok()?;
+        c.expect(b",\"time\":")?;
+        let time = c.time()?;
+        c.expect(b",\"v\":1}")?;
+        Some(Self {
+            agent,
+            body,
+            key_id,
+            kind,
+            nonce,
+            prev,
+            seq,
+            sig,
+            time,
+        })
+    }
+}
+
 impl FastRecord {
     /// The record these fields make, or `None` when a member its kind needs
     /// is missing or a rule is broken (the strict road then says which).
     /// The caller still compares the canonical bytes with its input.
     pub(crate) fn into_record(self) -> Option<Record> {
-        if self.v != RECORD_VERSION {
-            return None;
-        }
         let b = self.body;
         let body = match self.kind {
             RecordKind::Decision => Body::Decision(Decision {
@@ -1069,7 +1322,11 @@ impl Record {
     /// so the strict road would accept them and read the same fields. `None`
     /// sends the input down the strict road, which names what is wrong.
     fn from_canonical(bytes: &[u8]) -> Option<Self> {
-        let fields: FastRecord = serde_json::from_slice(bytes).ok()?;
+        let mut cursor = Cursor::new(bytes)?;
+        let fields = FastRecord::read(&mut cursor)?;
+        if !cursor.at_end() {
+            return None;
+        }
         let record = fields.into_record()?;
         (record.canonical == bytes).then_some(record)
     }

@@ -19,12 +19,14 @@ use tally_schemas::{Hash, Record};
 
 use crate::sig::verify_record;
 
-/// Lines per batch handed to a worker, at most.
-pub(crate) const BATCH_LINES: usize = 256;
+/// Lines per batch handed to a worker, at most. Small enough that the
+/// batches in flight (queued, being worked, results waiting) hold a few
+/// megabytes; large enough that handing them over costs nothing measurable.
+pub(crate) const BATCH_LINES: usize = 64;
 /// Bytes of lines per batch, at least once reached (a batch is sent when it
 /// has `BATCH_LINES` lines or this many bytes, so one batch holds at most
 /// this plus one line).
-pub(crate) const BATCH_BYTES: usize = 1 << 20;
+pub(crate) const BATCH_BYTES: usize = 256 << 10;
 
 /// Number of worker threads for `requested` (0: one per core).
 pub(crate) fn thread_count(requested: usize) -> usize {

@@ -20,7 +20,7 @@ use std::fs::File;
 use std::io::{self, BufReader, BufWriter, Read, Seek, SeekFrom, Write};
 
 /// The default budget of one [`Spill`], in bytes of items.
-pub(crate) const DEFAULT_BUDGET_BYTES: usize = 1 << 20;
+pub(crate) const DEFAULT_BUDGET_BYTES: usize = 256 << 10;
 
 /// The largest encoded item.
 pub(crate) const MAX_ITEM_BYTES: usize = 128;

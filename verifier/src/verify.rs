@@ -1414,7 +1414,8 @@ pub fn verify_with_budget<R: BufRead>(
     let queue = JobQueue::new(threads * 2);
     let result: Result<(), VerifyError> = std::thread::scope(|scope| {
         let mut pipeline = Pipeline::start(scope, &ctx, &queue, threads);
-        let mut batch = Batch::with_capacity(pool::BATCH_BYTES + MAX_WIRE_OBJECT_BYTES);
+        // Sized for a batch of typical lines; a batch of long ones grows.
+        let mut batch = Batch::with_capacity(pool::BATCH_BYTES);
         let mut next_line: u64 = 2;
         let mut handle = |st: &mut State<'_>, batches: Vec<Vec<Parsed>>| {
             for b in batches {

@@ -5,7 +5,9 @@
 //!
 //! - [`state`]: the `.tally/` state directory: agent key, witness config, pinned log keys.
 //! - [`store`]: the local redb chain store (records, salts and contents, receipts, sync state).
-//! - [`recorder`]: the chain writer that signs and durably commits records (group commit).
+//! - [`recorder`]: the chain writer that signs records and makes them survive a crash
+//!   before it answers: committed durably, or written to the [`journal`] and committed right after.
+//! - [`journal`]: the append-only record journal replayed into the store on open.
 //! - [`acceptance`]: receipt acceptance, docs/protocol.md §8, shared by the gateway and `tally record`.
 //! - [`witness`]: the witness HTTP client; [`sync`]: background sync with backoff and resync.
 //! - [`toollist`]: `tools` records from MCP tool lists (§5.3, §6.2).
@@ -14,6 +16,7 @@
 //! It depends on tally-schemas for every wire type and never on tally-log.
 
 pub mod acceptance;
+pub mod journal;
 pub mod process;
 pub mod proxy;
 pub mod recorder;

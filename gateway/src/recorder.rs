@@ -2,15 +2,27 @@
 //! an agent's records get their seq, prev, time and nonce, are signed, and
 //! are committed to the local store.
 //!
-//! It runs on its own thread because a durable commit blocks on fsync.
-//! Requests queue on a channel; the thread takes every request waiting and
-//! commits them in one transaction (group commit), then answers each. A
-//! caller that awaits [`RecorderHandle::append`] gets its record only after
-//! it is durable, which is what "fail closed" needs: a decision that did not
-//! commit is never forwarded.
+//! It runs on its own thread. Requests queue on a channel; the thread takes
+//! every request waiting, signs them as one batch and makes the batch
+//! survive a crash, then answers each. A caller that awaits
+//! [`RecorderHandle::append`] gets its record only then, which is what
+//! "fail closed" needs: a decision that was not written is never forwarded.
+//! How a batch is made to survive depends on how the recorder was started:
+//!
+//! - [`Recorder::start`] commits it to the store durably (fsync) before
+//!   answering (`tally record`, and `tally gateway --sync-before-forward`):
+//!   an answered record survives a power loss.
+//! - [`Recorder::start_journaled`] appends it to the record journal
+//!   (crate::journal) with one `write()` and answers, and a second thread
+//!   commits it to the store durably right after, grouping whatever is
+//!   waiting. An answered record survives the death of the process at once
+//!   and a power loss from its store commit on, one fsync later. While a
+//!   store commit fails, new appends are refused (fail closed) and the
+//!   commit is retried; the journal keeps the records either way.
 
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
+use std::time::Duration;
 
 use rand_core::OsRng;
 use tally_schemas::record::RecordError;
@@ -20,10 +32,16 @@ use tally_schemas::{
 };
 use tokio::sync::{mpsc, oneshot, Notify};
 
+use crate::journal::{self, JournalError, JournalSink};
 use crate::store::{Appended, ChainWriter, Secret, StoreError};
 
-/// Most records committed in one transaction.
+/// Most records signed (and, without a journal, committed) as one batch.
 const MAX_GROUP: usize = 256;
+/// Most records the journal's committer puts in one store transaction.
+const MAX_COMMIT_GROUP: usize = 4096;
+/// The journal is emptied once everything in it is committed and it has
+/// grown past this; and always when the recorder closes.
+const JOURNAL_CLEAR_BYTES: u64 = 1 << 20;
 
 /// Why a record was not appended.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -129,19 +147,58 @@ impl RecorderHandle {
 pub struct Recorder {
     handle: RecorderHandle,
     thread: Option<JoinHandle<()>>,
+    committer: Option<JoinHandle<()>>,
 }
 
-struct Writer<W: ChainWriter> {
+/// Where the writer puts a signed batch before it answers.
+enum Sink {
+    /// Straight into the store, durably.
+    Store(Box<dyn ChainWriter>),
+    /// Into the journal; the committer thread takes it to the store.
+    Journal(JournalSide),
+}
+
+struct JournalSide {
+    shared: Arc<JournalShared>,
+    to_committer: std::sync::mpsc::Sender<CommitMsg>,
+}
+
+/// What the writer and the committer share.
+struct JournalShared {
+    journal: Mutex<JournalState>,
+    /// The store's last refusal, while commits fail; appends are refused
+    /// meanwhile, so the records only in the journal stay few.
+    commit_error: Mutex<Option<String>>,
+}
+
+struct JournalState {
+    sink: Box<dyn JournalSink>,
+    /// Seq + 1 of the last record journaled (0: none yet).
+    journaled_end: u64,
+}
+
+enum CommitMsg {
+    Batch(Vec<Appended>),
+    Close,
+}
+
+fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    // Every update under these locks is a single assignment or a whole
+    // write, so the data is consistent even after a panic elsewhere.
+    m.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
+}
+
+struct Writer {
     agent: AgentName,
     key: SecretKey,
     clock: Arc<dyn Clock>,
-    store: W,
+    sink: Sink,
     head: Option<(Seq, Hash, UnixMillis)>,
     broken: Option<String>,
     committed: Arc<Notify>,
 }
 
-impl<W: ChainWriter> Writer<W> {
+impl Writer {
     fn next_unsigned(&self, body: Body) -> Result<UnsignedRecord, AppendError> {
         let (seq, prev, floor) = match self.head {
             None => (Seq::GENESIS, None, UnixMillis::new(0)),
@@ -161,6 +218,48 @@ impl<W: ChainWriter> Writer<W> {
             nonce: Nonce::random(&mut OsRng),
             body,
         })
+    }
+
+    /// Makes `batch` survive a crash of this process (journal) or of the
+    /// machine (store). On error nothing of it was written, except when
+    /// `self.broken` is set, after which nothing more is.
+    fn persist(&mut self, batch: Vec<Appended>) -> Result<(), String> {
+        match &mut self.sink {
+            Sink::Store(store) => {
+                store.append(&batch).map_err(|e| e.to_string())?;
+                self.committed.notify_one();
+                Ok(())
+            }
+            Sink::Journal(side) => {
+                if let Some(e) = lock(&side.shared.commit_error).as_ref() {
+                    return Err(format!(
+                        "the local chain store refuses commits (retrying): {e}"
+                    ));
+                }
+                let mut frames = Vec::with_capacity(1024 * batch.len());
+                for a in &batch {
+                    journal::encode(a, &mut frames)?;
+                }
+                let end = batch.last().map_or(0, |a| a.record.seq.get() + 1);
+                {
+                    let mut j = lock(&side.shared.journal);
+                    match j.sink.append(&frames) {
+                        Ok(()) => j.journaled_end = end,
+                        Err(e @ JournalError::Io(_)) => return Err(e.to_string()),
+                        Err(e @ JournalError::Broken(_)) => {
+                            self.broken = Some(e.to_string());
+                            return Err(e.to_string());
+                        }
+                    }
+                }
+                if side.to_committer.send(CommitMsg::Batch(batch)).is_err() {
+                    // Journaled, so not lost (the next open commits it),
+                    // but nothing more should be.
+                    self.broken = Some("the chain store's committer has stopped".into());
+                }
+                Ok(())
+            }
+        }
     }
 
     fn run(mut self, mut rx: mpsc::UnboundedReceiver<Request>) {
@@ -213,29 +312,121 @@ impl<W: ChainWriter> Writer<W> {
             if appended.is_empty() {
                 continue;
             }
-            match self.store.append(&appended) {
+            match self.persist(appended) {
                 Ok(()) => {
                     for (reply, record) in replies {
                         answer(reply, Ok(record));
                     }
-                    self.committed.notify_one();
                 }
-                Err(e) => {
-                    let message = e.to_string();
-                    // The batch did not land (or we cannot tell): take the
-                    // head from the store again rather than guess.
+                Err(message) => {
+                    // The batch did not land (or, for the store, we cannot
+                    // tell): take the head from the store again rather than
+                    // guess; the journal was cut back, so its head is the old one.
                     self.head = saved_head;
-                    match self.store.head() {
-                        Ok(h) => self.head = h,
-                        Err(e2) => {
-                            self.broken =
-                                Some(format!("{message}; and reading the head back failed: {e2}"))
+                    if let Sink::Store(store) = &self.sink {
+                        match store.head() {
+                            Ok(h) => self.head = h,
+                            Err(e2) => {
+                                self.broken = Some(format!(
+                                    "{message}; and reading the head back failed: {e2}"
+                                ));
+                            }
                         }
                     }
                     for (reply, _) in replies {
                         answer(reply, Err(AppendError::Store(message.clone())));
                     }
                 }
+            }
+        }
+        if let Sink::Journal(side) = &self.sink {
+            let _ = side.to_committer.send(CommitMsg::Close);
+        }
+    }
+}
+
+/// The journal's second half: commits journaled batches to the store in
+/// order, as few transactions as it can, and empties the journal when
+/// everything in it is committed.
+fn run_committer<W: ChainWriter>(
+    store: W,
+    rx: std::sync::mpsc::Receiver<CommitMsg>,
+    shared: Arc<JournalShared>,
+    committed: Arc<Notify>,
+) {
+    let mut group: Vec<Appended> = Vec::new();
+    let mut closing = false;
+    let mut backoff = Duration::from_millis(50);
+    let mut failures_while_closing = 0u32;
+    let mut committed_end = 0u64;
+    loop {
+        if group.is_empty() {
+            if closing {
+                // Everything is committed: the journal is not needed.
+                let mut j = lock(&shared.journal);
+                if j.journaled_end == committed_end {
+                    if let Err(e) = j.sink.clear() {
+                        eprintln!("tally: could not empty the record journal: {e}");
+                    }
+                }
+                break;
+            }
+            match rx.recv() {
+                Ok(CommitMsg::Batch(b)) => group = b,
+                Ok(CommitMsg::Close) | Err(_) => {
+                    closing = true;
+                    continue;
+                }
+            }
+        }
+        while group.len() < MAX_COMMIT_GROUP && !closing {
+            match rx.try_recv() {
+                Ok(CommitMsg::Batch(b)) => group.extend(b),
+                Ok(CommitMsg::Close) => closing = true,
+                Err(_) => break,
+            }
+        }
+        match store.append(&group) {
+            Ok(()) => {
+                committed_end = group
+                    .last()
+                    .map_or(committed_end, |a| a.record.seq.get() + 1);
+                group.clear();
+                backoff = Duration::from_millis(50);
+                if lock(&shared.commit_error).take().is_some() {
+                    eprintln!("tally: the local chain store commits again");
+                }
+                committed.notify_one();
+                let mut j = lock(&shared.journal);
+                if j.journaled_end == committed_end && j.sink.len() > JOURNAL_CLEAR_BYTES {
+                    if let Err(e) = j.sink.clear() {
+                        // Harmless: the next open finds these records committed.
+                        eprintln!("tally: could not empty the record journal: {e}");
+                    }
+                }
+            }
+            Err(e) => {
+                let message = e.to_string();
+                if lock(&shared.commit_error)
+                    .replace(message.clone())
+                    .is_none()
+                {
+                    eprintln!(
+                        "tally: committing journaled records to the local chain store failed; retrying, and refusing new records meanwhile: {message}"
+                    );
+                }
+                if closing {
+                    failures_while_closing += 1;
+                    if failures_while_closing >= 5 {
+                        eprintln!(
+                            "tally: {} records stay in the record journal; they are committed when the chain store is next opened",
+                            group.len()
+                        );
+                        return;
+                    }
+                }
+                std::thread::sleep(backoff);
+                backoff = (backoff * 2).min(Duration::from_secs(2));
             }
         }
     }
@@ -258,7 +449,8 @@ fn answer(
 }
 
 impl Recorder {
-    /// Starts the writer for `agent` signing with `key` over `store`.
+    /// Starts the writer for `agent` signing with `key` over `store`: every
+    /// append resolves once its record is committed to the store durably.
     ///
     /// # Errors
     /// [`StoreError`] when the chain head cannot be read.
@@ -269,13 +461,75 @@ impl Recorder {
         store: W,
     ) -> Result<Self, StoreError> {
         let head = store.head()?;
+        Self::spawn(agent, key, clock, head, Sink::Store(Box::new(store)), None)
+    }
+
+    /// Starts the writer with a record journal: every append resolves once
+    /// its record is written to `journal` (it then survives the death of
+    /// this process), and a second thread commits it to `store` durably
+    /// right after. The journal must be empty: [`crate::store::ChainStore::open`]
+    /// replays and empties it.
+    ///
+    /// # Errors
+    /// [`StoreError`] when the chain head cannot be read, or the journal
+    /// still holds records.
+    pub fn start_journaled<W: ChainWriter, J: JournalSink>(
+        agent: AgentName,
+        key: SecretKey,
+        clock: Arc<dyn Clock>,
+        store: W,
+        journal: J,
+    ) -> Result<Self, StoreError> {
+        if !journal.is_empty() {
+            return Err(StoreError::Corrupt(
+                "the record journal still holds records: open the chain store first, which commits them".into(),
+            ));
+        }
+        let head = store.head()?;
+        let shared = Arc::new(JournalShared {
+            journal: Mutex::new(JournalState {
+                sink: Box::new(journal),
+                journaled_end: 0,
+            }),
+            commit_error: Mutex::new(None),
+        });
+        let (to_committer, from_writer) = std::sync::mpsc::channel();
         let committed = Arc::new(Notify::new());
+        let committer = {
+            let shared = Arc::clone(&shared);
+            let committed = Arc::clone(&committed);
+            std::thread::Builder::new()
+                .name("tally-chain-committer".into())
+                .spawn(move || run_committer(store, from_writer, shared, committed))
+                .map_err(|e| {
+                    StoreError::Db(format!("cannot start the chain committer thread: {e}"))
+                })?
+        };
+        let sink = Sink::Journal(JournalSide {
+            shared,
+            to_committer,
+        });
+        Self::spawn(agent, key, clock, head, sink, Some((committer, committed)))
+    }
+
+    fn spawn(
+        agent: AgentName,
+        key: SecretKey,
+        clock: Arc<dyn Clock>,
+        head: Option<(Seq, Hash, UnixMillis)>,
+        sink: Sink,
+        committer: Option<(JoinHandle<()>, Arc<Notify>)>,
+    ) -> Result<Self, StoreError> {
+        let (committer, committed) = match committer {
+            Some((t, n)) => (Some(t), n),
+            None => (None, Arc::new(Notify::new())),
+        };
         let (tx, rx) = mpsc::unbounded_channel();
         let writer = Writer {
             agent,
             key,
             clock,
-            store,
+            sink,
             head,
             broken: None,
             committed: Arc::clone(&committed),
@@ -291,6 +545,7 @@ impl Recorder {
                 committed,
             },
             thread: Some(thread),
+            committer,
         })
     }
 
@@ -300,10 +555,19 @@ impl Recorder {
         self.handle.clone()
     }
 
-    /// Commits everything queued so far, then stops the writer.
+    /// Commits everything queued so far to the store, then stops the
+    /// writer (and the committer: the journal is empty afterwards unless
+    /// the store refused the last commits).
     pub fn close(mut self) {
-        let _ = self.handle.send(Request::Close);
+        self.stop();
+    }
+
+    fn stop(&mut self) {
         if let Some(t) = self.thread.take() {
+            let _ = self.handle.send(Request::Close);
+            let _ = t.join();
+        }
+        if let Some(t) = self.committer.take() {
             let _ = t.join();
         }
     }
@@ -311,9 +575,6 @@ impl Recorder {
 
 impl Drop for Recorder {
     fn drop(&mut self) {
-        if let Some(t) = self.thread.take() {
-            let _ = self.handle.send(Request::Close);
-            let _ = t.join();
-        }
+        self.stop();
     }
 }

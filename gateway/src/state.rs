@@ -9,6 +9,8 @@
 //! <state>/agents/<agent>/config.json  {"v":1,"agent":…,"witness":{…}|null}
 //! <state>/agents/<agent>/api-key      the witness API key, mode 0600 (optional)
 //! <state>/agents/<agent>/chain.redb   the chain store (crate::store)
+//! <state>/agents/<agent>/chain.journal records written but not yet committed
+//!                                     to chain.redb (crate::journal), mode 0600
 //! ```
 //!
 //! The witness API key can also come from `TALLY_API_KEY` and the URL from
@@ -183,6 +185,11 @@ impl AgentPaths {
     #[must_use]
     pub fn store(&self) -> PathBuf {
         self.dir.join("chain.redb")
+    }
+    /// The record journal beside the chain store.
+    #[must_use]
+    pub fn journal(&self) -> PathBuf {
+        crate::store::journal_path(&self.store())
     }
 }
 

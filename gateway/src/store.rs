@@ -1,8 +1,11 @@
 //! The agent's local chain store (issue 6 §1): one redb file per agent that
 //! holds its records (docs/protocol.md §3), the salts and optional contents
 //! behind their salted hashes (§6.1), the witness's receipts (§8) and the
-//! sync state. Every record is committed here durably before anything else
-//! happens to it (forwarding a call, sending it to a witness).
+//! sync state. Every record is committed here durably before it is sent to
+//! a witness. The gateway forwards a call once its decision is in the record
+//! journal beside the store (crate::journal) and commits it here right
+//! after; [`ChainStore::open`] replays that journal first, so a crash between
+//! the two loses nothing.
 //!
 //! Tables (keys big-endian by redb's `u64` encoding):
 //!
@@ -18,7 +21,7 @@
 //! redb holds a lock on the file, so one process at a time writes an
 //! agent's chain, which is what a linear chain needs.
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
 use redb::{
     Database, ReadableDatabase as _, ReadableTable as _, ReadableTableMetadata as _,
@@ -139,6 +142,24 @@ pub trait ChainWriter: Send + 'static {
 #[derive(Debug)]
 pub struct ChainStore {
     db: Database,
+    recovered: JournalRecovery,
+}
+
+/// What [`ChainStore::open`] took over from the record journal of a run
+/// that ended before committing everything it journaled.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct JournalRecovery {
+    /// Records committed to the store from the journal.
+    pub records: u64,
+    /// Bytes of a torn last write, dropped (nothing in them was answered).
+    pub torn_bytes: u64,
+}
+
+/// The record journal of the store at `store_path`: the same name with the
+/// extension `journal` (`chain.redb` → `chain.journal`).
+#[must_use]
+pub fn journal_path(store_path: &Path) -> PathBuf {
+    store_path.with_extension("journal")
 }
 
 fn parse_record(bytes: &[u8]) -> Result<Record, StoreError> {
@@ -146,11 +167,15 @@ fn parse_record(bytes: &[u8]) -> Result<Record, StoreError> {
 }
 
 impl ChainStore {
-    /// Opens (or creates) the store at `path`.
+    /// Opens (or creates) the store at `path`, then replays its record
+    /// journal ([`journal_path`]): records a previous run journaled but did
+    /// not commit are committed now, durably, and the journal is emptied.
     ///
     /// # Errors
     /// [`StoreError::Db`] when the file cannot be opened for writing,
-    /// including when another process has it open.
+    /// including when another process has it open;
+    /// [`StoreError::Corrupt`] when the journal holds records that do not
+    /// continue the stored chain (or differ from stored ones).
     pub fn open(path: &Path) -> Result<Self, StoreError> {
         let db = Database::create(path)?;
         let tx = db.begin_write()?;
@@ -163,7 +188,67 @@ impl ChainStore {
             tx.open_table(SUPERSEDED)?;
         }
         tx.commit()?;
-        Ok(Self { db })
+        let mut store = Self {
+            db,
+            recovered: JournalRecovery::default(),
+        };
+        store.recovered = store.replay_journal(&journal_path(path))?;
+        Ok(store)
+    }
+
+    /// What opening took over from the record journal.
+    #[must_use]
+    pub fn recovered_from_journal(&self) -> JournalRecovery {
+        self.recovered
+    }
+
+    fn replay_journal(&self, path: &Path) -> Result<JournalRecovery, StoreError> {
+        let contents = crate::journal::read(path).map_err(StoreError::Corrupt)?;
+        if contents.records.is_empty() && contents.torn_bytes == 0 {
+            return Ok(JournalRecovery::default());
+        }
+        let mut head = self.head()?;
+        let mut missing = Vec::new();
+        for a in contents.records {
+            let record = &a.record;
+            let seq = record.seq.get();
+            if let Some((h, _, _)) = head.filter(|(h, _, _)| seq <= h.get()) {
+                // Committed before the crash: it must be the very record.
+                let stored = self.record(seq)?;
+                if stored.as_ref().map(Record::hash) != Some(record.hash()) {
+                    return Err(StoreError::Corrupt(format!(
+                        "the record journal holds a different record at seq {seq} than the store (head {h})"
+                    )));
+                }
+                continue;
+            }
+            let extends = match head {
+                None => seq == 0 && record.prev.is_none(),
+                Some((h, hash, _)) => seq == h.get() + 1 && record.prev == Some(hash),
+            };
+            if !extends {
+                return Err(StoreError::Corrupt(format!(
+                    "the record journal's record at seq {seq} does not continue the stored chain (head {:?})",
+                    head.map(|(h, _, _)| h.get())
+                )));
+            }
+            head = Some((record.seq, record.hash(), record.time));
+            missing.push(a);
+        }
+        if !missing.is_empty() {
+            ChainWriter::append(self, &missing)?;
+        }
+        // Emptied only once its records are durable here: a crash before
+        // this leaves them to be replayed again, which finds them committed.
+        std::fs::OpenOptions::new()
+            .write(true)
+            .open(path)
+            .and_then(|f| f.set_len(0))
+            .map_err(|e| StoreError::Db(format!("emptying {}: {e}", path.display())))?;
+        Ok(JournalRecovery {
+            records: missing.len() as u64,
+            torn_bytes: contents.torn_bytes,
+        })
     }
 
     /// The record at `seq`.

@@ -8,9 +8,12 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use serde_json::{json, Value};
+use tally_gateway::journal::{self, Journal, JournalError, JournalSink};
 use tally_gateway::proxy::{run_proxy, ProxyConfig, ProxyDeps, ProxyReport, StrictPolicy};
 use tally_gateway::recorder::Recorder;
-use tally_gateway::store::{Appended, ChainStore, ChainWriter, StoreError, SyncErrorNote};
+use tally_gateway::store::{
+    journal_path, Appended, ChainStore, ChainWriter, StoreError, SyncErrorNote,
+};
 use tally_gateway::sync::SyncProgress;
 use tally_schemas::time::SystemClock;
 use tally_schemas::{AgentName, Body, Hash, Record, SecretKey, Seq, UnixMillis};
@@ -25,6 +28,7 @@ use tokio::task::JoinHandle;
 struct FailAfter {
     inner: Arc<ChainStore>,
     allowed: AtomicUsize,
+    failures: Arc<AtomicUsize>,
 }
 
 impl ChainWriter for FailAfter {
@@ -37,9 +41,33 @@ impl ChainWriter for FailAfter {
             .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |n| n.checked_sub(1))
             .is_err()
         {
+            self.failures.fetch_add(1, Ordering::SeqCst);
             return Err(StoreError::Db("injected: No space left on device".into()));
         }
         self.inner.append(batch)
+    }
+}
+
+/// A journal that takes the first `allowed` appends, then fails every one
+/// (cleanly: nothing of a failed append remains).
+struct JournalFailAfter {
+    inner: Journal,
+    allowed: usize,
+}
+
+impl JournalSink for JournalFailAfter {
+    fn append(&mut self, frames: &[u8]) -> Result<(), JournalError> {
+        if self.allowed == 0 {
+            return Err(JournalError::Io("injected: Input/output error".into()));
+        }
+        self.allowed -= 1;
+        self.inner.append(frames)
+    }
+    fn clear(&mut self) -> Result<(), JournalError> {
+        self.inner.clear()
+    }
+    fn len(&self) -> u64 {
+        self.inner.len()
     }
 }
 
@@ -57,28 +85,46 @@ struct Harness {
     _dir: tempfile::TempDir,
 }
 
+/// A proxy whose recorder commits every decision durably before it is
+/// forwarded (`--sync-before-forward`), over a store that fails after
+/// `allowed_appends` commits when given.
 fn setup(
     config: ProxyConfig,
     allowed_appends: Option<usize>,
     receipts: Option<watch::Receiver<SyncProgress>>,
 ) -> Harness {
-    let dir = tempfile::tempdir().unwrap();
-    let store = Arc::new(ChainStore::open(&dir.path().join("chain.redb")).unwrap());
-    let agent = AgentName::new("proxy-test").unwrap();
-    let key = SecretKey::from_seed(&[4; 32]);
-    let recorder = match allowed_appends {
-        None => Recorder::start(agent, key, Arc::new(SystemClock), Arc::clone(&store)).unwrap(),
+    setup_with(config, receipts, |_, store| match allowed_appends {
+        None => Recorder::start(agent(), key(), Arc::new(SystemClock), store).unwrap(),
         Some(n) => Recorder::start(
-            agent,
-            key,
+            agent(),
+            key(),
             Arc::new(SystemClock),
             FailAfter {
-                inner: Arc::clone(&store),
+                inner: store,
                 allowed: AtomicUsize::new(n),
+                failures: Arc::default(),
             },
         )
         .unwrap(),
-    };
+    })
+}
+
+fn agent() -> AgentName {
+    AgentName::new("proxy-test").unwrap()
+}
+
+fn key() -> SecretKey {
+    SecretKey::from_seed(&[4; 32])
+}
+
+fn setup_with(
+    config: ProxyConfig,
+    receipts: Option<watch::Receiver<SyncProgress>>,
+    recorder: impl FnOnce(&std::path::Path, Arc<ChainStore>) -> Recorder,
+) -> Harness {
+    let dir = tempfile::tempdir().unwrap();
+    let store = Arc::new(ChainStore::open(&dir.path().join("chain.redb")).unwrap());
+    let recorder = recorder(dir.path(), Arc::clone(&store));
     let (client, gw_client_in) = tokio::io::duplex(1 << 20);
     let (gw_client_out, from_gateway) = tokio::io::duplex(1 << 20);
     let (server_end, gw_server) = tokio::io::duplex(1 << 20);
@@ -653,4 +699,117 @@ async fn a_strict_call_held_when_the_client_goes_away_is_not_run() {
     h.proxy.await.unwrap();
     let statuses = outcome_statuses(&h.store, 2).await;
     assert_eq!(statuses["1"], "not_run");
+}
+
+// ---- with the record journal (the default) ----
+
+#[tokio::test]
+async fn with_the_journal_a_decision_is_journaled_before_forwarding_and_committed_after() {
+    let mut path = std::path::PathBuf::new();
+    let mut h = setup_with(ProxyConfig::default(), None, |dir, store| {
+        path = dir.join("chain.redb");
+        let j = Journal::open(&journal_path(&path)).unwrap();
+        Recorder::start_journaled(agent(), key(), Arc::new(SystemClock), store, j).unwrap()
+    });
+    h.client_sends(&call("1", "echo")).await;
+    h.server_gets().await;
+    // When the server has the call, its decision is in the journal (in the
+    // OS: a kill -9 now keeps it, see tests/kill9.rs).
+    let journaled = journal::read(&journal_path(&path)).unwrap();
+    assert_eq!(journaled.records.len(), 1);
+    assert_eq!(body(&journaled.records[0].record)["call_id"], "1");
+    assert!(journaled.records[0].secret.is_some());
+    // And it reaches the store right after, as does the outcome.
+    h.server_sends(r#"{"jsonrpc":"2.0","id":1,"result":{"content":[]}}"#)
+        .await;
+    h.client_gets().await;
+    let records = h.records(2).await;
+    assert_eq!(records[0], journaled.records[0].record);
+    assert_eq!(body(&records[1])["status"], "ok");
+    // Closing commits everything and empties the journal.
+    h.client.shutdown().await.unwrap();
+    h.server.shutdown().await.unwrap();
+    h.proxy.await.unwrap();
+    h._recorder.close();
+    assert_eq!(std::fs::metadata(journal_path(&path)).unwrap().len(), 0);
+    assert_eq!(h.store.records(0, 10).unwrap().len(), 2);
+}
+
+#[tokio::test]
+async fn with_the_journal_fail_closed_when_the_decision_cannot_be_journaled() {
+    let mut path = std::path::PathBuf::new();
+    let mut h = setup_with(ProxyConfig::default(), None, |dir, store| {
+        path = dir.join("chain.redb");
+        let j = JournalFailAfter {
+            inner: Journal::open(&journal_path(&path)).unwrap(),
+            allowed: 1,
+        };
+        Recorder::start_journaled(agent(), key(), Arc::new(SystemClock), store, j).unwrap()
+    });
+    h.client_sends(&call("1", "echo")).await;
+    h.server_gets().await;
+    h.client_sends(&call("2", "delete_everything")).await;
+    let err = js(&h.client_gets().await);
+    assert_eq!(err["id"], 2);
+    assert_eq!(err["error"]["code"], -32001);
+    let msg = err["error"]["message"].as_str().unwrap();
+    assert!(
+        msg.contains("not forwarded") && msg.contains("Input/output error"),
+        "{msg}"
+    );
+    h.client_sends(r#"{"jsonrpc":"2.0","id":3,"method":"ping"}"#)
+        .await;
+    assert_eq!(js(&h.server_gets().await)["method"], "ping");
+    assert_eq!(h.records(1).await.len(), 1);
+    assert_eq!(
+        journal::read(&journal_path(&path)).unwrap().records.len(),
+        1,
+        "nothing of the refused decision is in the journal"
+    );
+}
+
+#[tokio::test]
+async fn with_the_journal_calls_are_refused_while_the_store_refuses_commits() {
+    let failures = Arc::new(AtomicUsize::new(0));
+    let mut path = std::path::PathBuf::new();
+    let mut h = setup_with(ProxyConfig::default(), None, |dir, store| {
+        path = dir.join("chain.redb");
+        let j = Journal::open(&journal_path(&path)).unwrap();
+        let store = FailAfter {
+            inner: store,
+            allowed: AtomicUsize::new(1),
+            failures: Arc::clone(&failures),
+        };
+        Recorder::start_journaled(agent(), key(), Arc::new(SystemClock), store, j).unwrap()
+    });
+    h.client_sends(&call("1", "echo")).await;
+    h.server_gets().await;
+    h.records(1).await;
+    // Journaled, so forwarded; then its store commit fails.
+    h.client_sends(&call("2", "echo")).await;
+    assert_eq!(js(&h.server_gets().await)["id"], 2);
+    for _ in 0..500 {
+        if failures.load(Ordering::SeqCst) > 0 {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    tokio::time::sleep(Duration::from_millis(50)).await;
+    h.client_sends(&call("3", "echo")).await;
+    let err = js(&h.client_gets().await);
+    assert_eq!(err["id"], 3);
+    let msg = err["error"]["message"].as_str().unwrap();
+    assert!(
+        msg.contains("refuses commits") && msg.contains("No space left"),
+        "{msg}"
+    );
+    // The forwarded call's decision is kept in the journal for the next open.
+    let journaled = journal::read(&journal_path(&path)).unwrap();
+    let calls: Vec<String> = journaled
+        .records
+        .iter()
+        .map(|a| body(&a.record)["call_id"].as_str().unwrap().to_owned())
+        .collect();
+    assert_eq!(calls, ["1", "2"]);
+    assert_eq!(h.store.records(0, 10).unwrap().len(), 1);
 }

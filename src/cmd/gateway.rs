@@ -7,6 +7,7 @@ use std::process::ExitCode;
 use std::sync::Arc;
 use std::time::Duration;
 
+use tally_gateway::journal::Journal;
 use tally_gateway::process::run_gateway;
 use tally_gateway::proxy::{ProxyConfig, ProxyDeps, StrictPolicy};
 use tally_gateway::recorder::{Recorder, RecorderHandle};
@@ -25,6 +26,13 @@ forwarded; if that record cannot be written, the call is answered with a JSON-RP
 (code -32001) and the server never sees it. When the call ends an outcome record says \
 how: ok, error, cancelled, server_exited, client_gone or not_run. Tool lists are recorded \
 with per-part definition digests, again whenever they change.
+
+Durability: by default a decision is forwarded once it is written to the record journal \
+(.tally/agents/NAME/chain.journal) with one write(), so it survives the gateway being \
+killed at any moment; it is committed to chain.redb with fsync right after. A power loss \
+or kernel crash can lose the records of the last few milliseconds before that fsync. \
+--sync-before-forward waits for the fsync before forwarding instead (survives power loss; \
+costs one fsync per call).
 
 --name-prefix P: only tools whose name starts with P are recorded. The other tools are \
 still declared in the recorded tool list, with recorded=false, and calls to them are \
@@ -56,6 +64,11 @@ pub struct Args {
     /// can be disclosed later (salts are always kept).
     #[arg(long)]
     pub store_content: bool,
+    /// Forward a call only once its decision is committed to chain.redb with
+    /// fsync (survives a power loss), not as soon as it is in the record
+    /// journal (survives the gateway's death; see below).
+    #[arg(long)]
+    pub sync_before_forward: bool,
     #[command(flatten)]
     pub state: StateArgs,
     /// The MCP server command and its arguments (after --).
@@ -76,22 +89,53 @@ pub fn run(args: &Args) -> anyhow::Result<ExitCode> {
 
     // A store that cannot be opened does not stop the server: every call is
     // then refused with the reason (fail closed), other traffic still flows.
-    let (recorder, handle, store) =
-        match ChainStore::open(&state.agent(&args.agent).store()).map(Arc::new) {
-            Ok(store) => {
-                match Recorder::start(args.agent.clone(), key, clock.clone(), Arc::clone(&store)) {
-                    Ok(r) => {
-                        let h = r.handle();
-                        (Some(r), h, Some(store))
-                    }
-                    Err(e) => (None, RecorderHandle::unavailable(&e.to_string()), None),
+    let paths = state.agent(&args.agent);
+    let store_path = paths.store();
+    let (recorder, handle, store) = match ChainStore::open(&store_path).map(Arc::new) {
+        Ok(store) => {
+            let recovered = store.recovered_from_journal();
+            if recovered.records > 0 {
+                eprintln!(
+                    "tally: gateway: committed {} records that the last run had journaled (it ended before committing them)",
+                    recovered.records
+                );
+            }
+            let started = if args.sync_before_forward {
+                Recorder::start(args.agent.clone(), key, clock.clone(), Arc::clone(&store))
+            } else {
+                Journal::open(&paths.journal())
+                    .map_err(|e| {
+                        tally_gateway::store::StoreError::Db(format!(
+                            "{}: {e}",
+                            paths.journal().display()
+                        ))
+                    })
+                    .and_then(|journal| {
+                        Recorder::start_journaled(
+                            args.agent.clone(),
+                            key,
+                            clock.clone(),
+                            Arc::clone(&store),
+                            journal,
+                        )
+                    })
+            };
+            match started {
+                Ok(r) => {
+                    let h = r.handle();
+                    (Some(r), h, Some(store))
+                }
+                Err(e) => {
+                    eprintln!("tally: gateway: tools/call will be refused: {e}");
+                    (None, RecorderHandle::unavailable(&e.to_string()), None)
                 }
             }
-            Err(e) => {
-                eprintln!("tally: gateway: tools/call will be refused: {e}");
-                (None, RecorderHandle::unavailable(&e.to_string()), None)
-            }
-        };
+        }
+        Err(e) => {
+            eprintln!("tally: gateway: tools/call will be refused: {e}");
+            (None, RecorderHandle::unavailable(&e.to_string()), None)
+        }
+    };
 
     let syncer = match &store {
         Some(s) => tally_gateway::open_syncer(&state, &args.agent, Arc::clone(s), clock.clone())?

@@ -9,11 +9,20 @@
 //! witness's receive time is within the skew bound of the local clock. The
 //! binding and proof checks are [`Receipt::verify`] in tally-schemas; this
 //! module adds the trust policy (which keys, retirement, freshness).
+//!
+//! The pinned keys are the trust anchor. [`WitnessTrust::apply_directory`]
+//! takes a freshly fetched key directory into account only to retire them:
+//! a pinned key the directory lists as retired stops being trusted for
+//! receipts from its retirement on, and a key the agent did not pin is never
+//! trusted however the directory lists it (the user re-pins it, `tally
+//! agent init NAME --witness URL`).
 
 use tally_schemas::canonical::{parse_strict, Limits};
 use tally_schemas::entry::ReceiptError;
 use tally_schemas::note::{peek_checkpoint, NoteError, NoteVerifier};
 use tally_schemas::{Checkpoint, Receipt, Record, UnixMillis};
+
+use crate::witness::KeyDirectory;
 
 /// A log key the agent trusts, with the validity range the witness's key
 /// directory gave for it.
@@ -45,6 +54,87 @@ impl WitnessTrust {
     pub fn keys(&self) -> &[TrustedLogKey] {
         &self.keys
     }
+
+    /// Takes a freshly fetched key directory into account: a pinned key the
+    /// directory lists with a retirement time is retired then (a
+    /// retirement only ever moves earlier: a directory cannot bring a
+    /// retired key back); keys that are not pinned are reported, never
+    /// trusted.
+    ///
+    /// # Errors
+    /// A message, and nothing changed, when the directory is for another
+    /// log than the pinned keys or lists a key that does not parse.
+    pub fn apply_directory(&mut self, dir: &KeyDirectory) -> Result<DirectoryReview, String> {
+        if !self.keys.iter().any(|k| k.verifier.name() == dir.origin) {
+            return Err(format!(
+                "the witness's key directory is for log {:?}, not the pinned one",
+                dir.origin
+            ));
+        }
+        let mut listed = Vec::with_capacity(dir.keys.len());
+        for k in &dir.keys {
+            let v = NoteVerifier::from_vkey(&k.vkey)
+                .map_err(|e| format!("the witness's key directory lists {:?}: {e}", k.vkey))?;
+            if v.name() != dir.origin {
+                return Err(format!(
+                    "the witness's key directory lists {} under origin {}",
+                    k.vkey, dir.origin
+                ));
+            }
+            listed.push((v, k.not_after));
+        }
+        let mut review = DirectoryReview::default();
+        for pinned in self
+            .keys
+            .iter_mut()
+            .filter(|k| k.verifier.name() == dir.origin)
+        {
+            let entry = listed.iter().find(|(v, _)| *v == pinned.verifier);
+            match entry {
+                None => review.missing.push(pinned.verifier.vkey()),
+                Some((_, Some(retired))) => {
+                    if pinned.not_after.is_none_or(|t| *retired < t) {
+                        pinned.not_after = Some(*retired);
+                        review.retired.push((pinned.verifier.vkey(), *retired));
+                    }
+                }
+                Some((_, None)) => {}
+            }
+        }
+        for (v, not_after) in &listed {
+            if not_after.is_none() && !self.keys.iter().any(|k| k.verifier == *v) {
+                review.unpinned.push(v.vkey());
+            }
+        }
+        Ok(review)
+    }
+}
+
+/// What a key directory said that matters to the pinned keys.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct DirectoryReview {
+    /// Pinned keys newly retired, with their retirement time.
+    pub retired: Vec<(String, UnixMillis)>,
+    /// Current keys of the witness that are not pinned (a rotation the user
+    /// has not re-pinned; never trusted).
+    pub unpinned: Vec<String>,
+    /// Pinned keys the directory no longer lists (left as they are).
+    pub missing: Vec<String>,
+}
+
+impl DirectoryReview {
+    /// A sentence about the unpinned keys, for error messages: empty when
+    /// there are none.
+    #[must_use]
+    pub fn unpinned_note(&self) -> String {
+        if self.unpinned.is_empty() {
+            return String::new();
+        }
+        format!(
+            "; the witness's key directory lists a current log key that is not pinned ({}): if your operator rotated the log key, check it with them and re-pin it with `tally agent init AGENT --witness URL`",
+            self.unpinned.join(", ")
+        )
+    }
 }
 
 /// Why a receipt was not accepted. The variant names the class of failure
@@ -60,7 +150,7 @@ pub enum ReceiptRejection {
     Untrusted(String),
     /// The checkpoint is signed by a pinned key that was retired (or not yet
     /// valid) when the witness received the record.
-    #[error("untrusted receipt: log key {key} is not valid at the receipt's time {received} (valid {not_before:?} to {not_after:?})")]
+    #[error("untrusted receipt: {}", key_validity(.key, *.received, *.not_before, *.not_after))]
     KeyRetired {
         /// `name+id` of the key.
         key: String,
@@ -89,6 +179,23 @@ pub enum ReceiptRejection {
         /// The bound.
         max_skew_ms: u64,
     },
+}
+
+fn key_validity(
+    key: &str,
+    received: UnixMillis,
+    not_before: Option<UnixMillis>,
+    not_after: Option<UnixMillis>,
+) -> String {
+    match (not_before, not_after) {
+        (_, Some(t)) if received >= t => format!(
+            "its checkpoint is signed by log key {key}, which the witness retired at {t}; the receipt's time {received} is not before that"
+        ),
+        (Some(t), _) => format!(
+            "its checkpoint is signed by log key {key}, which is valid only from {t}; the receipt's time {received} is before that"
+        ),
+        _ => format!("log key {key} is not valid at the receipt's time {received}"),
+    }
 }
 
 impl ReceiptRejection {

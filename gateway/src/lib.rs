@@ -60,12 +60,15 @@ pub fn open_syncer(
     };
     let trust = witness.trust(&state.agent(agent).config())?;
     let client = witness::WitnessClient::new(&state::witness_url(&witness), state.api_key(agent)?)?;
-    Ok(Some(sync::Syncer::new(
-        store,
-        agent.as_str(),
-        client,
-        trust,
-        clock,
-        DEFAULT_MAX_SKEW_MS,
-    )))
+    Ok(Some(
+        sync::Syncer::new(
+            store,
+            agent.as_str(),
+            client,
+            trust,
+            clock,
+            DEFAULT_MAX_SKEW_MS,
+        )
+        .with_pin_file(state.clone(), agent.clone()),
+    ))
 }

@@ -15,7 +15,9 @@
 //!
 //! The witness API key can also come from `TALLY_API_KEY` and the URL from
 //! `TALLY_WITNESS_URL`; the pinned keys only ever come from `config.json`,
-//! written by `tally agent init --witness`.
+//! written by `tally agent init --witness`. Syncing refetches the witness's
+//! key directory and writes retirements of pinned keys back
+//! ([`StateDir::record_key_retirements`]); it never adds a key.
 
 use std::fs::{self, OpenOptions};
 use std::io::Write as _;
@@ -393,6 +395,44 @@ impl StateDir {
         })?;
         text.push(b'\n');
         write_atomic(&paths.config(), &text, 0o644)
+    }
+
+    /// Writes the retirement times of `trust`'s keys into the agent's
+    /// pinned keys, where they are earlier than the pinned ones (a
+    /// retirement never moves later). Keys that are not pinned are ignored.
+    ///
+    /// # Errors
+    /// [`StateError`] when the configuration cannot be read or written.
+    pub fn record_key_retirements(
+        &self,
+        agent: &AgentName,
+        trust: &WitnessTrust,
+    ) -> Result<bool, StateError> {
+        let mut config = self.load_config(agent)?;
+        let Some(witness) = config.witness.as_mut() else {
+            return Ok(false);
+        };
+        let mut changed = false;
+        for pinned in &mut witness.keys {
+            let Ok(v) = NoteVerifier::from_vkey(&pinned.vkey) else {
+                continue;
+            };
+            let retired = trust
+                .keys()
+                .iter()
+                .find(|k| k.verifier == v)
+                .and_then(|k| k.not_after);
+            if let Some(t) = retired {
+                if pinned.not_after.is_none_or(|old| t < old) {
+                    pinned.not_after = Some(t);
+                    changed = true;
+                }
+            }
+        }
+        if changed {
+            self.save_config(&config)?;
+        }
+        Ok(changed)
     }
 
     /// Stores the witness API key (mode 0600).

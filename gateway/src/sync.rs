@@ -13,16 +13,33 @@
 //!   (the old receipts are kept as evidence);
 //! - a head we do not have, or a different record at that seq: a fork.
 //!   Syncing stops and `tally status` reports it until resolved by hand.
+//!
+//! The pinned log keys can be retired after they were pinned. The syncer
+//! refetches the witness's key directory (`/.well-known/tally/keys`) before
+//! its first post, again every [`KEY_CHECK_INTERVAL`] while it posts, and at
+//! once when a receipt is not accepted as untrusted, then judges that
+//! receipt again. Only retirements of pinned keys are taken
+//! ([`WitnessTrust::apply_directory`]), and written back to the agent's
+//! configuration; a new key is reported, never trusted.
 
-use std::sync::Arc;
+use std::sync::{Arc, Mutex, RwLock};
 use std::time::Duration;
 
 use tally_schemas::time::Clock;
+use tally_schemas::AgentName;
 use tokio::sync::{watch, Notify};
 
-use crate::acceptance::{accept_receipt, parse_receipt, WitnessTrust};
+use crate::acceptance::{
+    accept_receipt, parse_receipt, DirectoryReview, ReceiptRejection, WitnessTrust,
+};
+use crate::state::StateDir;
 use crate::store::{ChainStore, SyncErrorNote};
 use crate::witness::{WitnessClient, WitnessError, WitnessHead};
+
+/// How often a syncer that is posting refetches the witness's key directory.
+pub const KEY_CHECK_INTERVAL: Duration = Duration::from_secs(600);
+/// How soon a key directory fetch that failed is tried again.
+const KEY_CHECK_RETRY: Duration = Duration::from_secs(30);
 
 /// What a sync task has achieved, watched by `--strict` calls.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -40,10 +57,19 @@ pub struct Syncer {
     store: Arc<ChainStore>,
     agent: String,
     client: WitnessClient,
-    trust: WitnessTrust,
+    trust: RwLock<WitnessTrust>,
+    /// Where retirements of pinned keys are written back.
+    pins: Option<(StateDir, AgentName)>,
+    key_check: Mutex<KeyCheck>,
     clock: Arc<dyn Clock>,
     max_skew_ms: u64,
     progress: watch::Sender<SyncProgress>,
+}
+
+struct KeyCheck {
+    interval: Duration,
+    /// When the key directory is next due; `None`: before the first post.
+    next: Option<tokio::time::Instant>,
 }
 
 /// The result of one attempt.
@@ -79,10 +105,138 @@ impl Syncer {
             store,
             agent: agent.to_owned(),
             client,
-            trust,
+            trust: RwLock::new(trust),
+            pins: None,
+            key_check: Mutex::new(KeyCheck {
+                interval: KEY_CHECK_INTERVAL,
+                next: None,
+            }),
             clock,
             max_skew_ms,
             progress,
+        }
+    }
+
+    /// Writes retirements of pinned keys learned from the key directory
+    /// back to `agent`'s configuration in `state`.
+    #[must_use]
+    pub fn with_pin_file(mut self, state: StateDir, agent: AgentName) -> Self {
+        self.pins = Some((state, agent));
+        self
+    }
+
+    /// Refetches the key directory this often while posting (default
+    /// [`KEY_CHECK_INTERVAL`]).
+    #[must_use]
+    pub fn with_key_check_interval(self, interval: Duration) -> Self {
+        self.lock_key_check().interval = interval;
+        self
+    }
+
+    /// The log keys receipts are accepted under now.
+    #[must_use]
+    pub fn trust(&self) -> WitnessTrust {
+        self.trust
+            .read()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .clone()
+    }
+
+    fn lock_key_check(&self) -> std::sync::MutexGuard<'_, KeyCheck> {
+        self.key_check
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    /// Fetches the key directory and applies it to the pinned keys (see the
+    /// module documentation).
+    ///
+    /// # Errors
+    /// A message when the directory cannot be fetched or is refused.
+    pub async fn check_keys(&self) -> Result<DirectoryReview, String> {
+        let due = {
+            let mut k = self.lock_key_check();
+            let now = tokio::time::Instant::now();
+            k.next = Some(now + KEY_CHECK_RETRY);
+            now + k.interval
+        };
+        let dir = self
+            .client
+            .key_directory()
+            .await
+            .map_err(|e| format!("fetching the witness's key directory: {e}"))?;
+        let (review, trust) = {
+            let mut t = self
+                .trust
+                .write()
+                .unwrap_or_else(std::sync::PoisonError::into_inner);
+            (t.apply_directory(&dir)?, t.clone())
+        };
+        self.lock_key_check().next = Some(due);
+        for (key, at) in &review.retired {
+            eprintln!(
+                "tally: agent {}: the witness's key directory retires pinned log key {key} at {at}; receipts it signs from then on are refused",
+                self.agent
+            );
+        }
+        if !review.retired.is_empty() {
+            if let Some((state, agent)) = &self.pins {
+                state
+                    .record_key_retirements(agent, &trust)
+                    .map_err(|e| format!("recording the retirement of a pinned log key: {e}"))?;
+            }
+        }
+        Ok(review)
+    }
+
+    /// Checks the keys when due; a failure leaves the pinned keys as they
+    /// are and is tried again later.
+    async fn check_keys_when_due(&self) {
+        let due = self
+            .lock_key_check()
+            .next
+            .is_none_or(|t| tokio::time::Instant::now() >= t);
+        if due {
+            if let Err(e) = self.check_keys().await {
+                eprintln!("tally: agent {}: {e}", self.agent);
+            }
+        }
+    }
+
+    fn accept(&self, bytes: &[u8], record: &tally_schemas::Record) -> Result<(), ReceiptRejection> {
+        let trust = self
+            .trust
+            .read()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        parse_receipt(bytes).and_then(|receipt| {
+            accept_receipt(&receipt, record, &trust, self.clock.now(), self.max_skew_ms).map(|_| ())
+        })
+    }
+
+    /// Accepts a receipt; when it is refused as untrusted, refetches the key
+    /// directory first and judges it again, so a key retired or replaced
+    /// since it was pinned is named in the error.
+    ///
+    /// # Errors
+    /// The rejection's code and the message for the sync error.
+    async fn accept_checking_keys(
+        &self,
+        bytes: &[u8],
+        record: &tally_schemas::Record,
+    ) -> Result<(), (&'static str, String)> {
+        match self.accept(bytes, record) {
+            Ok(()) => Ok(()),
+            Err(ReceiptRejection::Untrusted(_) | ReceiptRejection::KeyRetired { .. }) => {
+                let review = self.check_keys().await;
+                match (self.accept(bytes, record), review) {
+                    (Ok(()), _) => Ok(()),
+                    (Err(r), Ok(review)) => {
+                        Err((r.code(), format!("{r}{}", review.unpinned_note())))
+                    }
+                    (Err(r), Err(e)) => Err((r.code(), format!("{r} ({e})"))),
+                }
+            }
+            Err(r) => Err((r.code(), r.to_string())),
         }
     }
 
@@ -112,34 +266,37 @@ impl Syncer {
             Ok(None) => return Step::Idle,
             Err(e) => return Step::Retry(self.note(Some(cursor), "store", e.to_string())),
         };
+        self.check_keys_when_due().await;
         match self.client.post_record(&record).await {
-            Ok(bytes) => {
-                let accepted = parse_receipt(&bytes).and_then(|receipt| {
-                    accept_receipt(&receipt, &record, &self.trust, self.clock.now(), self.max_skew_ms)
-                });
-                match accepted {
-                    Ok(_) => match self.store.put_receipt(cursor, &bytes) {
-                        Ok(new_cursor) => {
-                            self.progress.send_modify(|p| {
-                                p.cursor = new_cursor;
-                                p.failure = None;
-                            });
-                            Step::Progress
-                        }
-                        Err(e) => Step::Retry(self.note(Some(cursor), "store", e.to_string())),
-                    },
-                    Err(rejection) => Step::Halt(self.note(
-                        Some(cursor),
-                        &format!("receipt_{}", rejection.code()),
-                        format!("the witness's receipt for seq {cursor} was not accepted: {rejection}"),
-                    )),
-                }
-            }
-            Err(WitnessError::Refused {
+            Ok(bytes) => match self.accept_checking_keys(&bytes, &record).await {
+                Ok(()) => match self.store.put_receipt(cursor, &bytes) {
+                    Ok(new_cursor) => {
+                        self.progress.send_modify(|p| {
+                            p.cursor = new_cursor;
+                            p.failure = None;
+                        });
+                        Step::Progress
+                    }
+                    Err(e) => Step::Retry(self.note(Some(cursor), "store", e.to_string())),
+                },
+                Err((code, message)) => Step::Halt(self.note(
+                    Some(cursor),
+                    &format!("receipt_{code}"),
+                    format!("the witness's receipt for seq {cursor} was not accepted: {message}"),
+                )),
+            },
+            Err(e) => self.refused(cursor, e),
+        }
+    }
+
+    /// What to do when the witness did not receipt the record at the cursor.
+    fn refused(&self, cursor: u64, e: WitnessError) -> Step {
+        match e {
+            WitnessError::Refused {
                 code, head: Some(head), ..
-            }) if code == "chain_conflict" => self.resolve_conflict(cursor, head),
-            Err(e) if e.is_transient() => Step::Retry(self.note(Some(cursor), &error_code(&e), e.to_string())),
-            Err(e) => Step::Halt(self.note(
+            } if code == "chain_conflict" => self.resolve_conflict(cursor, head),
+            e if e.is_transient() => Step::Retry(self.note(Some(cursor), &error_code(&e), e.to_string())),
+            e => Step::Halt(self.note(
                 Some(cursor),
                 &error_code(&e),
                 format!("the witness refused seq {cursor} for good, so syncing stopped (records are never skipped): {e}"),

@@ -7,6 +7,7 @@
 use tally_gateway::acceptance::{
     accept_receipt, parse_receipt, ReceiptRejection, TrustedLogKey, WitnessTrust,
 };
+use tally_gateway::witness::{DirectoryKey, KeyDirectory};
 use tally_schemas::note::NoteSigner;
 use tally_schemas::record::NoteBody;
 use tally_schemas::tree::reference;
@@ -404,4 +405,118 @@ fn malformed_receipt_bytes_are_refused_without_panicking() {
         parse_receipt(&[0xff, 0xfe]),
         Err(ReceiptRejection::Malformed(_))
     ));
+}
+
+// ---- pinned keys and the key directory fetched later ----
+
+fn directory(origin: &str, keys: &[(&NoteSigner, Option<i64>)]) -> KeyDirectory {
+    KeyDirectory {
+        v: 1,
+        origin: origin.into(),
+        keys: keys
+            .iter()
+            .map(|(k, not_after)| DirectoryKey {
+                vkey: k.verifier().vkey(),
+                not_before: None,
+                not_after: not_after.map(UnixMillis::new),
+            })
+            .collect(),
+    }
+}
+
+#[test]
+fn refuses_a_receipt_once_the_directory_retires_its_pinned_key() {
+    let log = log_key(1, ORIGIN);
+    let rec = record("hello", 1);
+    let mut t = trust(&[&log]);
+    let r = receipt_for(&rec, &log, 0, 1, NOW);
+    assert_eq!(code(accept(&r, &rec, &t)), "accepted");
+
+    // Fetched later: the pinned key was retired at NOW - 10.
+    let review = t
+        .apply_directory(&directory(ORIGIN, &[(&log, Some(NOW - 10))]))
+        .unwrap();
+    assert_eq!(
+        review.retired,
+        vec![(log.verifier().vkey(), UnixMillis::new(NOW - 10))]
+    );
+    let got = accept(&r, &rec, &t);
+    assert!(
+        matches!(got, Err(ReceiptRejection::KeyRetired { .. })),
+        "{got:?}"
+    );
+    let message = got.unwrap_err().to_string();
+    assert!(
+        message.contains("which the witness retired at 2026-11-30T07:59:59.990Z")
+            && message.contains("receipt's time 2026-11-30T08:00:00.000Z"),
+        "{message}"
+    );
+    // A receipt from before the retirement stands.
+    assert_eq!(
+        code(accept(&receipt_for(&rec, &log, 0, 1, NOW - 11), &rec, &t)),
+        "accepted"
+    );
+}
+
+#[test]
+fn a_directory_never_adds_a_key_or_moves_a_retirement_later() {
+    let old = log_key(1, ORIGIN);
+    let new = log_key(2, ORIGIN);
+    let rec = record("hello", 1);
+    let mut t = trust(&[&old]);
+    t.apply_directory(&directory(ORIGIN, &[(&old, Some(NOW - 10))]))
+        .unwrap();
+    // A later directory that un-retires the key, or retires it later, and
+    // lists a new current key.
+    for later in [None, Some(NOW + 5000)] {
+        let review = t
+            .apply_directory(&directory(ORIGIN, &[(&old, later), (&new, None)]))
+            .unwrap();
+        assert!(review.retired.is_empty());
+        assert_eq!(review.unpinned, vec![new.verifier().vkey()]);
+        assert!(review.unpinned_note().contains("re-pin"));
+    }
+    assert_eq!(t.keys().len(), 1);
+    assert_eq!(t.keys()[0].not_after, Some(UnixMillis::new(NOW - 10)));
+    assert_eq!(
+        code(accept(&receipt_for(&rec, &new, 0, 1, NOW), &rec, &t)),
+        "untrusted"
+    );
+    assert_eq!(
+        code(accept(&receipt_for(&rec, &old, 0, 1, NOW), &rec, &t)),
+        "untrusted"
+    );
+    // A retirement earlier than the known one is taken.
+    let review = t
+        .apply_directory(&directory(ORIGIN, &[(&old, Some(NOW - 20))]))
+        .unwrap();
+    assert_eq!(review.retired.len(), 1);
+    assert_eq!(t.keys()[0].not_after, Some(UnixMillis::new(NOW - 20)));
+}
+
+#[test]
+fn a_directory_of_another_log_or_with_a_bad_key_changes_nothing() {
+    let log = log_key(1, ORIGIN);
+    let mut t = trust(&[&log]);
+    let before = t.clone();
+    let other = log_key(1, "other.test/log");
+    assert!(t
+        .apply_directory(&directory("other.test/log", &[(&other, Some(NOW))]))
+        .is_err());
+    let mut bad = directory(ORIGIN, &[(&log, Some(NOW))]);
+    bad.keys.push(DirectoryKey {
+        vkey: "not a vkey".into(),
+        not_before: None,
+        not_after: None,
+    });
+    assert!(t.apply_directory(&bad).is_err());
+    // A key of another name under this origin.
+    assert!(t
+        .apply_directory(&directory(ORIGIN, &[(&log, Some(NOW)), (&other, None)]))
+        .is_err());
+    assert_eq!(t, before);
+    // A pinned key the directory no longer lists is reported, not dropped.
+    let review = t.apply_directory(&directory(ORIGIN, &[])).unwrap();
+    assert_eq!(review.missing, vec![log.verifier().vkey()]);
+    assert_eq!(t, before);
 }

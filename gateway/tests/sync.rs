@@ -44,7 +44,16 @@ struct Log {
 #[derive(Clone)]
 struct Fake {
     log: Arc<Mutex<Log>>,
-    signer: Arc<NoteSigner>,
+    /// The key checkpoints are signed with (tests swap it).
+    signer: Arc<Mutex<Arc<NoteSigner>>>,
+    /// The key directory served; `None`: just the signer's key, current.
+    keys: Arc<Mutex<Option<Value>>>,
+}
+
+impl Fake {
+    fn signer(&self) -> Arc<NoteSigner> {
+        Arc::clone(&self.signer.lock().unwrap())
+    }
 }
 
 fn err(status: StatusCode, body: Value) -> (StatusCode, Json<Value>) {
@@ -91,7 +100,7 @@ async fn post_record(State(f): State<Fake>, body: axum::body::Bytes) -> (StatusC
     log.leaves.push(entry.leaf_hash());
     let size = log.leaves.len() as u64;
     let checkpoint = f
-        .signer
+        .signer()
         .sign_checkpoint(&Checkpoint::new(
             ORIGIN,
             TreeSize::new(size),
@@ -115,17 +124,19 @@ async fn post_record(State(f): State<Fake>, body: axum::body::Bytes) -> (StatusC
 }
 
 async fn keys(State(f): State<Fake>) -> Json<Value> {
+    if let Some(k) = f.keys.lock().unwrap().clone() {
+        return Json(k);
+    }
     Json(
-        json!({"v": 1, "origin": ORIGIN, "keys": [{"vkey": f.signer.verifier().vkey(), "not_before": null, "not_after": null}]}),
+        json!({"v": 1, "origin": ORIGIN, "keys": [{"vkey": f.signer().verifier().vkey(), "not_before": null, "not_after": null}]}),
     )
 }
 
 async fn start_fake(signer_seed: u8) -> (String, Fake) {
     let fake = Fake {
         log: Arc::new(Mutex::new(Log::default())),
-        signer: Arc::new(
-            NoteSigner::from_secret(ORIGIN, SecretKey::from_seed(&[signer_seed; 32])).unwrap(),
-        ),
+        signer: Arc::new(Mutex::new(Arc::new(log_key(signer_seed)))),
+        keys: Arc::default(),
     };
     let app = Router::new()
         .route("/v1/records", post(post_record))
@@ -160,8 +171,12 @@ fn agent() -> Agent {
     }
 }
 
+fn log_key(seed: u8) -> NoteSigner {
+    NoteSigner::from_secret(ORIGIN, SecretKey::from_seed(&[seed; 32])).unwrap()
+}
+
 fn pinned(seed: u8) -> WitnessTrust {
-    let signer = NoteSigner::from_secret(ORIGIN, SecretKey::from_seed(&[seed; 32])).unwrap();
+    let signer = log_key(seed);
     WitnessTrust::new(vec![TrustedLogKey {
         verifier: signer.verifier().clone(),
         not_before: None,
@@ -371,4 +386,144 @@ async fn a_strict_call_is_forwarded_once_its_decision_is_receipted() {
         .map(|r| r.kind().as_str())
         .collect();
     assert_eq!(kinds, BTreeSet::from(["decision"]));
+}
+
+// ---- log keys retired after they were pinned ----
+
+fn directory(entries: &[(&NoteSigner, Option<UnixMillis>)]) -> Value {
+    let keys: Vec<Value> = entries
+        .iter()
+        .map(|(k, not_after)| {
+            json!({"vkey": k.verifier().vkey(), "not_before": null, "not_after": not_after})
+        })
+        .collect();
+    json!({"v": 1, "origin": ORIGIN, "keys": keys})
+}
+
+#[tokio::test]
+async fn a_pinned_key_retired_later_is_honoured_from_its_retirement_on() {
+    let (url, fake) = start_fake(1).await;
+    let a = agent();
+    note(&a, "n0").await;
+    let s = syncer(&a, &url, pinned(1));
+    assert_eq!(s.sync_until_idle(soon()).await, Step::Idle);
+    assert!(a.store.receipt(0).unwrap().is_some());
+
+    // The operator retires the key; this witness goes on signing with it.
+    tokio::time::sleep(Duration::from_millis(5)).await;
+    let retired_at = UnixMillis::now();
+    *fake.keys.lock().unwrap() = Some(directory(&[(&log_key(1), Some(retired_at))]));
+    note(&a, "n1").await;
+    // The next gateway run checks the key directory before it posts.
+    let s = syncer(&a, &url, pinned(1));
+    match s.sync_until_idle(soon()).await {
+        Step::Halt(n) => {
+            assert_eq!(n.code, "receipt_untrusted", "{n:?}");
+            assert!(
+                n.message.contains("which the witness retired at")
+                    && n.message.contains(&retired_at.to_string()),
+                "{}",
+                n.message
+            );
+        }
+        other => panic!("{other:?}"),
+    }
+    assert_eq!(s.trust().keys()[0].not_after, Some(retired_at));
+    let st = a.store.status().unwrap();
+    assert_eq!(
+        (st.receipted, st.sync_cursor),
+        (1, 1),
+        "seq 1's receipt is not stored"
+    );
+    // The receipt from before the retirement still stands.
+    let r0 =
+        tally_gateway::acceptance::parse_receipt(&a.store.receipt(0).unwrap().unwrap()).unwrap();
+    assert!(r0.received < retired_at);
+    tally_gateway::acceptance::accept_receipt(
+        &r0,
+        &a.store.record(0).unwrap().unwrap(),
+        &s.trust(),
+        UnixMillis::now(),
+        300_000,
+    )
+    .unwrap();
+}
+
+#[tokio::test]
+async fn a_running_syncer_checks_the_key_directory_again_after_its_interval() {
+    let (url, fake) = start_fake(1).await;
+    let a = agent();
+    note(&a, "n0").await;
+    let s = syncer(&a, &url, pinned(1)).with_key_check_interval(Duration::from_millis(200));
+    assert_eq!(s.sync_until_idle(soon()).await, Step::Idle);
+    let retired_at = UnixMillis::now();
+    *fake.keys.lock().unwrap() = Some(directory(&[(&log_key(1), Some(retired_at))]));
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    note(&a, "n1").await;
+    match s.sync_until_idle(soon()).await {
+        Step::Halt(n) => assert!(n.message.contains("retired at"), "{}", n.message),
+        other => panic!("{other:?}"),
+    }
+}
+
+#[tokio::test]
+async fn a_witness_that_signs_with_a_new_key_is_refused_and_the_key_is_not_pinned() {
+    let (url, fake) = start_fake(1).await;
+    let dir = tempfile::tempdir().unwrap();
+    let state = tally_gateway::state::StateDir::new(dir.path());
+    let name = AgentName::new("sync-bot").unwrap();
+    state
+        .create_agent(&name, &SecretKey::from_seed(&[8; 32]))
+        .unwrap();
+    let mut config = state.load_config(&name).unwrap();
+    config.witness = Some(tally_gateway::state::WitnessConfig {
+        url: url.clone(),
+        origin: ORIGIN.into(),
+        keys: vec![tally_gateway::state::PinnedKey {
+            vkey: log_key(1).verifier().vkey(),
+            not_before: None,
+            not_after: None,
+        }],
+    });
+    state.save_config(&config).unwrap();
+    let a = agent();
+    note(&a, "n0").await;
+    let s = tally_gateway::open_syncer(&state, &name, Arc::clone(&a.store), Arc::new(SystemClock))
+        .unwrap()
+        .unwrap();
+    assert_eq!(s.sync_until_idle(soon()).await, Step::Idle);
+
+    // A rotation: key 1 retired, key 2 current and signing.
+    let retired_at = UnixMillis::now();
+    *fake.keys.lock().unwrap() = Some(directory(&[
+        (&log_key(1), Some(retired_at)),
+        (&log_key(2), None),
+    ]));
+    *fake.signer.lock().unwrap() = Arc::new(log_key(2));
+    note(&a, "n1").await;
+    // Not due for a key check yet: the untrusted receipt triggers one.
+    match s.sync_until_idle(soon()).await {
+        Step::Halt(n) => {
+            assert_eq!(n.code, "receipt_untrusted");
+            assert!(
+                n.message.contains("not pinned")
+                    && n.message.contains(&log_key(2).verifier().vkey())
+                    && n.message.contains("tally agent init"),
+                "{}",
+                n.message
+            );
+        }
+        other => panic!("{other:?}"),
+    }
+    // The retirement is written to the agent's configuration; the new key
+    // is trusted nowhere.
+    let pins = state.load_config(&name).unwrap().witness.unwrap().keys;
+    assert_eq!(pins.len(), 1);
+    assert_eq!(pins[0].not_after, Some(retired_at));
+    assert!(s
+        .trust()
+        .keys()
+        .iter()
+        .all(|k| k.verifier == *log_key(1).verifier()));
+    assert_eq!(a.store.status().unwrap().sync_cursor, 1);
 }

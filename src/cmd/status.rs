@@ -39,6 +39,10 @@ fn agent_status(args: &Args, agent: &AgentName) -> anyhow::Result<Value> {
             "url": tally_gateway::state::witness_url(w),
             "origin": w.origin,
             "keys": w.keys.iter().map(|k| k.vkey.clone()).collect::<Vec<_>>(),
+            "retired_keys": w.keys.iter().filter_map(|k| k.not_after.map(|t| json!({
+                "vkey": k.vkey,
+                "not_after": t.to_rfc3339(),
+            }))).collect::<Vec<_>>(),
         })),
     });
     let path = state.agent(agent).store();
@@ -115,6 +119,17 @@ fn print_text(s: &Value) {
             w["origin"].as_str().unwrap_or("?")
         ),
         None => println!("  witness: none configured, nothing is sent"),
+    }
+    for k in s["witness"]["retired_keys"]
+        .as_array()
+        .into_iter()
+        .flatten()
+    {
+        println!(
+            "  pinned log key {} retired at {}: receipts it signs from then on are refused",
+            k["vkey"].as_str().unwrap_or("?"),
+            k["not_after"].as_str().unwrap_or("?")
+        );
     }
     match s.get("last_sync_error").and_then(Value::as_object) {
         Some(e) => println!(

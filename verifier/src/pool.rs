@@ -234,6 +234,9 @@ pub(crate) struct Pipeline<'a> {
     sent: u64,
     next: u64,
     waiting: std::collections::BTreeMap<u64, Vec<Parsed>>,
+    /// Batches sent whose results have not been taken in order: queued,
+    /// being worked on, or done and waiting for an earlier one.
+    max_in_flight: u64,
     _scope: std::marker::PhantomData<&'a ()>,
 }
 
@@ -280,18 +283,33 @@ impl<'a> Pipeline<'a> {
             sent: 0,
             next: 0,
             waiting: std::collections::BTreeMap::new(),
+            max_in_flight: 4 * threads as u64,
             _scope: std::marker::PhantomData,
         }
     }
 
-    /// Hands a batch to the workers (blocks while they are all busy and the
-    /// queue is full, which bounds memory).
-    pub(crate) fn send(&mut self, batch: Batch) {
+    /// Hands a batch to the workers, and returns the results that came
+    /// back in order meanwhile. It blocks while `max_in_flight` batches are
+    /// out: the queue alone would not bound memory, because when one worker
+    /// stalls (the machine is busy) the others go on, and their results
+    /// wait for the stalled one's.
+    pub(crate) fn send(&mut self, batch: Batch) -> Vec<Vec<Parsed>> {
+        let mut done = Vec::new();
+        while self.sent - self.next >= self.max_in_flight {
+            match self.results.recv() {
+                Ok((id, out)) => {
+                    self.waiting.insert(id, out);
+                    done.extend(self.take_in_order());
+                }
+                Err(_) => break,
+            }
+        }
         if let Some(jobs) = &self.jobs {
             if jobs.send((self.sent, batch)).is_ok() {
                 self.sent += 1;
             }
         }
+        done
     }
 
     /// Results ready in order, without blocking.

@@ -1446,11 +1446,11 @@ pub fn verify_with_budget<R: BufRead>(
                 }
             }
             if batch.is_full() {
-                let capacity = batch.data.capacity();
-                pipeline.send(std::mem::replace(
+                let done = pipeline.send(std::mem::replace(
                     &mut batch,
-                    Batch::with_capacity(capacity),
+                    Batch::with_capacity(pool::BATCH_BYTES),
                 ));
+                handle(&mut st, done);
                 handle(&mut st, pipeline.ready());
                 if let Some(p) = options.progress.as_mut() {
                     p(bytes);
@@ -1458,7 +1458,8 @@ pub fn verify_with_budget<R: BufRead>(
             }
         }
         if !batch.lines.is_empty() {
-            pipeline.send(batch);
+            let done = pipeline.send(batch);
+            handle(&mut st, done);
         }
         let rest = pipeline.finish();
         handle(&mut st, rest);

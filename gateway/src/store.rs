@@ -355,11 +355,21 @@ impl ChainStore {
     /// # Errors
     /// [`StoreError`] when it did not commit.
     pub fn put_receipt(&self, seq: u64, receipt_json: &[u8]) -> Result<u64, StoreError> {
+        self.put_receipts(&[(seq, receipt_json)])
+    }
+
+    /// [`Self::put_receipt`] for several receipts, in one transaction.
+    ///
+    /// # Errors
+    /// [`StoreError`] when it did not commit.
+    pub fn put_receipts(&self, accepted: &[(u64, &[u8])]) -> Result<u64, StoreError> {
         let tx = self.db.begin_write()?;
         let cursor;
         {
             let mut receipts = tx.open_table(RECEIPTS)?;
-            receipts.insert(seq, receipt_json)?;
+            for (seq, receipt_json) in accepted {
+                receipts.insert(*seq, *receipt_json)?;
+            }
             let mut meta = tx.open_table(META)?;
             let mut c = match meta.get(SYNC_CURSOR)? {
                 Some(b) => u64::from_be_bytes(b.value().try_into().unwrap_or([0; 8])),

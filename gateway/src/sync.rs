@@ -1,11 +1,20 @@
 //! Syncing the local chain to the witness (issue 6 §1, docs/protocol.md §8).
 //!
-//! Records go to the witness one at a time, in seq order, starting at the
-//! sync cursor (the lowest seq without an accepted receipt). A record is
-//! never skipped or reordered: when the witness refuses one for good, syncing
-//! halts and says why. Each receipt is accepted with
-//! [`crate::acceptance::accept_receipt`] before it is stored and the cursor
-//! moves. Transient failures retry with exponential backoff.
+//! Records go to the witness in seq order, starting at the sync cursor (the
+//! lowest seq without an accepted receipt). A record is never skipped or
+//! reordered: when the witness refuses one for good, syncing halts and says
+//! why. Each receipt is accepted with [`crate::acceptance::accept_receipt`]
+//! before it is stored and the cursor moves. Transient failures retry with
+//! exponential backoff.
+//!
+//! Up to a window of records ([`DEFAULT_WINDOW`]) are posted at once, so
+//! that the witness can admit them in one group commit. The witness admits a
+//! record only when it extends the chain it holds, so one that overtakes its
+//! predecessor on the way is refused with `chain_conflict`, never admitted
+//! out of order. Only the answer for the record at the cursor decides what
+//! happens next (as with one post at a time); the others' receipts are
+//! accepted and stored like any, and their refusals are ignored: those
+//! records are posted again once they reach the cursor.
 //!
 //! On `chain_conflict` the witness returns its head of the chain:
 //! - a head that is one of our records, behind the cursor: the witness lost
@@ -40,6 +49,8 @@ use crate::witness::{WitnessClient, WitnessError, WitnessHead};
 pub const KEY_CHECK_INTERVAL: Duration = Duration::from_secs(600);
 /// How soon a key directory fetch that failed is tried again.
 const KEY_CHECK_RETRY: Duration = Duration::from_secs(30);
+/// Records posted at once by default.
+pub const DEFAULT_WINDOW: usize = 4;
 
 /// What a sync task has achieved, watched by `--strict` calls.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -61,6 +72,7 @@ pub struct Syncer {
     /// Where retirements of pinned keys are written back.
     pins: Option<(StateDir, AgentName)>,
     key_check: Mutex<KeyCheck>,
+    window: usize,
     clock: Arc<dyn Clock>,
     max_skew_ms: u64,
     progress: watch::Sender<SyncProgress>,
@@ -111,6 +123,7 @@ impl Syncer {
                 interval: KEY_CHECK_INTERVAL,
                 next: None,
             }),
+            window: DEFAULT_WINDOW,
             clock,
             max_skew_ms,
             progress,
@@ -122,6 +135,14 @@ impl Syncer {
     #[must_use]
     pub fn with_pin_file(mut self, state: StateDir, agent: AgentName) -> Self {
         self.pins = Some((state, agent));
+        self
+    }
+
+    /// Posts up to `window` records at once (at least 1; default
+    /// [`DEFAULT_WINDOW`]).
+    #[must_use]
+    pub fn with_window(mut self, window: usize) -> Self {
+        self.window = window.max(1);
         self
     }
 
@@ -255,37 +276,73 @@ impl Syncer {
         }
     }
 
-    /// Sends the record at the cursor, if any, and handles the answer.
+    /// Sends the records from the cursor on (a window of them at once), if
+    /// any, and handles the answers.
     pub async fn step(&self) -> Step {
         let cursor = match self.store.sync_cursor() {
             Ok(c) => c,
             Err(e) => return Step::Retry(self.note(None, "store", e.to_string())),
         };
-        let record = match self.store.record(cursor) {
-            Ok(Some(r)) => r,
-            Ok(None) => return Step::Idle,
+        let records = match self.store.records(cursor, self.window) {
+            Ok(r) if r.is_empty() => return Step::Idle,
+            Ok(r) => r,
             Err(e) => return Step::Retry(self.note(Some(cursor), "store", e.to_string())),
         };
         self.check_keys_when_due().await;
-        match self.client.post_record(&record).await {
-            Ok(bytes) => match self.accept_checking_keys(&bytes, &record).await {
-                Ok(()) => match self.store.put_receipt(cursor, &bytes) {
-                    Ok(new_cursor) => {
-                        self.progress.send_modify(|p| {
-                            p.cursor = new_cursor;
-                            p.failure = None;
-                        });
-                        Step::Progress
+        // Spawned in seq order, so they mostly reach the witness in it.
+        let posts: Vec<_> = records
+            .iter()
+            .map(|r| {
+                let (client, record) = (self.client.clone(), r.clone());
+                tokio::spawn(async move { client.post_record(&record).await })
+            })
+            .collect();
+        let mut first = None;
+        let mut accepted: Vec<(u64, Vec<u8>)> = Vec::new();
+        let mut halt = None;
+        for (record, post) in records.iter().zip(posts) {
+            let seq = record.seq.get();
+            let answer = post.await.unwrap_or_else(|e| {
+                Err(WitnessError::Transport(format!(
+                    "the post task failed: {e}"
+                )))
+            });
+            match answer {
+                Ok(bytes) => {
+                    match self.accept_checking_keys(&bytes, record).await {
+                        Ok(()) => accepted.push((seq, bytes)),
+                        Err((code, message)) => {
+                            halt = Some(self.note(
+                            Some(seq),
+                            &format!("receipt_{code}"),
+                            format!("the witness's receipt for seq {seq} was not accepted: {message}"),
+                        ));
+                            break;
+                        }
                     }
-                    Err(e) => Step::Retry(self.note(Some(cursor), "store", e.to_string())),
-                },
-                Err((code, message)) => Step::Halt(self.note(
-                    Some(cursor),
-                    &format!("receipt_{code}"),
-                    format!("the witness's receipt for seq {cursor} was not accepted: {message}"),
-                )),
-            },
-            Err(e) => self.refused(cursor, e),
+                }
+                // Only the record at the cursor decides; a later one that
+                // was refused goes again when it reaches the cursor.
+                Err(e) if seq == cursor => first = Some(e),
+                Err(_) => {}
+            }
+        }
+        // The receipts accepted before any failure, in one transaction.
+        if !accepted.is_empty() {
+            let batch: Vec<(u64, &[u8])> =
+                accepted.iter().map(|(s, b)| (*s, b.as_slice())).collect();
+            match self.store.put_receipts(&batch) {
+                Ok(new_cursor) => self.progress.send_modify(|p| {
+                    p.cursor = new_cursor;
+                    p.failure = None;
+                }),
+                Err(e) => return Step::Retry(self.note(Some(cursor), "store", e.to_string())),
+            }
+        }
+        match (halt, first) {
+            (Some(note), _) => Step::Halt(note),
+            (None, None) => Step::Progress,
+            (None, Some(e)) => self.refused(cursor, e),
         }
     }
 

@@ -39,6 +39,15 @@ struct Log {
     receipts: HashMap<Hash, Value>,
     fail_next: usize,
     posts: Vec<u64>,
+    /// Seqs in the order they were admitted.
+    admitted: Vec<u64>,
+    /// Posts hold this long (varying by seq) before they are looked at, so
+    /// concurrent posts overtake each other.
+    jitter_ms: u64,
+    in_flight: usize,
+    max_in_flight: usize,
+    /// Refused for good (400 clock_skew).
+    refuse_seq: Option<u64>,
 }
 
 #[derive(Clone)]
@@ -70,8 +79,24 @@ async fn post_record(State(f): State<Fake>, body: axum::body::Bytes) -> (StatusC
             )
         }
     };
+    let jitter = {
+        let mut log = f.log.lock().unwrap();
+        log.in_flight += 1;
+        log.max_in_flight = log.max_in_flight.max(log.in_flight);
+        (record.seq.get() * 7919) % (log.jitter_ms + 1)
+    };
+    if jitter > 0 {
+        tokio::time::sleep(Duration::from_millis(jitter)).await;
+    }
     let mut log = f.log.lock().unwrap();
+    log.in_flight -= 1;
     log.posts.push(record.seq.get());
+    if log.refuse_seq == Some(record.seq.get()) {
+        return err(
+            StatusCode::BAD_REQUEST,
+            json!({"error": {"code": "clock_skew", "message": "too far from the witness clock"}}),
+        );
+    }
     if log.fail_next > 0 {
         log.fail_next -= 1;
         return err(
@@ -120,6 +145,7 @@ async fn post_record(State(f): State<Fake>, body: axum::body::Bytes) -> (StatusC
     log.receipts.insert(record.hash(), v.clone());
     log.heads
         .insert(record.agent.to_string(), (record.seq.get(), record.hash()));
+    log.admitted.push(record.seq.get());
     (StatusCode::OK, Json(v))
 }
 
@@ -215,7 +241,8 @@ async fn syncs_in_order_retries_transient_failures_and_stores_accepted_receipts(
         note(&a, &format!("n{i}")).await;
     }
     fake.log.lock().unwrap().fail_next = 2;
-    let s = syncer(&a, &url, pinned(1));
+    // One post at a time, so the order of posts is exact.
+    let s = syncer(&a, &url, pinned(1)).with_window(1);
     assert_eq!(s.sync_until_idle(soon()).await, Step::Idle);
     let st = a.store.status().unwrap();
     assert_eq!((st.records, st.receipted, st.sync_cursor), (3, 3, 3));
@@ -300,7 +327,7 @@ async fn records_a_witness_lost_are_sent_again_and_the_old_receipts_kept() {
     let first = note(&a, "n0").await;
     note(&a, "n1").await;
     note(&a, "n2").await;
-    let s = syncer(&a, &url, pinned(1));
+    let s = syncer(&a, &url, pinned(1)).with_window(1);
     assert_eq!(s.sync_until_idle(soon()).await, Step::Idle);
     {
         // The witness forgets everything after seq 0.
@@ -526,4 +553,44 @@ async fn a_witness_that_signs_with_a_new_key_is_refused_and_the_key_is_not_pinne
         .iter()
         .all(|k| k.verifier == *log_key(1).verifier()));
     assert_eq!(a.store.status().unwrap().sync_cursor, 1);
+}
+
+// ---- several posts at once ----
+
+#[tokio::test]
+async fn posts_that_overtake_each_other_are_never_admitted_out_of_order() {
+    let (url, fake) = start_fake(1).await;
+    fake.log.lock().unwrap().jitter_ms = 15;
+    let a = agent();
+    for i in 0..40 {
+        note(&a, &format!("n{i}")).await;
+    }
+    let s = syncer(&a, &url, pinned(1)).with_window(8);
+    assert_eq!(s.sync_until_idle(soon()).await, Step::Idle);
+    let st = a.store.status().unwrap();
+    assert_eq!((st.records, st.receipted, st.sync_cursor), (40, 40, 40));
+    assert_eq!(st.last_sync_error, None);
+    let log = fake.log.lock().unwrap();
+    assert_eq!(log.admitted, (0..40).collect::<Vec<u64>>());
+    assert!(log.max_in_flight > 1, "posts went one at a time");
+    // Overtaking happened and cost only extra posts.
+    assert!(log.posts.len() > 40, "{} posts", log.posts.len());
+}
+
+#[tokio::test]
+async fn a_later_record_refused_for_good_halts_syncing_when_it_reaches_the_cursor() {
+    let (url, fake) = start_fake(1).await;
+    fake.log.lock().unwrap().refuse_seq = Some(2);
+    let a = agent();
+    for i in 0..6 {
+        note(&a, &format!("n{i}")).await;
+    }
+    let s = syncer(&a, &url, pinned(1)).with_window(8);
+    match s.sync_until_idle(soon()).await {
+        Step::Halt(n) => assert_eq!((n.code.as_str(), n.seq), ("clock_skew", Some(2)), "{n:?}"),
+        other => panic!("{other:?}"),
+    }
+    let st = a.store.status().unwrap();
+    assert_eq!((st.receipted, st.sync_cursor), (2, 2));
+    assert_eq!(fake.log.lock().unwrap().admitted, vec![0, 1]);
 }

@@ -99,6 +99,9 @@ pub struct SyncArgs {
     /// Give up after this many seconds.
     #[arg(long, default_value_t = 30)]
     pub timeout: u64,
+    /// Records posted to the witness at once (1: one at a time).
+    #[arg(long, default_value_t = tally_gateway::sync::DEFAULT_WINDOW)]
+    pub window: usize,
     #[command(flatten)]
     pub state: StateArgs,
 }
@@ -227,6 +230,7 @@ fn sync(args: &SyncArgs) -> anyhow::Result<ExitCode> {
             args.agent
         );
     };
+    let syncer = syncer.with_window(args.window);
     let step = runtime()?.block_on(async {
         syncer
             .sync_until_idle(tokio::time::Instant::now() + Duration::from_secs(args.timeout))

@@ -221,6 +221,46 @@ def test_a_call_in_flight_when_the_client_dies_ends_as_client_gone(state: Path) 
     assert [o["status"] for o in outcomes[decisions[0]["hash"]]] == ["client_gone"]
 
 
+FAKE_SERVER = r"""
+import json, sys
+marker = sys.argv[1]
+for line in sys.stdin:
+    msg = json.loads(line)
+    if msg.get("method") == "initialize":
+        print(json.dumps({"jsonrpc": "2.0", "id": msg["id"], "result": {
+            "protocolVersion": "2025-06-18", "capabilities": {"tools": {}},
+            "serverInfo": {"name": "fake", "version": "1"}}}), flush=True)
+    elif msg.get("method") == "tools/call":
+        # Tell the test the call arrived, then never answer.
+        with open(marker, "w") as f:
+            f.write(line)
+"""
+
+
+def test_a_forwarded_decision_survives_kill_9_of_the_gateway(state: Path, tmp_path: Path) -> None:
+    server = tmp_path / "server.py"
+    server.write_text(FAKE_SERVER)
+    marker = tmp_path / "got-call"
+    c = RawClient(state, ["python3", str(server), str(marker)])
+    c.initialize()
+    c.send({"jsonrpc": "2.0", "id": 7, "method": "tools/call", "params": {
+        "name": "refund", "arguments": {"order": 42}}})
+    deadline = time.monotonic() + 30
+    while not marker.exists() or not marker.read_text():
+        assert time.monotonic() < deadline, "the call never reached the server"
+        time.sleep(0.001)
+    # The server has the call: kill the gateway at once, without warning.
+    c.p.kill()
+    c.p.wait(timeout=30)
+    assert c.p.returncode == -signal.SIGKILL
+    # The next run (here `tally status`, which opens the store the same way)
+    # finds the decision.
+    entries = chain(state)
+    check_links(entries)
+    decisions = [e["record"]["body"] for e in entries if e["record"]["kind"] == "decision"]
+    assert [(d["tool"], d["call_id"]) for d in decisions] == [("refund", "7")]
+
+
 def test_store_content_lets_a_call_be_disclosed(state: Path) -> None:
     async def session() -> None:
         async with stdio_client(gateway_params(state, ["node", SERVER, "stdio"], "--store-content")) as (r, w):

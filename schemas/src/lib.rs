@@ -22,6 +22,8 @@ pub mod entry;
 pub mod hash;
 pub mod keys;
 pub mod limits;
+#[cfg(test)]
+mod mutate;
 pub mod note;
 pub mod pack;
 pub mod record;

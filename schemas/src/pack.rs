@@ -648,31 +648,10 @@ mod tests {
 
     #[test]
     fn whatever_the_fast_road_accepts_the_strict_road_reads_the_same() {
-        let mut state: u64 = 0x2545_f491_4f6c_dd1d;
-        let mut next = move || {
-            state ^= state << 13;
-            state ^= state >> 7;
-            state ^= state << 17;
-            state
-        };
         let mut fast_hits = 0;
         for l in lines() {
             let base = l.to_json().unwrap();
-            for _ in 0..2000 {
-                let mut m = base.clone();
-                let at = (next() as usize) % m.len();
-                match next() % 3 {
-                    0 => m[at] ^= (next() as u8) | 1,
-                    1 => {
-                        let end = (at + 1 + (next() as usize) % 16).min(m.len());
-                        let chunk = m[at..end].to_vec();
-                        m.splice(at..at, chunk);
-                    }
-                    _ => {
-                        let end = (at + 1 + (next() as usize) % 16).min(m.len());
-                        m.drain(at..end);
-                    }
-                }
+            for m in crate::mutate::mutations(&base, 0x2545_f491_4f6c_dd1d, 2000, 16) {
                 if let Some(fast) = fast_record_line(&m) {
                     fast_hits += 1;
                     assert_eq!(

@@ -29,24 +29,12 @@ use tally_schemas::{
     UnixMillis, UnsignedRecord,
 };
 
+#[path = "support/args.rs"]
+mod args;
 #[path = "support/bulk_fill.rs"]
 mod bulk_fill;
 
-fn env_list(name: &str, default: &str) -> Vec<u64> {
-    std::env::var(name)
-        .unwrap_or_else(|_| default.to_owned())
-        .split(',')
-        .filter_map(|s| s.trim().parse().ok())
-        .collect()
-}
-
-fn percentile(sorted: &[Duration], p: f64) -> Duration {
-    if sorted.is_empty() {
-        return Duration::ZERO;
-    }
-    let i = ((sorted.len() as f64 - 1.0) * p).round() as usize;
-    sorted[i]
-}
+use args::{env_list, percentile};
 
 /// Raw redb: one durable write transaction per row, as fast as it goes.
 fn raw_redb_commits_per_sec(dir: &std::path::Path) -> f64 {

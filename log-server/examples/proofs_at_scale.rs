@@ -12,7 +12,7 @@
 //! `TALLY_PROOF_SAMPLES` (default 2000), `TALLY_PROOF_DIR` (default a temp
 //! folder under /var/tmp; the 10M store takes a few GB).
 
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 use tally_log::store::redb::RedbStore;
 use tally_log::tree;
@@ -20,23 +20,13 @@ use tally_schemas::hash::leaf_hash;
 use tally_schemas::tree::{verify_consistency, verify_inclusion};
 use tally_schemas::{LeafIndex, TreeSize};
 
+#[path = "../benches/support/args.rs"]
+mod args;
 #[path = "../benches/support/bulk_fill.rs"]
 mod bulk_fill;
 
+use args::{env_list, percentile};
 use bulk_fill::{fill, synthetic_canonical};
-
-fn env_list(name: &str, default: &str) -> Vec<u64> {
-    std::env::var(name)
-        .unwrap_or_else(|_| default.to_owned())
-        .split(',')
-        .filter_map(|s| s.trim().parse().ok())
-        .collect()
-}
-
-fn percentile(sorted: &[Duration], p: f64) -> Duration {
-    let i = ((sorted.len() as f64 - 1.0) * p).round() as usize;
-    sorted[i.min(sorted.len() - 1)]
-}
 
 /// A deterministic pseudo-random sequence (splitmix64), so runs are comparable.
 fn next(state: &mut u64) -> u64 {

@@ -126,10 +126,7 @@ impl HashReader for StoredHashes<'_> {
 /// # Errors
 /// [`StoreError`] when a stored hash cannot be read.
 pub fn root(store: &dyn LogStore, size: TreeSize) -> Result<Hash, StoreError> {
-    let r = StoredHashes::new(store);
-    tlog_tiles::tree_hash(size.get(), &r)
-        .map(from_tlog)
-        .map_err(|e| r.lift(e))
+    root_with(&StoredHashes::new(store), size)
 }
 
 /// The root of the tree of `size` leaves with a batch's hashes laid over the store.
@@ -149,15 +146,7 @@ pub fn inclusion_proof(
     index: LeafIndex,
     size: TreeSize,
 ) -> Result<Vec<Hash>, StoreError> {
-    if !size.contains(index) {
-        return Err(StoreError::Conflict(format!(
-            "leaf {index} is not in a tree of size {size}"
-        )));
-    }
-    let r = StoredHashes::new(store);
-    tlog_tiles::prove_record(size.get(), index.get(), &r)
-        .map(|p| p.into_iter().map(from_tlog).collect())
-        .map_err(|e| r.lift(e))
+    inclusion_proof_with(&StoredHashes::new(store), index, size)
 }
 
 /// [`inclusion_proof`] over a given hash reader.
@@ -202,15 +191,7 @@ pub fn consistency_proof(
     from: TreeSize,
     to: TreeSize,
 ) -> Result<Vec<Hash>, StoreError> {
-    if from.get() == 0 || from > to {
-        return Err(StoreError::Conflict(format!(
-            "no consistency proof from size {from} to {to}"
-        )));
-    }
-    let r = StoredHashes::new(store);
-    tlog_tiles::prove_tree(to.get(), from.get(), &r)
-        .map(|p| p.into_iter().map(from_tlog).collect())
-        .map_err(|e| r.lift(e))
+    consistency_proof_with(&StoredHashes::new(store), from, to)
 }
 
 /// The stored hashes that appending `leaves` to a tree of `old_size` adds, in

@@ -108,13 +108,13 @@ impl Args {
             rl.burst = burst;
         }
         if let Some(v) = self.queue_capacity {
-            c.queue_capacity = v.max(1);
+            c.log.queue_capacity = v.max(1);
         }
         if let Some(v) = self.max_batch {
-            c.max_batch = v.max(1);
+            c.log.max_batch = v.max(1);
         }
         if let Some(v) = self.cache_mib {
-            c.cache_bytes = tally_witness::config::mib(v);
+            c.log.cache_bytes = tally_witness::config::mib(v);
         }
         if let Some(v) = self.drain_timeout {
             c.drain_timeout_secs = v;

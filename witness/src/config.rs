@@ -142,12 +142,8 @@ pub struct ServeConfig {
     pub origin: String,
     /// Admission limits.
     pub witness: WitnessConfig,
-    /// Log queue capacity.
-    pub queue_capacity: usize,
-    /// Largest group commit.
-    pub max_batch: usize,
-    /// The log store's page cache, bytes.
-    pub cache_bytes: usize,
+    /// The log's queue, group commit and page cache.
+    pub log: tally_log::LogConfig,
     /// Drain timeout on SIGTERM, seconds.
     pub drain_timeout_secs: u64,
     /// TLS files.
@@ -156,7 +152,6 @@ pub struct ServeConfig {
 
 impl Default for ServeConfig {
     fn default() -> Self {
-        let log = tally_log::LogConfig::default();
         Self {
             listen: DEFAULT_LISTEN
                 .parse()
@@ -164,9 +159,7 @@ impl Default for ServeConfig {
             data_dir: PathBuf::from(DEFAULT_DATA_DIR),
             origin: DEFAULT_ORIGIN.into(),
             witness: WitnessConfig::default(),
-            queue_capacity: log.queue_capacity,
-            max_batch: log.max_batch,
-            cache_bytes: log.cache_bytes,
+            log: tally_log::LogConfig::default(),
             drain_timeout_secs: 30,
             tls: None,
         }
@@ -195,13 +188,13 @@ impl ServeConfig {
             self.witness.max_in_flight = v.max(1);
         }
         if let Some(v) = file.queue_capacity {
-            self.queue_capacity = v.max(1);
+            self.log.queue_capacity = v.max(1);
         }
         if let Some(v) = file.max_batch {
-            self.max_batch = v.max(1);
+            self.log.max_batch = v.max(1);
         }
         if let Some(v) = file.cache_mib {
-            self.cache_bytes = mib(v);
+            self.log.cache_bytes = mib(v);
         }
         if let Some(v) = file.drain_timeout_secs {
             self.drain_timeout_secs = v;
@@ -234,7 +227,7 @@ mod tests {
         c.apply_file(f);
         assert_eq!(c.listen.port(), 9000);
         assert_eq!(c.witness.max_skew_ms, 10_000);
-        assert_eq!(c.cache_bytes, 16 * 1024 * 1024);
+        assert_eq!(c.log.cache_bytes, 16 * 1024 * 1024);
         assert!(c.witness.rate_limit.is_none());
         assert!(c.tls.is_some());
         assert!(toml::from_str::<ConfigFile>("lisen = \"x\"").is_err());

@@ -20,7 +20,7 @@ use axum::Router;
 use hyper_util::rt::{TokioExecutor, TokioIo};
 use hyper_util::server::graceful::GracefulShutdown;
 use hyper_util::service::TowerToHyperService;
-use tally_log::{Log, LogConfig, OpenError};
+use tally_log::{Log, OpenError};
 use tally_schemas::note::NoteError;
 use tally_schemas::time::Clock;
 use tally_schemas::NoteSigner;
@@ -191,15 +191,7 @@ pub fn open(
     let signer = load_or_create_key(dir, origin, &mut rng)?;
     let now = clock.now();
     let keys = KeyDirectory::load_or_init(&dir.join(files::KEYS), signer.verifier(), now)?;
-    let log = Log::open_redb(
-        &dir.join(files::LOG_DB),
-        signer,
-        LogConfig {
-            queue_capacity: config.queue_capacity,
-            max_batch: config.max_batch,
-            cache_bytes: config.cache_bytes,
-        },
-    )?;
+    let log = Log::open_redb(&dir.join(files::LOG_DB), signer, config.log)?;
     let registry = Registry::open(&dir.join(files::WITNESS_DB))?;
     let first_start = registry.first_start(now, rng.as_mut())?;
     if let Some(first) = &first_start {

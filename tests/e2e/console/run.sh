@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # Browser tests of the console (issue 7): headless Debian chromium driven by
-# playwright-core (pinned in package-lock.json) against the real `tally`
-# binary. Screenshots of each page go to target/console-screenshots/.
+# playwright-core against the real `tally` binary, with records from the CLI
+# and from the real `tally gateway` in front of
+# @modelcontextprotocol/server-everything (both pinned in package-lock.json).
+# Screenshots of each page go to target/console-screenshots/.
 # Run from anywhere: bash tests/e2e/console/run.sh
 set -euo pipefail
 here="$(cd "$(dirname "$0")" && pwd)"

@@ -4,12 +4,19 @@
 //!
 //! ```text
 //! # tally trust file
+//! version 1
 //! log tally.local/log+1a2b3c4d+AX...
 //! witness witness.example/w1+5e6f7a8b+BH...
 //! quorum 1
 //! ```
+//!
+//! The `version` directive came after the first files were written, so a
+//! file without one is read as version 1.
 
 use std::collections::BTreeSet;
+
+/// The trust file version this build reads.
+pub const TRUST_FILE_VERSION: u64 = 1;
 
 use base64::engine::general_purpose::STANDARD as BASE64;
 use base64::Engine as _;
@@ -35,12 +42,20 @@ pub enum TrustError {
     /// No `log` line, or more than one.
     #[error("trust file must have exactly one `log` line")]
     LogKey,
-    /// A quorum larger than the number of witnesses.
+    /// A `version` directive naming a version this build does not read.
+    #[error("unsupported trust file version {found} (this build reads version {supported})")]
+    UnsupportedVersion {
+        /// The version the file names.
+        found: u64,
+        /// The version this build reads.
+        supported: u64,
+    },
+    /// A quorum larger than the number of distinct witness names.
     #[error("quorum {quorum} is more than the {witnesses} witnesses listed")]
     Quorum {
         /// The quorum.
         quorum: usize,
-        /// Witnesses listed.
+        /// Distinct witness names listed.
         witnesses: usize,
     },
 }
@@ -199,47 +214,72 @@ pub struct TrustFile {
 }
 
 impl TrustFile {
-    /// Parses a trust file (§11.1).
+    /// Parses a trust file (§11.1): lines end in LF or CRLF; words are
+    /// separated by spaces and tabs; a line whose first word starts with `#`
+    /// is a comment.
     ///
     /// # Errors
     /// [`TrustError`] naming the first line that is wrong.
     pub fn parse(text: &str) -> Result<Self, TrustError> {
         let mut log = None;
         let mut logs = 0;
-        let mut witnesses = Vec::new();
+        let mut witnesses: Vec<WitnessKey> = Vec::new();
         let mut quorum = None;
-        for (i, raw) in text.lines().enumerate() {
-            let line = raw.trim();
-            if line.is_empty() || line.starts_with('#') {
-                continue;
-            }
+        let mut directives = 0usize;
+        for (i, raw) in text.split('\n').enumerate() {
+            let raw = raw.strip_suffix('\r').unwrap_or(raw);
             let bad = |reason: String| TrustError::Line {
                 line: i + 1,
                 reason,
             };
-            let mut words = line.split_whitespace();
-            let (Some(kw), Some(value), None) = (words.next(), words.next(), words.next()) else {
+            let mut words = raw.split([' ', '\t']).filter(|w| !w.is_empty());
+            let Some(kw) = words.next() else {
+                continue;
+            };
+            if kw.starts_with('#') {
+                continue;
+            }
+            directives += 1;
+            let (Some(value), None) = (words.next(), words.next()) else {
                 return Err(bad("expected a keyword and one value".into()));
             };
             match kw {
+                "version" => {
+                    if directives > 1 {
+                        return Err(bad("`version` must be the first directive".into()));
+                    }
+                    let found = decimal(value)
+                        .ok_or_else(|| bad("version must be a decimal number".into()))?;
+                    if found != TRUST_FILE_VERSION {
+                        return Err(TrustError::UnsupportedVersion {
+                            found,
+                            supported: TRUST_FILE_VERSION,
+                        });
+                    }
+                }
                 "log" => {
                     logs += 1;
                     log = Some(NoteVerifier::from_vkey(value).map_err(|e| bad(e.to_string()))?);
                 }
-                "witness" => witnesses.push(WitnessKey::from_vkey(value).map_err(bad)?),
+                "witness" => {
+                    let w = WitnessKey::from_vkey(value).map_err(bad)?;
+                    if witnesses.contains(&w) {
+                        return Err(bad(format!("witness {} is listed twice", w.vkey())));
+                    }
+                    witnesses.push(w);
+                }
                 "quorum" => {
                     if quorum.is_some() {
                         return Err(bad("a second quorum line".into()));
                     }
                     quorum = Some(
-                        value
-                            .parse::<usize>()
-                            .map_err(|_| bad("quorum must be a number".into()))?,
+                        decimal(value)
+                            .ok_or_else(|| bad("quorum must be a decimal number".into()))?,
                     );
                 }
                 other => {
                     return Err(bad(format!(
-                        "unknown keyword {other:?} (log, witness, quorum)"
+                        "unknown keyword {other:?} (version, log, witness, quorum)"
                     )))
                 }
             }
@@ -247,11 +287,21 @@ impl TrustFile {
         let (Some(log), 1) = (log, logs) else {
             return Err(TrustError::LogKey);
         };
-        let quorum = quorum.unwrap_or(witnesses.len());
-        if quorum > witnesses.len() {
+        // Cosignatures are counted per witness name (a witness may be listed
+        // with more than one key), so the quorum is bounded by the names.
+        let names = witnesses
+            .iter()
+            .map(WitnessKey::name)
+            .collect::<BTreeSet<_>>()
+            .len();
+        let quorum = match quorum {
+            None => names,
+            Some(q) => usize::try_from(q).unwrap_or(usize::MAX),
+        };
+        if quorum > names {
             return Err(TrustError::Quorum {
                 quorum,
-                witnesses: witnesses.len(),
+                witnesses: names,
             });
         }
         Ok(Self {
@@ -259,6 +309,16 @@ impl TrustFile {
             witnesses: WitnessPolicy { witnesses, quorum },
         })
     }
+}
+
+/// A decimal number of ASCII digits only (no sign), at most 2^53 − 1.
+fn decimal(text: &str) -> Option<u64> {
+    if text.is_empty() || text.len() > 16 || !text.bytes().all(|b| b.is_ascii_digit()) {
+        return None;
+    }
+    text.parse::<u64>()
+        .ok()
+        .filter(|n| *n <= tally_schemas::limits::MAX_COUNTER)
 }
 
 #[cfg(test)]
@@ -334,5 +394,67 @@ mod tests {
             })
         );
         assert!(TrustFile::parse(&format!("log {}\nfoo bar\n", log.verifier().vkey())).is_err());
+    }
+
+    #[test]
+    fn version_directive_is_optional_first_and_only_1() {
+        let log =
+            NoteSigner::from_secret("tally.local/log", SecretKey::from_seed(&[1; 32])).unwrap();
+        let vkey = log.verifier().vkey();
+        let w = WitnessKey::new("w1.example", SecretKey::from_seed(&[2; 32]).public_key()).unwrap();
+        // Without a version line the file is version 1, as files written
+        // before the directive existed are.
+        let old = TrustFile::parse(&format!("log {vkey}\n")).unwrap();
+        let new = TrustFile::parse(&format!("# c\n\nversion 1\nlog {vkey}\n")).unwrap();
+        assert_eq!(old, new);
+        assert_eq!(
+            TrustFile::parse(&format!("version 2\nlog {vkey}\n")),
+            Err(TrustError::UnsupportedVersion {
+                found: 2,
+                supported: 1
+            })
+        );
+        for bad in [
+            format!("log {vkey}\nversion 1\n"),
+            format!("version 1\nversion 1\nlog {vkey}\n"),
+            format!("version +1\nlog {vkey}\n"),
+            format!("version one\nlog {vkey}\n"),
+            format!("version 1 2\nlog {vkey}\n"),
+        ] {
+            assert!(
+                matches!(TrustFile::parse(&bad), Err(TrustError::Line { .. })),
+                "{bad:?}"
+            );
+        }
+        // CRLF line ends, tabs between words, and indented comments are read.
+        let crlf = format!(
+            "\t# c\r\nversion\t1\r\n  log  {vkey}\r\nwitness {}\r\n",
+            w.vkey()
+        );
+        let t = TrustFile::parse(&crlf).unwrap();
+        assert_eq!(t.witnesses.quorum, 1);
+        // A comment after a value is not a comment: three words.
+        assert!(TrustFile::parse(&format!("log {vkey} # the log\n")).is_err());
+        // The same witness key twice is refused; quorum counts names.
+        assert!(matches!(
+            TrustFile::parse(&format!("log {vkey}\nwitness {0}\nwitness {0}\n", w.vkey())),
+            Err(TrustError::Line { line: 3, .. })
+        ));
+        let w_other_key =
+            WitnessKey::new("w1.example", SecretKey::from_seed(&[3; 32]).public_key()).unwrap();
+        let two_keys = format!(
+            "log {vkey}\nwitness {}\nwitness {}\n",
+            w.vkey(),
+            w_other_key.vkey()
+        );
+        assert_eq!(TrustFile::parse(&two_keys).unwrap().witnesses.quorum, 1);
+        assert_eq!(
+            TrustFile::parse(&format!("{two_keys}quorum 2\n")),
+            Err(TrustError::Quorum {
+                quorum: 2,
+                witnesses: 1
+            })
+        );
+        assert!(TrustFile::parse(&format!("log {vkey}\nquorum +0\n")).is_err());
     }
 }

@@ -1,7 +1,9 @@
 //! The log's read API as an axum `Router` (docs/storage.md, "Read API";
 //! docs/protocol.md for the wire): C2SP tlog-tiles (`/checkpoint`,
 //! `/tile/<L>/<N>[.p/<W>]`, `/tile/entries/<N>[.p/<W>]`) and the JSON proof
-//! endpoints `/v1/proof/inclusion` and `/v1/proof/consistency`.
+//! endpoints `/v1/proof/inclusion` and `/v1/proof/consistency` (protocol.md
+//! §7.5, schemas/json/inclusion-proof.schema.json and
+//! consistency-proof.schema.json).
 //!
 //! Everything is served from storage and bounded by the latest signed
 //! checkpoint, so nothing unsigned is ever visible. Errors are 4xx JSON
@@ -336,8 +338,13 @@ fn get_param<'a>(params: &[(&'static str, &'a str)], name: &str) -> Option<&'a s
     params.iter().find(|(k, _)| *k == name).map(|(_, v)| *v)
 }
 
+/// Version of the JSON proof answers (docs/protocol.md §7.5). The answers
+/// had no `v` before; readers refuse one without it.
+pub const PROOF_JSON_VERSION: u64 = 1;
+
 #[derive(Serialize)]
 struct InclusionBody {
+    v: u64,
     index: LeafIndex,
     size: TreeSize,
     leaf_hash: Hash,
@@ -388,6 +395,7 @@ async fn inclusion(
                 ApiError::internal(&StoreError::Corrupt(format!("entry {index} missing")))
             })?;
         Ok(InclusionBody {
+            v: PROOF_JSON_VERSION,
             index,
             size,
             leaf_hash,
@@ -400,6 +408,7 @@ async fn inclusion(
 
 #[derive(Serialize)]
 struct ConsistencyBody {
+    v: u64,
     from: TreeSize,
     to: TreeSize,
     consistency: Vec<Hash>,
@@ -423,6 +432,7 @@ async fn consistency(
     let body = blocking(move || {
         let (to, proof) = log.consistency_proof(from, to)?;
         Ok(ConsistencyBody {
+            v: PROOF_JSON_VERSION,
             from,
             to,
             consistency: proof,

@@ -5,7 +5,8 @@
 //! keeps both as evidence.
 //!
 //! Consistency comes from the log's JSON route
-//! (`GET {log}/v1/proof/consistency?from=M&to=N`), or, with `from_tiles`, is
+//! (`GET {log}/v1/proof/consistency?from=M&to=N`, §7.5, parsed strictly by
+//! [`parse_consistency_proof`]), or, with `from_tiles`, is
 //! rebuilt from C2SP tlog-tiles (`/tile/<L>/<N>[.p/<W>]`, height 8): the
 //! RFC 9162 proof's nodes are computed from tile hashes and the proof is
 //! checked like any other, so a lying tile cannot make an inconsistent pair
@@ -21,8 +22,10 @@ use std::io::Write as _;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
+use serde_json::Value;
+use tally_schemas::canonical::{parse_strict, Limits};
 use tally_schemas::hash::node_hash;
-use tally_schemas::limits::MAX_PROOF_HASHES;
+use tally_schemas::limits::{MAX_COUNTER, MAX_PROOF_HASHES, MAX_WIRE_OBJECT_BYTES};
 use tally_schemas::note::{
     open_checkpoint, Checkpoint, NoteError, NoteVerifier, MAX_CHECKPOINT_NOTE_BYTES,
 };
@@ -287,30 +290,81 @@ impl Monitor {
     }
 
     fn json_proof(&self, m: u64, n: u64) -> Result<Vec<Hash>, MonitorError> {
-        #[derive(serde::Deserialize)]
-        struct ProofIn {
-            from: u64,
-            to: u64,
-            consistency: Vec<Hash>,
-        }
         let path = format!("v1/proof/consistency?from={m}&to={n}");
-        let bad = |reason: String| MonitorError::BadResponse {
+        let body = self.get(&path, MAX_WIRE_OBJECT_BYTES as u64)?;
+        parse_consistency_proof(&body, m, n).map_err(|reason| MonitorError::BadResponse {
             url: format!("{}/{path}", self.base),
             reason,
-        };
-        let body = self.get(&path, 64 * 1024)?;
-        let p: ProofIn = serde_json::from_slice(&body).map_err(|e| bad(e.to_string()))?;
-        if p.from != m || p.to != n {
-            return Err(bad(format!(
-                "proof is for {}..{}, asked {m}..{n}",
-                p.from, p.to
-            )));
-        }
-        if p.consistency.len() > MAX_PROOF_HASHES {
-            return Err(bad("proof too long".into()));
-        }
-        Ok(p.consistency)
+        })
     }
+}
+
+/// Version of the JSON proof answers (§7.5).
+pub const PROOF_JSON_VERSION: u64 = 1;
+
+/// Parses the answer of `GET /v1/proof/consistency?from=M&to=N`
+/// (docs/protocol.md §7.5) strictly: the JSON rules of §2 (no duplicate
+/// member, integers within 2^53 − 1), exactly the members `v`, `from`, `to`
+/// and `consistency`, `v` = 1, `from` and `to` the sizes asked for, and at
+/// most `MAX_PROOF_HASHES` lowercase-hex hashes. The proof itself is checked
+/// by the caller against the two checkpoints.
+///
+/// # Errors
+/// A message naming the first rule the answer breaks.
+pub fn parse_consistency_proof(body: &[u8], from: u64, to: u64) -> Result<Vec<Hash>, String> {
+    let value = parse_strict(body, Limits::WIRE).map_err(|e| format!("not strict JSON: {e}"))?;
+    let Value::Object(obj) = value else {
+        return Err("expected a JSON object".into());
+    };
+    if let Some(unknown) = obj
+        .keys()
+        .find(|k| !["v", "from", "to", "consistency"].contains(&k.as_str()))
+    {
+        return Err(format!(
+            "unknown member {unknown:?} (expected v, from, to, consistency)"
+        ));
+    }
+    let counter = |name: &str| -> Result<u64, String> {
+        match obj.get(name) {
+            None => Err(format!("missing member {name:?}")),
+            Some(Value::Number(n)) => n
+                .as_u64()
+                .filter(|n| *n <= MAX_COUNTER)
+                .ok_or_else(|| format!("{name} must be an integer from 0 to 2^53-1, got {n}")),
+            Some(other) => Err(format!("{name} must be an integer, got {other}")),
+        }
+    };
+    let v = counter("v")?;
+    if v != PROOF_JSON_VERSION {
+        return Err(format!(
+            "unsupported version {v} of the proof answer (this build reads {PROOF_JSON_VERSION})"
+        ));
+    }
+    let (got_from, got_to) = (counter("from")?, counter("to")?);
+    if got_from != from || got_to != to {
+        return Err(format!(
+            "proof is for {got_from}..{got_to}, asked {from}..{to}"
+        ));
+    }
+    let Some(Value::Array(items)) = obj.get("consistency") else {
+        return Err("consistency must be an array of hashes".into());
+    };
+    if items.len() > MAX_PROOF_HASHES {
+        return Err(format!(
+            "proof has {} hashes, more than {MAX_PROOF_HASHES}",
+            items.len()
+        ));
+    }
+    items
+        .iter()
+        .enumerate()
+        .map(|(i, h)| match h {
+            Value::String(s) => Hash::from_hex(s).map_err(|e| format!("consistency[{i}]: {e}")),
+            other => Err(format!(
+                "consistency[{i}] must be a hash string, got {other}"
+            )),
+        })
+        .collect()
 }
 
 /// Reads node hashes of the tree of size `size` from tiles.

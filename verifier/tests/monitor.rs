@@ -51,7 +51,7 @@ impl View {
                 .map(Hash::to_hex)
                 .collect();
             return Some(
-                serde_json::json!({"from": m, "to": to, "consistency": proof})
+                serde_json::json!({"v": 1, "from": m, "to": to, "consistency": proof})
                     .to_string()
                     .into_bytes(),
             );

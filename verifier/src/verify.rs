@@ -15,8 +15,8 @@ use std::hash::BuildHasher;
 use std::io::BufRead;
 
 use tally_schemas::limits::{
-    DEFAULT_MAX_SKEW_MS, MAX_AGENTS_PER_PACK, MAX_PROOF_HASHES, MAX_RECORDS_PER_PACK,
-    MAX_WIRE_OBJECT_BYTES,
+    DEFAULT_MAX_SKEW_MS, MAX_AGENTS_PER_PACK, MAX_PACK_HEADER_BYTES, MAX_PROOF_HASHES,
+    MAX_RECORDS_PER_PACK, MAX_WIRE_OBJECT_BYTES,
 };
 use tally_schemas::note::{open_checkpoint, peek_checkpoint, Checkpoint, NoteVerifier};
 use tally_schemas::pack::{
@@ -205,6 +205,9 @@ struct State<'a> {
     agent_index: HashMap<String, usize>,
     pack_tree: Option<(TreeSize, Hash)>,
     checkpoint_sizes: BTreeSet<u64>,
+    /// Records the header claims: also the most `checkpoint` lines a pack
+    /// may have (§9.1), so that the sizes kept above are bounded.
+    claimed: u64,
     roots: BTreeMap<u64, (Hash, String)>,
     last_checkpoint_size: Option<u64>,
     phase: Phase,
@@ -386,6 +389,18 @@ impl State<'_> {
             }
             Parsed::Checkpoint(c) => {
                 self.s.checkpoint_lines += 1;
+                if self.s.checkpoint_lines > self.claimed {
+                    if self.s.checkpoint_lines == self.claimed + 1 {
+                        self.c.schema.fail(
+                            None,
+                            format!(
+                                "line {n}: more checkpoint lines than the {} records the header claims (a pack has at most one per record); the rest are not checked",
+                                self.claimed
+                            ),
+                        );
+                    }
+                    return;
+                }
                 if self.phase > Phase::Checkpoints {
                     self.c.schema.fail(
                         None,
@@ -1161,7 +1176,11 @@ impl State<'_> {
             c.head.finish("the head checkpoint extends the pack's, and no record is cut from the end".into()),
             c.consistency.finish(format!(
                 "{} consistent with the pack checkpoint",
-                plural(s.checkpoint_lines, "checkpoint line is", "checkpoint lines are")
+                plural(
+                    s.checkpoint_lines.min(self.claimed),
+                    "checkpoint line is",
+                    "checkpoint lines are"
+                )
             )),
         ];
         let coverage = self
@@ -1263,12 +1282,13 @@ pub fn verify_with_budget<R: BufRead>(
     memory_budget: usize,
 ) -> Result<Verification, VerifyError> {
     let mut buf = Vec::new();
-    let (first, mut bytes) = read_line(&mut pack, &mut buf, MAX_WIRE_OBJECT_BYTES)?;
+    // The header lists every agent, so it alone may exceed a wire object.
+    let (first, mut bytes) = read_line(&mut pack, &mut buf, MAX_PACK_HEADER_BYTES)?;
     match first {
         Line::Eof => return Err(VerifyError::NotJsonLines("the file is empty".into())),
         Line::TooLong { len } => {
             return Err(VerifyError::NotJsonLines(format!(
-                "its first line is {len} bytes, more than the limit of {MAX_WIRE_OBJECT_BYTES}"
+                "its first line is {len} bytes, more than the limit of {MAX_PACK_HEADER_BYTES}"
             )))
         }
         Line::Text { .. } => {}
@@ -1386,6 +1406,7 @@ pub fn verify_with_budget<R: BufRead>(
         agent_index,
         pack_tree: None,
         checkpoint_sizes: BTreeSet::new(),
+        claimed: claimed.min(MAX_RECORDS_PER_PACK),
         roots: BTreeMap::new(),
         last_checkpoint_size: None,
         phase: Phase::Checkpoints,

@@ -410,6 +410,52 @@ impl Log {
         }
     }
 
+    /// The first seq of `agent`'s chain received at or after `t`, among its
+    /// first `len` records (`len` when none is). Records the latest
+    /// checkpoint does not cover yet count as received after every `t`. A
+    /// chain's records are appended in seq order and receive times never
+    /// decrease in log order, so this is a binary search of about log2(len)
+    /// point reads, where a time range would otherwise scan the chain.
+    ///
+    /// # Errors
+    /// [`ReadError`] when storage fails, or the chain has fewer than `len`
+    /// records.
+    pub fn chain_seq_received_from(
+        &self,
+        agent: &AgentName,
+        len: u64,
+        t: UnixMillis,
+    ) -> Result<u64, ReadError> {
+        let (mut lo, mut hi) = (0u64, len);
+        while lo < hi {
+            let mid = lo + (hi - lo) / 2;
+            if self
+                .chain_entry(agent, mid)?
+                .is_some_and(|e| e.received() < t)
+            {
+                lo = mid + 1;
+            } else {
+                hi = mid;
+            }
+        }
+        Ok(lo)
+    }
+
+    /// The entry of `agent`'s record `seq`, or `None` while the latest
+    /// checkpoint does not cover it (a chain head can be one batch ahead).
+    ///
+    /// # Errors
+    /// [`ReadError`] when storage fails, or the chain has no record `seq`.
+    pub fn chain_entry(&self, agent: &AgentName, seq: u64) -> Result<Option<Entry>, ReadError> {
+        let from = Seq::new(seq).map_err(|e| StoreError::Corrupt(e.to_string()))?;
+        match self.shared.store.agent_indexes(agent, from, 1)?.first() {
+            Some((s, index)) if s.get() == seq => self.entry(*index),
+            _ => Err(ReadError::Store(StoreError::Corrupt(format!(
+                "{agent} has no record {seq}"
+            )))),
+        }
+    }
+
     /// The RFC 9162 inclusion proof of leaf `index` in the tree of `size`
     /// (the latest checkpoint's size when `None`). Any size up to the latest
     /// checkpoint's is served: stored hashes never change.

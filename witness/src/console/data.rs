@@ -12,7 +12,7 @@
 //! Every read here is blocking (redb); handlers call these from
 //! `spawn_blocking`.
 
-use std::collections::{HashMap, HashSet, VecDeque};
+use std::collections::{BTreeMap, HashMap, HashSet, VecDeque};
 use std::io::{BufReader, Read};
 
 use tally_log::ChainHead;
@@ -26,8 +26,8 @@ use crate::error::WitnessError;
 use crate::export::{self, ExportRange};
 use crate::witness::Witness;
 
-/// Most records of one chain an agent page reads (the newest ones).
-pub const MAX_SCAN_RECORDS: u64 = 200_000;
+/// Most records of one chain an agent page reads (the newest ones in range).
+pub const MAX_SCAN_RECORDS: u64 = 50_000;
 /// Most log entries the records-per-hour chart reads.
 pub const MAX_CHART_SCAN: u64 = 100_000;
 /// Hours in the records-per-hour chart.
@@ -71,14 +71,17 @@ impl TimeRange {
     }
 }
 
-/// One agent on the overview.
+/// One agent on the overview, or within an auditor link's time range.
 #[derive(Debug, Clone)]
 pub struct AgentSummary {
     /// Its name.
     pub agent: AgentName,
-    /// Its chain head (`None` before its first record).
+    /// The seq of its first record in range (0 without a range).
+    pub first_seq: u64,
+    /// Its last record in range: the chain head without a range (`None`
+    /// when nothing is in range).
     pub head: Option<ChainHead>,
-    /// The witness's receive time of the head record.
+    /// The witness's receive time of that record.
     pub last_received: Option<UnixMillis>,
     /// Keys active now.
     pub active_keys: usize,
@@ -87,32 +90,64 @@ pub struct AgentSummary {
 }
 
 impl AgentSummary {
-    /// Number of records in its chain.
+    /// Number of its records in range.
     #[must_use]
     pub fn records(&self) -> u64 {
-        self.head.as_ref().map_or(0, |h| h.seq.get() + 1)
+        self.head
+            .as_ref()
+            .map_or(0, |h| (h.seq.get() + 1).saturating_sub(self.first_seq))
     }
 }
 
-/// Summaries of `agents` (their registry rows are read from the registry).
+/// Summaries of `agents` within `range` (registry rows are read from the
+/// registry). With a range, the head shown is the last record in range and
+/// the count is of records in range: an auditor link shows nothing of the
+/// chain outside its range.
 ///
 /// # Errors
 /// Storage failures.
 pub fn agent_summaries(
     w: &Witness,
     agents: &[AgentName],
+    range: TimeRange,
 ) -> Result<Vec<AgentSummary>, WitnessError> {
     let now = w.now();
     let mut out = Vec::with_capacity(agents.len());
     for agent in agents {
         let row = w.registry().agent(agent);
-        let head = w.log().chain_head(agent)?;
+        let mut first_seq = 0;
+        let mut head = w.log().chain_head(agent)?;
+        if let Some(h) = &head {
+            let len = h.seq.get() + 1;
+            if let Some(s) = range.since {
+                first_seq = w.log().chain_seq_received_from(agent, len, s)?;
+            }
+            let end = match range.until {
+                Some(u) => w.log().chain_seq_received_from(agent, len, u)?,
+                None => len,
+            };
+            head = if end <= first_seq {
+                None
+            } else if end == len {
+                head
+            } else {
+                let entry = w.log().chain_entry(agent, end - 1)?.ok_or_else(|| {
+                    WitnessError::internal(&format!("{agent} record {} is not readable", end - 1))
+                })?;
+                Some(ChainHead {
+                    seq: entry.record().seq,
+                    record_hash: entry.record().hash(),
+                    index: entry.index(),
+                })
+            };
+        }
         let last_received = match &head {
             Some(h) => w.log().entry(h.index)?.map(|e| e.received()),
             None => None,
         };
         out.push(AgentSummary {
             agent: agent.clone(),
+            first_seq,
             head,
             last_received,
             active_keys: row
@@ -124,51 +159,109 @@ pub fn agent_summaries(
     Ok(out)
 }
 
-/// Records per hour for the last [`CHART_HOURS`] hours (oldest first) of
-/// `agents`, and whether the scan stopped at [`MAX_CHART_SCAN`] entries.
-/// Receive times never decrease in log order, so the scan walks back from
-/// the end of the log and stops at the window's start.
-///
-/// # Errors
-/// Storage failures.
-pub fn records_per_hour(
-    w: &Witness,
-    agents: &HashSet<AgentName>,
-    now: UnixMillis,
-) -> Result<(Vec<u64>, bool), WitnessError> {
-    let hour = 3_600_000i64;
-    let end_hour = now.as_millis().div_euclid(hour) + 1;
-    let start = (end_hour - CHART_HOURS as i64) * hour;
-    let mut counts = vec![0u64; CHART_HOURS];
-    let size = w.log().latest_checkpoint().checkpoint.size.get();
-    let mut next_end = size;
-    let mut scanned = 0u64;
-    while next_end > 0 {
-        if scanned >= MAX_CHART_SCAN {
-            return Ok((counts, true));
-        }
-        let begin = next_end.saturating_sub(256);
-        let raw = w
-            .log()
-            .store()
-            .entries(LeafIndex::new(begin), LeafIndex::new(next_end))?;
-        for bytes in raw.iter().rev() {
-            scanned += 1;
-            let entry = Entry::from_json(bytes).map_err(|e| WitnessError::internal(&e))?;
-            let t = entry.received().as_millis();
-            if t < start {
-                return Ok((counts, false));
+const HOUR_MS: i64 = 3_600_000;
+
+/// Records per hour and agent over the last [`CHART_HOURS`] hours, kept by
+/// the console between requests: each update reads only the log entries
+/// appended since the last one, so a page costs what the log grew by, not
+/// what it holds.
+#[derive(Debug, Default)]
+pub struct HourCounts {
+    /// Log entries before this index are counted.
+    counted_to: u64,
+    /// Hour (since the epoch) → agent → records.
+    hours: BTreeMap<i64, HashMap<AgentName, u64>>,
+    /// When the last full read stopped at [`MAX_CHART_SCAN`] entries: the
+    /// hour of the oldest entry it read, whose counts (and older) are partial.
+    partial_through: Option<i64>,
+}
+
+impl HourCounts {
+    /// Counts the entries appended since the last update. When there are
+    /// none counted yet, or more than [`MAX_CHART_SCAN`] new ones, it reads
+    /// back from the end of the log instead, to the window's start or
+    /// [`MAX_CHART_SCAN`] entries (receive times never decrease in log order).
+    ///
+    /// # Errors
+    /// Storage failures.
+    pub fn update(&mut self, w: &Witness, now: UnixMillis) -> Result<(), WitnessError> {
+        let first_hour = now.as_millis().div_euclid(HOUR_MS) + 1 - CHART_HOURS as i64;
+        self.hours.retain(|h, _| *h >= first_hour);
+        let size = w.log().latest_checkpoint().checkpoint.size.get();
+        if self.counted_to == 0 || size.saturating_sub(self.counted_to) > MAX_CHART_SCAN {
+            self.hours.clear();
+            self.partial_through = None;
+            self.counted_to = size;
+            let mut next_end = size;
+            let mut scanned = 0u64;
+            'back: while next_end > 0 {
+                let begin = next_end.saturating_sub(256);
+                let raw = w
+                    .log()
+                    .store()
+                    .entries(LeafIndex::new(begin), LeafIndex::new(next_end))?;
+                for bytes in raw.iter().rev() {
+                    let entry = Entry::from_json(bytes).map_err(|e| WitnessError::internal(&e))?;
+                    let hour = entry.received().as_millis().div_euclid(HOUR_MS);
+                    if hour < first_hour {
+                        break 'back;
+                    }
+                    if scanned == MAX_CHART_SCAN {
+                        self.partial_through = Some(hour);
+                        break 'back;
+                    }
+                    scanned += 1;
+                    self.count(hour, &entry);
+                }
+                next_end = begin;
             }
-            if agents.contains(&entry.record().agent) {
-                let slot = usize::try_from((t - start) / hour).unwrap_or(usize::MAX);
-                if let Some(c) = counts.get_mut(slot) {
-                    *c += 1;
+            return Ok(());
+        }
+        while self.counted_to < size {
+            let end = size.min(self.counted_to + 256);
+            let raw = w
+                .log()
+                .store()
+                .entries(LeafIndex::new(self.counted_to), LeafIndex::new(end))?;
+            for bytes in &raw {
+                let entry = Entry::from_json(bytes).map_err(|e| WitnessError::internal(&e))?;
+                let hour = entry.received().as_millis().div_euclid(HOUR_MS);
+                if hour >= first_hour {
+                    self.count(hour, &entry);
                 }
             }
+            self.counted_to = end;
         }
-        next_end = begin;
+        Ok(())
     }
-    Ok((counts, false))
+
+    fn count(&mut self, hour: i64, entry: &Entry) {
+        *self
+            .hours
+            .entry(hour)
+            .or_default()
+            .entry(entry.record().agent.clone())
+            .or_default() += 1;
+    }
+
+    /// Records of `agents` per hour for the last [`CHART_HOURS`] hours
+    /// before `now` (oldest first), and whether the oldest hours are partial
+    /// (a busy log: the last full read stopped at [`MAX_CHART_SCAN`] entries).
+    #[must_use]
+    pub fn per_hour(&self, agents: &HashSet<AgentName>, now: UnixMillis) -> (Vec<u64>, bool) {
+        let first_hour = now.as_millis().div_euclid(HOUR_MS) + 1 - CHART_HOURS as i64;
+        let counts = (first_hour..first_hour + CHART_HOURS as i64)
+            .map(|h| {
+                self.hours.get(&h).map_or(0, |by_agent| {
+                    agents.iter().filter_map(|a| by_agent.get(a)).sum()
+                })
+            })
+            .collect();
+        (
+            counts,
+            self.partial_through.is_some_and(|h| h >= first_hour),
+        )
+    }
 }
 
 /// Where a record sits in the log.
@@ -270,80 +363,101 @@ pub struct OtherRow {
     pub text: String,
 }
 
-/// What an agent page shows of the chain.
+/// What an agent page shows of the chain: read once from the first record
+/// shown, then extended by the records appended since (the console keeps
+/// views per agent and range, see [`super::Console`]).
 #[derive(Debug, Clone, Default)]
 pub struct ChainView {
-    /// Decision/outcome pairs, newest first.
-    pub calls: Vec<CallRow>,
-    /// The newest tools records, newest first.
-    pub tool_lists: Vec<ToolListRow>,
-    /// The newest notes and key rotations, newest first.
-    pub others: Vec<OtherRow>,
-    /// Records read.
-    pub scanned: u64,
-    /// Older records not read (beyond [`MAX_SCAN_RECORDS`]).
+    /// Decision/outcome pairs, in decision order.
+    calls: Vec<CallRow>,
+    /// Decisions still without an outcome: record hash → row.
+    open: HashMap<Hash, usize>,
+    /// The newest tools records, oldest first.
+    tool_lists: VecDeque<ToolListRow>,
+    /// The newest notes and key rotations, oldest first.
+    others: VecDeque<OtherRow>,
+    /// The first seq read.
+    first_seq: u64,
+    /// The next seq to read.
+    next_seq: u64,
+    /// Records in range before `first_seq`, not read.
     pub not_scanned: u64,
 }
 
-fn placed(seq: Seq, entry: &Entry, receipt_size: TreeSize) -> Placed {
-    Placed {
-        seq: seq.get(),
-        index: entry.index().get(),
-        time: entry.record().time,
-        received: entry.received(),
-        receipt_size: receipt_size.get(),
-    }
-}
-
-/// Reads `agent`'s chain (the newest [`MAX_SCAN_RECORDS`] records within
-/// `range`) into pairs, tool lists and notes.
-///
-/// # Errors
-/// Storage failures.
-pub fn chain_view(
-    w: &Witness,
-    agent: &AgentName,
-    head: Option<&ChainHead>,
-    range: TimeRange,
-) -> Result<ChainView, WitnessError> {
-    let mut view = ChainView::default();
-    let Some(head) = head else {
-        return Ok(view);
-    };
-    let total = head.seq.get() + 1;
-    let from = total.saturating_sub(MAX_SCAN_RECORDS);
-    view.not_scanned = from;
-    let from = Seq::new(from).map_err(|e| WitnessError::internal(&e))?;
-    let mut by_decision: HashMap<Hash, usize> = HashMap::new();
-    let mut tool_lists = VecDeque::new();
-    let mut others = VecDeque::new();
-    for item in w.log().chain_entries(agent, from, None) {
-        let ce = item?;
-        let entry = &ce.entry;
-        if !range.contains(entry.received()) {
-            if range.until.is_some_and(|u| entry.received() >= u) {
-                break;
-            }
-            continue;
+impl ChainView {
+    /// An empty view that starts reading at `first_seq`, leaving the
+    /// `not_scanned` records before it unread.
+    #[must_use]
+    pub fn starting_at(first_seq: u64, not_scanned: u64) -> Self {
+        Self {
+            first_seq,
+            next_seq: first_seq,
+            not_scanned,
+            ..Self::default()
         }
-        view.scanned += 1;
+    }
+
+    /// Where a view of `summary` (an agent in range) starts: its newest
+    /// [`MAX_SCAN_RECORDS`] records, and `(first seq, records not read)`.
+    #[must_use]
+    pub fn start_of(summary: &AgentSummary) -> (u64, u64) {
+        let end = summary.head.as_ref().map_or(0, |h| h.seq.get() + 1);
+        let first = summary.first_seq.max(end.saturating_sub(MAX_SCAN_RECORDS));
+        (first, first - summary.first_seq.min(first))
+    }
+
+    /// Whether this view can be extended to show `summary` rather than
+    /// read again: it starts where a new view would, or not too far before
+    /// (a view holds at most 1.25 × [`MAX_SCAN_RECORDS`] records).
+    #[must_use]
+    pub fn fits(&self, summary: &AgentSummary) -> bool {
+        let end = summary.head.as_ref().map_or(0, |h| h.seq.get() + 1);
+        let (start, _) = Self::start_of(summary);
+        self.first_seq <= start
+            && self.first_seq >= summary.first_seq
+            && self.next_seq <= end
+            && end - self.first_seq <= MAX_SCAN_RECORDS + MAX_SCAN_RECORDS / 4
+    }
+
+    /// Reads `agent`'s records from the next unread one through `last`.
+    ///
+    /// # Errors
+    /// Storage failures.
+    pub fn extend(
+        &mut self,
+        w: &Witness,
+        agent: &AgentName,
+        last: u64,
+    ) -> Result<(), WitnessError> {
+        if self.next_seq > last {
+            return Ok(());
+        }
+        let from = Seq::new(self.next_seq).map_err(|e| WitnessError::internal(&e))?;
+        let to = Seq::new(last + 1).map_err(|e| WitnessError::internal(&e))?;
+        for item in w.log().chain_entries(agent, from, Some(to)) {
+            let ce = item?;
+            self.add(&ce.entry, ce.receipt_size);
+            self.next_seq = ce.entry.record().seq.get() + 1;
+        }
+        Ok(())
+    }
+
+    fn add(&mut self, entry: &Entry, receipt_size: TreeSize) {
         let record = entry.record();
-        let at = placed(record.seq, entry, ce.receipt_size);
+        let at = placed(record.seq, entry, receipt_size);
         match &record.body {
             Body::Decision(d) => {
-                by_decision.insert(record.hash(), view.calls.len());
-                view.calls.push(CallRow {
+                self.open.insert(record.hash(), self.calls.len());
+                self.calls.push(CallRow {
                     call_id: d.call_id.clone(),
                     tool: d.tool.clone(),
                     decision: Some(at),
                     outcome: None,
                 });
             }
-            Body::Outcome(o) => match by_decision.get(&o.decision) {
-                Some(&i) if view.calls[i].outcome.is_none() => {
-                    view.calls[i].outcome = Some((at, o.status));
-                }
-                _ => view.calls.push(CallRow {
+            Body::Outcome(o) => match self.open.remove(&o.decision) {
+                Some(i) => self.calls[i].outcome = Some((at, o.status)),
+                None => self.calls.push(CallRow {
                     call_id: o.call_id.clone(),
                     tool: String::new(),
                     decision: None,
@@ -351,10 +465,10 @@ pub fn chain_view(
                 }),
             },
             Body::Tools(list) => {
-                if tool_lists.len() == MAX_TOOL_LISTS {
-                    tool_lists.pop_front();
+                if self.tool_lists.len() == MAX_TOOL_LISTS {
+                    self.tool_lists.pop_front();
                 }
-                tool_lists.push_back(ToolListRow {
+                self.tool_lists.push_back(ToolListRow {
                     at,
                     list_id: list.list_id.clone(),
                     part: list.part,
@@ -370,32 +484,73 @@ pub fn chain_view(
                         .collect(),
                 });
             }
-            Body::Note(n) => {
-                if others.len() == MAX_NOTES {
-                    others.pop_front();
-                }
-                others.push_back(OtherRow {
-                    at,
-                    kind: "note",
-                    text: n.text.clone(),
-                });
-            }
-            Body::KeyRotation(k) => {
-                if others.len() == MAX_NOTES {
-                    others.pop_front();
-                }
-                others.push_back(OtherRow {
-                    at,
-                    kind: "key_rotation",
-                    text: format!("new key {}", k.new_key_id),
-                });
-            }
+            Body::Note(n) => self.push_other(OtherRow {
+                at,
+                kind: "note",
+                text: n.text.clone(),
+            }),
+            Body::KeyRotation(k) => self.push_other(OtherRow {
+                at,
+                kind: "key_rotation",
+                text: format!("new key {}", k.new_key_id),
+            }),
         }
     }
-    view.calls
-        .sort_by_key(|c| std::cmp::Reverse(c.newest_index()));
-    view.tool_lists = tool_lists.into_iter().rev().collect();
-    view.others = others.into_iter().rev().collect();
+
+    fn push_other(&mut self, row: OtherRow) {
+        if self.others.len() == MAX_NOTES {
+            self.others.pop_front();
+        }
+        self.others.push_back(row);
+    }
+
+    /// Decision/outcome pairs, newest first (by their newest record).
+    #[must_use]
+    pub fn calls(&self) -> Vec<&CallRow> {
+        let mut calls: Vec<&CallRow> = self.calls.iter().collect();
+        calls.sort_by_key(|c| std::cmp::Reverse(c.newest_index()));
+        calls
+    }
+
+    /// The newest tools records, newest first.
+    pub fn tool_lists(&self) -> impl ExactSizeIterator<Item = &ToolListRow> {
+        self.tool_lists.iter().rev()
+    }
+
+    /// The newest notes and key rotations, newest first.
+    pub fn others(&self) -> impl ExactSizeIterator<Item = &OtherRow> {
+        self.others.iter().rev()
+    }
+
+    /// Records read.
+    #[must_use]
+    pub fn scanned(&self) -> u64 {
+        self.next_seq - self.first_seq
+    }
+}
+
+fn placed(seq: Seq, entry: &Entry, receipt_size: TreeSize) -> Placed {
+    Placed {
+        seq: seq.get(),
+        index: entry.index().get(),
+        time: entry.record().time,
+        received: entry.received(),
+        receipt_size: receipt_size.get(),
+    }
+}
+
+/// `agent`'s chain as `summary` (the agent within a range) shows it: its
+/// newest [`MAX_SCAN_RECORDS`] records in range, read into pairs, tool lists
+/// and notes.
+///
+/// # Errors
+/// Storage failures.
+pub fn chain_view(w: &Witness, summary: &AgentSummary) -> Result<ChainView, WitnessError> {
+    let (first, not_scanned) = ChainView::start_of(summary);
+    let mut view = ChainView::starting_at(first, not_scanned);
+    if let Some(h) = &summary.head {
+        view.extend(w, &summary.agent, h.seq.get())?;
+    }
     Ok(view)
 }
 

@@ -355,9 +355,9 @@ pub(crate) async fn overview(State(c): S, headers: HeaderMap) -> Response {
     let result = blocking(move || {
         let w = &c.witness;
         let now = w.now();
-        let summaries = data::agent_summaries(w, &scope.agents)?;
+        let summaries = data::agent_summaries(w, &scope.agents, scope.range)?;
         let set: HashSet<AgentName> = scope.agents.iter().cloned().collect();
-        let (counts, truncated) = data::records_per_hour(w, &set, now)?;
+        let (counts, truncated) = c.records_per_hour(&set)?;
         let cp = w.log().latest_checkpoint();
         Ok(pages::overview(
             &scope.view,
@@ -386,8 +386,9 @@ pub(crate) async fn auditor_home(
     };
     let view = scope.view.clone();
     match blocking(move || {
-        let summaries = data::agent_summaries(&c.witness, &scope.agents)?;
-        Ok(pages::auditor_home(&scope.view, &summaries))
+        let summaries = data::agent_summaries(&c.witness, &scope.agents, scope.range)?;
+        let cp = c.witness.log().latest_checkpoint();
+        Ok(pages::auditor_home(&scope.view, &summaries, &cp))
     })
     .await
     {
@@ -431,37 +432,6 @@ fn call_filter(q: Result<Query<AgentQuery>, QueryRejection>) -> Result<CallFilte
     })
 }
 
-/// The verifier's report over `agent`'s records in `range`, cached until the
-/// log grows.
-fn agent_report(
-    c: &Console,
-    project: &str,
-    agent: &AgentName,
-    range: TimeRange,
-) -> Result<Result<Arc<Verification>, String>, PageError> {
-    let size = c.witness.log().latest_checkpoint().checkpoint.size.get();
-    let key = (vec![agent.clone()], range);
-    if let Some(v) = c.cached_report(&key, size) {
-        return Ok(Ok(v));
-    }
-    match data::verify_export(
-        &c.witness,
-        project,
-        std::slice::from_ref(agent),
-        range.export_range(),
-    ) {
-        Ok(v) => {
-            let v = Arc::new(v);
-            c.cache_report(key, size, Arc::clone(&v));
-            Ok(Ok(v))
-        }
-        Err(WitnessError::NoRecords { .. }) => Ok(Err(
-            "No witnessed records in range, so there is no pack to verify yet.".into(),
-        )),
-        Err(e) => Err(e.into()),
-    }
-}
-
 async fn agent_common(
     c: Arc<Console>,
     scope: Scope,
@@ -478,7 +448,7 @@ async fn agent_common(
         blocking(move || {
             let w = &c.witness;
             let now = w.now();
-            let summary = data::agent_summaries(w, std::slice::from_ref(&agent))?
+            let summary = data::agent_summaries(w, std::slice::from_ref(&agent), scope.range)?
                 .pop()
                 .ok_or_else(PageError::not_found)?;
             let keys = w
@@ -486,19 +456,24 @@ async fn agent_common(
                 .agent(&agent)
                 .map(|r| r.keys)
                 .unwrap_or_default();
-            let chain = data::chain_view(w, &agent, summary.head.as_ref(), scope.range)?;
-            let report = agent_report(&c, &scope.view.project, &agent, scope.range)?;
-            Ok(pages::agent(
-                &scope.view,
-                &pages::AgentPage {
-                    summary: &summary,
-                    keys: &keys,
-                    chain: &chain,
-                    verification: report.as_deref().map_err(Clone::clone),
-                    filter: &filter,
-                    now,
-                },
-            ))
+            let report = match summary.head {
+                Some(_) => Some(c.report(&summary, scope.range)?),
+                None => None,
+            };
+            c.with_chain_view(&summary, scope.range, |chain| {
+                pages::agent(
+                    &scope.view,
+                    &pages::AgentPage {
+                        summary: &summary,
+                        keys: &keys,
+                        chain,
+                        report: report.as_ref(),
+                        filter: &filter,
+                        now,
+                    },
+                )
+            })
+            .map_err(PageError::from)
         })
         .await
     }
@@ -543,6 +518,38 @@ pub(crate) async fn auditor_agent(
 
 // ---- record page -----------------------------------------------------------
 
+/// The record at `index` if `scope` may see it, with links to its paired
+/// decision or outcome only when those are in the scope's range too: a link
+/// outside the range would name what the scope hides.
+fn scoped_detail(
+    w: &crate::witness::Witness,
+    scope: &Scope,
+    index: LeafIndex,
+) -> Result<data::RecordDetail, PageError> {
+    let mut detail = data::record_detail(w, index)?
+        .filter(|d| {
+            scope.allows(&d.entry.record().agent) && scope.range.contains(d.entry.received())
+        })
+        .ok_or_else(PageError::not_found)?;
+    let in_range = |i: LeafIndex| -> Result<bool, PageError> {
+        Ok(w.log()
+            .entry(i)
+            .map_err(WitnessError::from)?
+            .is_some_and(|e| scope.range.contains(e.received())))
+    };
+    if let Some((_, i)) = detail.outcome {
+        if !in_range(i)? {
+            detail.outcome = None;
+        }
+    }
+    if let Some(i) = detail.decision_index {
+        if !in_range(i)? {
+            detail.decision_index = None;
+        }
+    }
+    Ok(detail)
+}
+
 async fn record_common(
     c: Arc<Console>,
     scope: Scope,
@@ -552,12 +559,7 @@ async fn record_common(
     let result = async {
         let index = path_index(index)?;
         blocking(move || {
-            let detail = data::record_detail(&c.witness, index)?
-                .filter(|d| {
-                    scope.allows(&d.entry.record().agent)
-                        && scope.range.contains(d.entry.received())
-                })
-                .ok_or_else(PageError::not_found)?;
+            let detail = scoped_detail(&c.witness, &scope, index)?;
             Ok(pages::record(&scope.view, &detail))
         })
         .await
@@ -681,25 +683,22 @@ pub(crate) async fn agent_pack(
     result.unwrap_or_else(|e| e.with_view(&scope.view).into_response())
 }
 
-pub(crate) async fn record_pack(
-    State(c): S,
-    headers: HeaderMap,
+/// The download of one record: the record alone, or for an answered
+/// decision the records through its outcome (within the scope's range).
+async fn record_pack_common(
+    c: Arc<Console>,
+    scope: Scope,
     index: Result<Path<String>, PathRejection>,
 ) -> Response {
-    let (_, scope) = match operator_scope(&c, &headers) {
-        Ok(s) => s,
-        Err(r) => return r.into_response(),
-    };
     let view = scope.view.clone();
     let result = async {
         let index = path_index(index)?;
         let c2 = Arc::clone(&c);
         let (agent, from, to) = blocking(move || {
-            let d = data::record_detail(&c2.witness, index)?
-                .filter(|d| scope.allows(&d.entry.record().agent))
-                .ok_or_else(PageError::not_found)?;
+            let d = scoped_detail(&c2.witness, &scope, index)?;
+            let agent = d.entry.record().agent.clone();
             let (from, to) = d.pack_range();
-            Ok((d.entry.record().agent.clone(), from, to))
+            Ok((agent, from, to))
         })
         .await?;
         let name = format!("{agent}-{from}.pack.jsonl");
@@ -711,6 +710,30 @@ pub(crate) async fn record_pack(
     }
     .await;
     result.unwrap_or_else(|e| e.with_view(&view).into_response())
+}
+
+pub(crate) async fn record_pack(
+    State(c): S,
+    headers: HeaderMap,
+    index: Result<Path<String>, PathRejection>,
+) -> Response {
+    match operator_scope(&c, &headers) {
+        Ok((_, scope)) => record_pack_common(c, scope, index).await,
+        Err(r) => r.into_response(),
+    }
+}
+
+pub(crate) async fn auditor_record_pack(
+    State(c): S,
+    path: Result<Path<AuditorIndexPath>, PathRejection>,
+) -> Response {
+    let Ok(Path(p)) = path else {
+        return PageError::not_found().into_response();
+    };
+    match auditor_scope(&c, &Ok(Path(p.token))) {
+        Ok((_, scope)) => record_pack_common(c, scope, Ok(Path(p.index))).await,
+        Err(e) => e.into_response(),
+    }
 }
 
 pub(crate) async fn auditor_pack(

@@ -23,18 +23,21 @@ mod tests;
 
 use std::collections::HashMap;
 use std::path::Path;
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Condvar, Mutex, MutexGuard};
+use std::time::Duration;
 
 use axum::extract::DefaultBodyLimit;
 use axum::http::{header, HeaderValue};
 use axum::response::Response;
 use axum::routing::{get, post};
 use axum::Router;
-use tally_schemas::AgentName;
+use tally_schemas::{AgentName, Seq};
 use tally_verifier::Verification;
 
+use crate::error::WitnessError;
+use crate::export::ExportRange;
 use crate::witness::Witness;
-use data::TimeRange;
+use data::{AgentSummary, ChainView, HourCounts, TimeRange};
 use store::{LinkStore, LinkStoreError};
 
 /// The console's file in the data folder.
@@ -48,19 +51,71 @@ pub const MAX_VERIFY_PACK_BYTES: usize = 64 << 20;
 pub const CSP: &str = "default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self'; \
     connect-src 'self'; form-action 'self'; frame-ancestors 'none'; base-uri 'none'";
 
-/// Verifications kept for agent pages (keyed by agents and range; a report
-/// is recomputed when the log has grown).
+/// Verifications kept for agent pages, keyed by agent and range.
 const MAX_CACHED_REPORTS: usize = 256;
+/// Verifications the console runs at once (each on
+/// [`data::VERIFY_THREADS`] threads); other pages show the last report or
+/// wait for one.
+const MAX_RUNNING_VERIFICATIONS: usize = 1;
+/// How long a page with no report yet waits for one being computed.
+const REPORT_WAIT: Duration = Duration::from_secs(10);
+/// Chain views kept for agent pages (each holds at most 1.25 ×
+/// [`data::MAX_SCAN_RECORDS`] records' rows).
+const MAX_CACHED_VIEWS: usize = 8;
 
-type ReportKey = (Vec<AgentName>, TimeRange);
+type ViewKey = (AgentName, TimeRange);
 
-/// The console's state: the witness it shows, auditor links, sessions.
+/// The verifier's report for an agent page.
+#[derive(Debug, Clone)]
+pub enum Report {
+    /// Over the agent's records in range, through the head shown.
+    Current(Arc<Verification>),
+    /// Over its records through seq `as_of`; a newer one is being computed.
+    Older {
+        /// The report.
+        report: Arc<Verification>,
+        /// The last seq it covers.
+        as_of: u64,
+    },
+    /// None yet: another verification is running; reload shortly.
+    Busy,
+}
+
+#[derive(Default)]
+struct ReportSlot {
+    /// The newest report and the last seq it covers.
+    done: Option<(u64, Arc<Verification>)>,
+    /// Whether a verification for this slot is running.
+    running: bool,
+    /// Last use, for eviction.
+    used: u64,
+}
+
+/// Chain views with their last use, for eviction.
+#[derive(Default)]
+struct Views {
+    tick: u64,
+    map: HashMap<ViewKey, (u64, Arc<Mutex<ChainView>>)>,
+}
+
+#[derive(Default)]
+struct Reports {
+    slots: HashMap<ViewKey, ReportSlot>,
+    running: usize,
+    tick: u64,
+}
+
+/// The console's state: the witness it shows, auditor links, sessions, and
+/// what agent pages keep between requests.
 pub struct Console {
     witness: Arc<Witness>,
     links: LinkStore,
     sessions: auth::Sessions,
     secure_cookies: bool,
-    reports: Mutex<HashMap<ReportKey, (u64, Arc<Verification>)>>,
+    reports: Mutex<Reports>,
+    report_done: Condvar,
+    views: Mutex<Views>,
+    hours: Mutex<HourCounts>,
 }
 
 impl std::fmt::Debug for Console {
@@ -71,10 +126,14 @@ impl std::fmt::Debug for Console {
     }
 }
 
+fn locked<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
+}
+
 impl Console {
     /// The console over `witness`, with its auditor links in
     /// `data_dir/console.redb`. `secure_cookies` adds `Secure` to the session
-    /// cookie; set it when the witness serves TLS.
+    /// cookie; set it when the witness serves TLS or sits behind a TLS proxy.
     ///
     /// # Errors
     /// [`LinkStoreError`] when the link store cannot be opened.
@@ -88,7 +147,10 @@ impl Console {
             links: LinkStore::open(&data_dir.join(CONSOLE_DB))?,
             sessions: auth::Sessions::default(),
             secure_cookies,
-            reports: Mutex::new(HashMap::new()),
+            reports: Mutex::new(Reports::default()),
+            report_done: Condvar::new(),
+            views: Mutex::new(Views::default()),
+            hours: Mutex::new(HourCounts::default()),
         }))
     }
 
@@ -104,31 +166,216 @@ impl Console {
         &self.links
     }
 
-    fn cached_report(&self, key: &ReportKey, size: u64) -> Option<Arc<Verification>> {
-        let map = self
-            .reports
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner);
-        map.get(key)
-            .filter(|(s, _)| *s == size)
-            .map(|(_, v)| Arc::clone(v))
+    /// Runs `f` over the chain view of `summary` (an agent within `range`),
+    /// reading only the records appended since the view was last shown.
+    /// Requests for the same agent and range take turns.
+    ///
+    /// # Errors
+    /// Storage failures.
+    pub fn with_chain_view<R>(
+        &self,
+        summary: &AgentSummary,
+        range: TimeRange,
+        f: impl FnOnce(&ChainView) -> R,
+    ) -> Result<R, WitnessError> {
+        let view = {
+            let mut guard = locked(&self.views);
+            let Views { tick, map } = &mut *guard;
+            *tick += 1;
+            let now = *tick;
+            let key = (summary.agent.clone(), range);
+            if !map.contains_key(&key) && map.len() >= MAX_CACHED_VIEWS {
+                if let Some(old) = map
+                    .iter()
+                    .min_by_key(|(_, (u, _))| *u)
+                    .map(|(k, _)| k.clone())
+                {
+                    map.remove(&old);
+                }
+            }
+            let slot = map.entry(key).or_default();
+            slot.0 = now;
+            Arc::clone(&slot.1)
+        };
+        let mut view = locked(&view);
+        if !view.fits(summary) {
+            let (first, not_scanned) = ChainView::start_of(summary);
+            *view = ChainView::starting_at(first, not_scanned);
+        }
+        if let Some(h) = &summary.head {
+            view.extend(&self.witness, &summary.agent, h.seq.get())?;
+        }
+        Ok(f(&view))
     }
 
-    fn cache_report(&self, key: ReportKey, size: u64, v: Arc<Verification>) {
-        let mut map = self
-            .reports
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner);
-        if map.len() >= MAX_CACHED_REPORTS && !map.contains_key(&key) {
-            if let Some(k) = map
+    /// The verifier's report over `summary`'s records (an agent within
+    /// `range`, which must have a record in range), exported as a pack of
+    /// seqs `first_seq..=head`. A report is computed once per head: pages
+    /// asking while it runs get the previous report, or wait up to
+    /// [`REPORT_WAIT`] for the first; at most [`MAX_RUNNING_VERIFICATIONS`]
+    /// run at once. A page whose report is older starts the new one in the
+    /// background.
+    ///
+    /// # Errors
+    /// Storage failures, or a verifier that refuses the export (a bug).
+    pub fn report(
+        self: &Arc<Self>,
+        summary: &AgentSummary,
+        range: TimeRange,
+    ) -> Result<Report, WitnessError> {
+        let Some(head) = summary.head.as_ref() else {
+            return Err(WitnessError::internal(&"no record in range to verify"));
+        };
+        let last = head.seq.get();
+        let key = (summary.agent.clone(), range);
+        let mut reports = locked(&self.reports);
+        reports.tick += 1;
+        let tick = reports.tick;
+        if !reports.slots.contains_key(&key) && reports.slots.len() >= MAX_CACHED_REPORTS {
+            if let Some(old) = reports
+                .slots
                 .iter()
-                .min_by_key(|(_, (s, _))| *s)
+                .filter(|(_, s)| !s.running)
+                .min_by_key(|(_, s)| s.used)
                 .map(|(k, _)| k.clone())
             {
-                map.remove(&k);
+                reports.slots.remove(&old);
             }
         }
-        map.insert(key, (size, v));
+        let mut waited = false;
+        loop {
+            let can_start = reports.running < MAX_RUNNING_VERIFICATIONS;
+            let slot = reports.slots.entry(key.clone()).or_default();
+            slot.used = tick;
+            let start = !slot.running && can_start;
+            match slot.done.clone() {
+                Some((seq, v)) if seq >= last => return Ok(Report::Current(v)),
+                Some((as_of, report)) => {
+                    if start {
+                        slot.running = true;
+                        reports.running += 1;
+                        drop(reports);
+                        self.spawn_report(summary, range);
+                    }
+                    return Ok(Report::Older { report, as_of });
+                }
+                None if start => {
+                    slot.running = true;
+                    reports.running += 1;
+                    drop(reports);
+                    return self.compute_report(summary, range).map(Report::Current);
+                }
+                None if waited => return Ok(Report::Busy),
+                None => {}
+            }
+            // Nothing to show yet and verifications are running: wait for
+            // this one, or for a turn to run it.
+            reports = self
+                .report_done
+                .wait_timeout_while(reports, REPORT_WAIT, |r| {
+                    r.slots.get(&key).is_some_and(|s| {
+                        s.done.is_none() && (s.running || r.running >= MAX_RUNNING_VERIFICATIONS)
+                    })
+                })
+                .unwrap_or_else(std::sync::PoisonError::into_inner)
+                .0;
+            waited = true;
+        }
+    }
+
+    /// Runs [`Self::compute_report`] on a thread of its own (the slot is
+    /// marked running).
+    fn spawn_report(self: &Arc<Self>, summary: &AgentSummary, range: TimeRange) {
+        let this = Arc::clone(self);
+        let job = summary.clone();
+        let spawned = std::thread::Builder::new()
+            .name("console-verify".into())
+            .spawn(move || {
+                if let Err(e) = this.compute_report(&job, range) {
+                    tracing::error!(error = %e, "console verification failed");
+                }
+            });
+        if let Err(e) = spawned {
+            tracing::error!(error = %e, "could not start a console verification");
+            self.finish_report(summary, range, None);
+        }
+    }
+
+    /// Verifies `summary`'s records and stores the report in its slot,
+    /// which the caller marked running.
+    fn compute_report(
+        &self,
+        summary: &AgentSummary,
+        range: TimeRange,
+    ) -> Result<Arc<Verification>, WitnessError> {
+        let result = summary
+            .head
+            .as_ref()
+            .ok_or_else(|| WitnessError::internal(&"no record in range to verify"))
+            .and_then(|head| {
+                let from = Seq::new(summary.first_seq).map_err(|e| WitnessError::internal(&e))?;
+                let v = data::verify_export(
+                    &self.witness,
+                    &self.project_of(&summary.agent),
+                    std::slice::from_ref(&summary.agent),
+                    ExportRange::Seq {
+                        from: Some(from),
+                        to: Some(head.seq),
+                    },
+                )?;
+                Ok((head.seq.get(), Arc::new(v)))
+            });
+        let done = result.as_ref().ok().cloned();
+        self.finish_report(summary, range, done);
+        result.map(|(_, v)| v)
+    }
+
+    /// Marks the slot of `summary` not running, and keeps `done` if it is
+    /// newer than its report.
+    fn finish_report(
+        &self,
+        summary: &AgentSummary,
+        range: TimeRange,
+        done: Option<(u64, Arc<Verification>)>,
+    ) {
+        let mut reports = locked(&self.reports);
+        reports.running = reports.running.saturating_sub(1);
+        let slot = reports
+            .slots
+            .entry((summary.agent.clone(), range))
+            .or_default();
+        slot.running = false;
+        if let Some((seq, v)) = done {
+            if slot.done.as_ref().is_none_or(|(s, _)| *s < seq) {
+                slot.done = Some((seq, v));
+            }
+        }
+        drop(reports);
+        self.report_done.notify_all();
+    }
+
+    /// Records of `agents` per hour over the last day, and whether the
+    /// oldest hours are partial ([`HourCounts`]).
+    ///
+    /// # Errors
+    /// Storage failures.
+    pub fn records_per_hour(
+        &self,
+        agents: &std::collections::HashSet<AgentName>,
+    ) -> Result<(Vec<u64>, bool), WitnessError> {
+        let now = self.witness.now();
+        let mut hours = locked(&self.hours);
+        hours.update(&self.witness, now)?;
+        Ok(hours.per_hour(agents, now))
+    }
+
+    /// The project an agent is registered in.
+    fn project_of(&self, agent: &AgentName) -> String {
+        self.witness
+            .registry()
+            .agent(agent)
+            .map(|r| r.project)
+            .unwrap_or_default()
     }
 }
 
@@ -182,6 +429,10 @@ pub fn router(console: Arc<Console>) -> Router {
         .route("/console/a/{token}", get(h::auditor_home))
         .route("/console/a/{token}/agents/{agent}", get(h::auditor_agent))
         .route("/console/a/{token}/records/{index}", get(h::auditor_record))
+        .route(
+            "/console/a/{token}/records/{index}/pack",
+            get(h::auditor_record_pack),
+        )
         .route("/console/a/{token}/pack", get(h::auditor_pack))
         .route("/console/a/{token}/agent-keys.json", get(h::auditor_keys))
         .route(

@@ -13,6 +13,7 @@ use tally_verifier::Verification;
 
 use super::data::{AgentSummary, CallRow, ChainView, RecordDetail, TimeRange, CHART_HOURS};
 use super::store::AuditorLink;
+use super::Report;
 
 /// Rows per page of the calls table.
 pub const PAGE_ROWS: usize = 50;
@@ -42,7 +43,7 @@ pub struct AuditorScope {
 }
 
 fn time(t: UnixMillis) -> String {
-    t.to_rfc3339()
+    t.to_string()
 }
 
 fn opt_time(t: Option<UnixMillis>) -> String {
@@ -199,20 +200,35 @@ pub fn overview(
                     }
                 }
             }
-            h2 { "Latest checkpoint" }
-            dl.kv {
-                dt { "origin" } dd.mono { (checkpoint.checkpoint.origin) }
-                dt { "tree size" } dd.mono #checkpoint-size { (checkpoint.checkpoint.size) }
-                dt { "root hash" } dd.mono { (checkpoint.checkpoint.root) }
-            }
-            pre.note #checkpoint-note { (checkpoint.note) }
+            (checkpoint_section(checkpoint))
         },
     )
 }
 
-/// The auditor's landing page: the link's agents and scope.
-pub fn auditor_home(view: &View, agents: &[AgentSummary]) -> Markup {
+/// The latest checkpoint, as the overview and the auditor's page show it.
+fn checkpoint_section(checkpoint: &tally_log::SignedCheckpoint) -> Markup {
+    html! {
+        h2 { "Latest checkpoint" }
+        dl.kv {
+            dt { "origin" } dd.mono { (checkpoint.checkpoint.origin) }
+            dt { "tree size" } dd.mono #checkpoint-size { (checkpoint.checkpoint.size) }
+            dt { "root hash" } dd.mono { (checkpoint.checkpoint.root) }
+        }
+        pre.note #checkpoint-note { (checkpoint.note) }
+    }
+}
+
+/// The auditor's landing page: the link's scope, its agents within the
+/// range, the downloads, and the log's latest checkpoint. The overview's
+/// records-per-hour chart is left out: it counts the last day, not the
+/// link's range.
+pub fn auditor_home(
+    view: &View,
+    agents: &[AgentSummary],
+    checkpoint: &tally_log::SignedCheckpoint,
+) -> Markup {
     let scope = view.auditor.as_ref();
+    let total: u64 = agents.iter().map(AgentSummary::records).sum();
     layout(
         Some(view),
         "Auditor view",
@@ -221,24 +237,32 @@ pub fn auditor_home(view: &View, agents: &[AgentSummary]) -> Markup {
             @if let Some(s) = scope {
                 p #scope { "Read-only. Shows " (range_text(&s.range)) " of " (s.agents.len()) " agent(s) of project " (view.project) "; the link expires at " (time(s.expires)) "." }
             }
+            section.cards {
+                div.card { div.label { "log size" } div.value #log-size { (checkpoint.checkpoint.size) } div.small { "entries in the latest checkpoint" } }
+                div.card { div.label { "agents" } div.value #agent-count { (agents.len()) } div.small { "shared by this link" } }
+                div.card { div.label { "records" } div.value #records-in-range { (total) } div.small { "of these agents in range" } }
+            }
             p {
                 a.button href=(format!("{}/pack", view.base)) download { "Download the pack" }
                 " "
                 a.button href=(format!("{}/agent-keys.json", view.base)) download { "Download agent-keys.json" }
             }
             p.small { "Verify the pack offline with " code { "tally verify PACK --agent-keys agent-keys.json --witness-key VKEY" } ". Get the agent keys and the witness key from the operator out of band as well: a verification is only as good as its trust anchors." }
+            h2 { "Agents" }
             table #agents {
-                thead { tr { th { "agent" } th.num { "records in chain" } th { "last activity" } } }
+                thead { tr { th { "agent" } th.num { "records in range" } th { "last activity in range" } th { "last record in range" } } }
                 tbody {
                     @for a in agents {
                         tr {
                             td { a href=(format!("{}/agents/{}", view.base, a.agent)) { (a.agent) } }
                             td.num { (a.records()) }
                             td { (opt_time(a.last_received)) }
+                            td.mono { @if let Some(h) = &a.head { "seq " (h.seq) " @" (h.index) } @else { "—" } }
                         }
                     }
                 }
             }
+            (checkpoint_section(checkpoint))
         },
     )
 }
@@ -349,8 +373,9 @@ pub struct AgentPage<'a> {
     pub keys: &'a [tally_schemas::pack::AgentKey],
     /// The chain read.
     pub chain: &'a ChainView,
-    /// The verifier's report over the agent's pack (or why there is none).
-    pub verification: Result<&'a Verification, String>,
+    /// The verifier's report over the agent's records in range (`None`
+    /// when none is in range).
+    pub report: Option<&'a Report>,
     /// The table's filter.
     pub filter: &'a CallFilter,
     /// Now (key status).
@@ -361,26 +386,35 @@ pub struct AgentPage<'a> {
 pub fn agent(view: &View, p: &AgentPage<'_>) -> Markup {
     let a = p.summary;
     let base = &view.base;
-    let matching: Vec<&CallRow> = p
-        .chain
-        .calls
+    let calls = p.chain.calls();
+    let matching: Vec<&CallRow> = calls
         .iter()
+        .copied()
         .filter(|c| p.filter.matches(c))
         .collect();
     let pages = matching.len().div_ceil(PAGE_ROWS).max(1);
     let page = p.filter.page.clamp(1, pages);
     let shown = matching.iter().skip((page - 1) * PAGE_ROWS).take(PAGE_ROWS);
-    let open = p.chain.calls.iter().filter(|c| c.is_open()).count();
-    let errors = p.chain.calls.iter().filter(|c| c.is_error()).count();
-    let changes: Vec<&String> = match &p.verification {
-        Ok(v) => v
-            .report
-            .coverage
-            .iter()
-            .filter(|l| l.starts_with(&format!("{}: tool ", a.agent)))
-            .collect(),
-        Err(_) => Vec::new(),
+    let open = calls.iter().filter(|c| c.is_open()).count();
+    let errors = calls.iter().filter(|c| c.is_error()).count();
+    let verification = match p.report {
+        Some(Report::Current(v) | Report::Older { report: v, .. }) => Some(v.as_ref()),
+        Some(Report::Busy) | None => None,
     };
+    // The verifier's coverage lines about tool definitions that changed
+    // (docs/protocol.md §11.2), and its note when it listed only some.
+    let changes: Vec<&String> = verification
+        .map(|v| {
+            v.report
+                .coverage
+                .iter()
+                .filter(|l| {
+                    l.starts_with(&format!("{}: tool ", a.agent))
+                        || l.starts_with(&format!("{}: ", a.agent)) && l.contains("tool change")
+                })
+                .collect()
+        })
+        .unwrap_or_default();
     layout(
         Some(view),
         a.agent.as_str(),
@@ -390,12 +424,12 @@ pub fn agent(view: &View, p: &AgentPage<'_>) -> Markup {
                 p.small { "Showing " (range_text(&s.range)) "." }
             }
             section.cards {
-                div.card { div.label { "records" } div.value #record-count { (a.records()) } div.small { "in the chain" } }
-                div.card { div.label { "calls" } div.value #call-count { (p.chain.calls.len()) } div.small { "decision/outcome pairs shown" } }
+                div.card { div.label { "records" } div.value #record-count { (a.records()) } div.small { (if view.auditor.is_some() { "in range" } else { "in the chain" }) } }
+                div.card { div.label { "calls" } div.value #call-count { (calls.len()) } div.small { "decision/outcome pairs shown" } }
                 div.card class=(if open > 0 { "card warn" } else { "card" }) { div.label { "open decisions" } div.value #open-count { (open) } }
                 div.card class=(if errors > 0 { "card bad" } else { "card" }) { div.label { "errors" } div.value #error-count { (errors) } div.small { "outcomes other than ok" } }
             }
-            h2 { "Chain head" }
+            h2 { (if view.auditor.is_some() { "Last record in range" } else { "Chain head" }) }
             @if let Some(h) = &a.head {
                 dl.kv #chain-head {
                     dt { "seq" } dd.mono { (h.seq) }
@@ -422,12 +456,17 @@ pub fn agent(view: &View, p: &AgentPage<'_>) -> Markup {
                 }
             }
             h2 { "Coverage and checks" }
-            @match &p.verification {
-                Ok(v) => {
-                    p.small { "Computed by the verifier library over a pack of this agent's records, exactly as " code { "tally verify" } " would report it." }
+            @match p.report {
+                Some(Report::Current(v)) => {
+                    p.small { "Computed by the verifier library over a pack of this agent's records (seq " (a.first_seq) " to " (a.head.as_ref().map_or(0, |h| h.seq.get())) "), exactly as " code { "tally verify" } " would report it." }
                     (report(v))
                 }
-                Err(why) => { p.small #no-report { (why) } }
+                Some(Report::Older { report: v, as_of }) => {
+                    p.small.warn #report-as-of { "This report covers seq " (a.first_seq) " to " (as_of) "; the verification of the newer records is running. Reload to see it." }
+                    (report(v))
+                }
+                Some(Report::Busy) => { p.small.warn #no-report { "The verification of this agent's records is still running. Reload in a moment." } }
+                None => { p.small #no-report { "No witnessed records in range, so there is no pack to verify yet." } }
             }
             h2 { "Tool-definition changes" }
             @if changes.is_empty() {
@@ -435,10 +474,10 @@ pub fn agent(view: &View, p: &AgentPage<'_>) -> Markup {
             } @else {
                 ul #tool-changes { @for c in &changes { li { (c) } } }
             }
-            @if !p.chain.tool_lists.is_empty() {
+            @if p.chain.tool_lists().len() > 0 {
                 details #tool-lists {
-                    summary { "Declared tool lists (" (p.chain.tool_lists.len()) " newest parts)" }
-                    @for l in &p.chain.tool_lists {
+                    summary { "Declared tool lists (" (p.chain.tool_lists().len()) " newest parts)" }
+                    @for l in p.chain.tool_lists() {
                         h3 { "list " span.mono { (l.list_id) } ", part " (l.part + 1) " of " (l.parts) " — seq " a href=(format!("{base}/records/{}", l.at.index)) { (l.at.seq) } " at " (time(l.at.received)) }
                         table {
                             thead { tr { th { "tool" } th { "recorded" } th { "digest" } } }
@@ -460,7 +499,7 @@ pub fn agent(view: &View, p: &AgentPage<'_>) -> Markup {
                     }
                 }
                 button type="submit" { "Search" }
-                span.small { (matching.len()) " of " (p.chain.calls.len()) " calls" }
+                span.small { (matching.len()) " of " (calls.len()) " calls" }
             }
             table #calls {
                 thead { tr { th { "tool" } th { "call id" } th { "status" } th { "decided (agent time)" } th { "ended (agent time)" } th { "receipt" } } }
@@ -489,13 +528,13 @@ pub fn agent(view: &View, p: &AgentPage<'_>) -> Markup {
                 p.small { "The " (p.chain.not_scanned) " oldest records are not read on this page; export a pack to see them all." }
             }
             h2 { "Notes and key rotations" }
-            @if p.chain.others.is_empty() {
+            @if p.chain.others().len() == 0 {
                 p.small { "None." }
             } @else {
                 table #notes {
                     thead { tr { th { "seq" } th { "received" } th { "kind" } th { "text" } } }
                     tbody {
-                        @for n in &p.chain.others {
+                        @for n in p.chain.others() {
                             tr {
                                 td { a href=(format!("{base}/records/{}", n.at.index)) { (n.at.seq) } }
                                 td { (time(n.at.received)) }
@@ -544,11 +583,9 @@ pub fn record(view: &View, d: &RecordDetail) -> Markup {
                     dt { "decision" } dd { a href=(format!("{base}/records/{i}")) { "@" (i) } }
                 }
             }
-            @if view.auditor.is_none() {
-                p {
-                    a.button #download-record-pack href=(format!("{base}/records/{}/pack", d.entry.index())) download { "Download a pack of this record" }
-                    @if from != to { span.small { " (seq " (from) " to " (to) ": through the decision's outcome, so that check 10 can pass)" } }
-                }
+            p {
+                a.button #download-record-pack href=(format!("{base}/records/{}/pack", d.entry.index())) download { "Download a pack of this record" }
+                @if from != to { span.small { " (seq " (from) " to " (to) ": through the decision's outcome, so that check 10 can pass)" } }
             }
             h2 { "Record" }
             pre.json #record-json { (record_json) }

@@ -25,9 +25,12 @@ use tally_schemas::{AgentName, UnixMillis};
 /// `auditor_links`: link id → JSON [`AuditorLink`].
 const LINKS: TableDefinition<&str, &[u8]> = TableDefinition::new("auditor_links");
 
-/// Most links kept per project (revoked and expired ones included); making
-/// one more refuses until some are deleted.
+/// Most live links (neither revoked nor expired) per project; making one
+/// more refuses until one is revoked or expires.
 pub const MAX_LINKS_PER_PROJECT: usize = 1000;
+/// Most links kept per project, ended ones included: making a link past it
+/// deletes the project's oldest ended links (their rows are history only).
+pub const MAX_KEPT_LINKS_PER_PROJECT: usize = 10_000;
 
 /// Why the link store failed.
 #[derive(Debug, thiserror::Error)]
@@ -44,7 +47,7 @@ pub enum LinkStoreError {
         reason: String,
     },
     /// The project has too many links.
-    #[error("a project keeps at most {MAX_LINKS_PER_PROJECT} auditor links; delete revoked or expired ones first")]
+    #[error("a project has at most {MAX_LINKS_PER_PROJECT} live auditor links; revoke some first")]
     TooMany,
     /// No such link in that project.
     #[error("no such auditor link")]
@@ -109,6 +112,9 @@ pub struct LinkStore {
     db: Database,
     links: RwLock<BTreeMap<String, AuditorLink>>,
     write: Mutex<()>,
+    /// [`MAX_LINKS_PER_PROJECT`] and [`MAX_KEPT_LINKS_PER_PROJECT`] (tests
+    /// lower them).
+    caps: (usize, usize),
 }
 
 impl std::fmt::Debug for LinkStore {
@@ -161,6 +167,7 @@ impl LinkStore {
             db,
             links: RwLock::new(links),
             write: Mutex::new(()),
+            caps: (MAX_LINKS_PER_PROJECT, MAX_KEPT_LINKS_PER_PROJECT),
         })
     }
 
@@ -171,17 +178,34 @@ impl LinkStore {
     }
 
     fn put(&self, id: &str, link: &AuditorLink) -> Result<(), LinkStoreError> {
+        self.put_removing(id, link, &[])
+    }
+
+    /// Writes `link` and deletes the links `remove` in one transaction.
+    fn put_removing(
+        &self,
+        id: &str,
+        link: &AuditorLink,
+        remove: &[String],
+    ) -> Result<(), LinkStoreError> {
         let bytes = serde_json::to_vec(link).map_err(storage)?;
         let tx = self.db.begin_write().map_err(storage)?;
-        tx.open_table(LINKS)
-            .map_err(storage)?
-            .insert(id, bytes.as_slice())
-            .map_err(storage)?;
+        {
+            let mut t = tx.open_table(LINKS).map_err(storage)?;
+            for old in remove {
+                t.remove(old.as_str()).map_err(storage)?;
+            }
+            t.insert(id, bytes.as_slice()).map_err(storage)?;
+        }
         tx.commit().map_err(storage)?;
-        self.links
+        let mut links = self
+            .links
             .write()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
-            .insert(id.to_owned(), link.clone());
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        for old in remove {
+            links.remove(old);
+        }
+        links.insert(id.to_owned(), link.clone());
         Ok(())
     }
 
@@ -199,15 +223,26 @@ impl LinkStore {
             .write
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner);
-        if self
-            .read()
-            .values()
-            .filter(|l| l.project == new.project)
-            .count()
-            >= MAX_LINKS_PER_PROJECT
-        {
+        let mut ended: Vec<(UnixMillis, String)> = Vec::new();
+        let mut live = 0;
+        for (id, l) in self.read().iter().filter(|(_, l)| l.project == new.project) {
+            if l.usable_at(now) {
+                live += 1;
+            } else {
+                ended.push((l.created, id.clone()));
+            }
+        }
+        let (max_live, max_kept) = self.caps;
+        if live >= max_live {
             return Err(LinkStoreError::TooMany);
         }
+        let kept = live + ended.len();
+        ended.sort();
+        let remove: Vec<String> = ended
+            .into_iter()
+            .take((kept + 1).saturating_sub(max_kept))
+            .map(|(_, id)| id)
+            .collect();
         let (id, token) = loop {
             let mut id = [0u8; 8];
             let mut secret = [0u8; 32];
@@ -230,7 +265,7 @@ impl LinkStore {
             label: new.label,
             token_sha256: sha256_hex(&token),
         };
-        self.put(&id, &link)?;
+        self.put_removing(&id, &link, &remove)?;
         Ok((id, token))
     }
 
@@ -333,5 +368,40 @@ mod tests {
         assert_eq!(listed.len(), 1);
         assert_eq!(listed[0].1.revoked, Some(UnixMillis::new(3_000)));
         assert!(store.list("q").is_empty());
+    }
+
+    #[test]
+    fn console_links_cap_counts_live_links_and_prunes_the_oldest_ended() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("console.redb");
+        let mut store = LinkStore::open(&path).unwrap();
+        store.caps = (2, 3);
+        let t = UnixMillis::new;
+        let (a, _) = store.create(new_link("p"), t(1_000), &mut OsRng).unwrap();
+        let (b, _) = store.create(new_link("p"), t(1_001), &mut OsRng).unwrap();
+        // Two live links: a third is refused, in this project only.
+        assert!(matches!(
+            store.create(new_link("p"), t(1_002), &mut OsRng),
+            Err(LinkStoreError::TooMany)
+        ));
+        store.create(new_link("q"), t(1_002), &mut OsRng).unwrap();
+        // A revoked link no longer counts.
+        store.revoke("p", &a, t(1_003)).unwrap();
+        let (c, _) = store.create(new_link("p"), t(1_004), &mut OsRng).unwrap();
+        // Expired links (expiry 10_000) do not count either; three are kept,
+        // so the fourth deletes the oldest ended one (a), in the same write.
+        let (d, _) = store.create(new_link("p"), t(10_000), &mut OsRng).unwrap();
+        let ids = |s: &LinkStore| {
+            let mut v: Vec<String> = s.list("p").into_iter().map(|(id, _)| id).collect();
+            v.sort();
+            v
+        };
+        let mut want = vec![b.clone(), c.clone(), d.clone()];
+        want.sort();
+        assert_eq!(ids(&store), want);
+        drop(store);
+        let store = LinkStore::open(&path).unwrap();
+        assert_eq!(ids(&store), want, "the deletion is durable");
+        assert_eq!(store.list("q").len(), 1);
     }
 }

@@ -846,7 +846,7 @@ async fn console_auditor_link_is_scoped_read_only_and_revocable() {
         assert!(body.contains(want), "{form}: {want}");
     }
     // A link for bot, received before T0 + 10 + ...: all of bot's records.
-    let until = UnixMillis::new(T0 + 100_000).to_rfc3339();
+    let until = UnixMillis::new(T0 + 100_000).to_string();
     let (s, _, body) = h.post_form("/console/links", Some(&cookie), &format!("csrf={csrf}&agent=bot&since=&until={until}&expires_hours=2&label=%3Cb%3Eaudit%3C%2Fb%3E")).await;
     assert_eq!(s, StatusCode::OK, "{body}");
     assert!(!body.contains("<b>audit"));
@@ -875,7 +875,19 @@ async fn console_auditor_link_is_scoped_read_only_and_revocable() {
     assert_eq!(s, StatusCode::NOT_FOUND);
     let (s, _, rec) = h.get(&format!("{url}/records/{}", idx[1]), None).await;
     assert_eq!(s, StatusCode::OK);
-    assert!(!rec.contains("download-record-pack"));
+    // The auditor's record page offers the record's own pack, which verifies.
+    let rec_pack_url = format!("{url}/records/{}/pack", idx[1]);
+    assert!(rec.contains(&format!("href=\"{rec_pack_url}\"")));
+    let (s, _, rec_pack) = h.get(&rec_pack_url, None).await;
+    assert_eq!(s, StatusCode::OK);
+    assert_eq!(
+        verify_pack(&h, rec_pack.as_bytes()).await.report.result,
+        Verdict::Pass
+    );
+    let (s, _, _) = h
+        .get(&format!("{url}/records/{other_idx}/pack"), None)
+        .await;
+    assert_eq!(s, StatusCode::NOT_FOUND);
     // The link does not log anyone in to operator pages.
     let (s, _, _) = h.get("/console", None).await;
     assert_eq!(s, StatusCode::SEE_OTHER);
@@ -986,8 +998,8 @@ async fn console_time_range_limits_the_auditor_view() {
         idx.push(h.post(&h.api_key, &r).await);
     }
     let (cookie, csrf) = h.login(&h.api_key).await;
-    let since = UnixMillis::new(T0 + 60_000).to_rfc3339();
-    let until = UnixMillis::new(T0 + 180_000).to_rfc3339();
+    let since = UnixMillis::new(T0 + 60_000).to_string();
+    let until = UnixMillis::new(T0 + 180_000).to_string();
     let (_, _, body) = h
         .post_form(
             "/console/links",
@@ -1011,6 +1023,77 @@ async fn console_time_range_limits_the_auditor_view() {
     let v = verify_pack(&h, pack.as_bytes()).await;
     assert_eq!(v.report.records, 2);
     assert_eq!(v.report.result, Verdict::Pass, "{}", v.to_text());
+
+    // Nothing of the chain outside the range shows: not the count, the head
+    // or the last activity, even after more records arrive.
+    h.clock.0.store(T0 + 400_000, Ordering::SeqCst);
+    let r = bot.sign(
+        T0 + 400_000,
+        RecordBody::Note(NoteBody {
+            text: "note 4".into(),
+        }),
+    );
+    idx.push(h.post(&h.api_key, &r).await);
+    let late = UnixMillis::new(T0 + 400_000).to_string();
+    let last_in_range = UnixMillis::new(T0 + 120_000).to_string();
+    let (_, _, home) = h.get(&url, None).await;
+    let (_, _, page) = h.get(&format!("{url}/agents/bot"), None).await;
+    for body in [&home, &page] {
+        assert!(body.contains(&last_in_range), "last activity in range");
+        assert!(!body.contains(&late), "nothing received after until");
+        assert!(
+            !body.contains(&format!("@{}", idx[3]))
+                && !body.contains(&format!("/records/{}\"", idx[3]))
+        );
+        assert!(!body.contains(&format!("/records/{}\"", idx[4])));
+    }
+    assert_eq!(between(&home, "id=\"records-in-range\">", "<"), "2");
+    assert_eq!(between(&page, "id=\"record-count\">", "<"), "2");
+    assert!(page.contains(&format!("href=\"{url}/records/{}\"", idx[2])));
+    // The operator still sees the whole chain.
+    let (_, _, op_page) = h.get("/console/agents/bot", Some(&cookie)).await;
+    assert_eq!(between(&op_page, "id=\"record-count\">", "<"), "5");
+}
+
+#[tokio::test]
+async fn console_auditor_record_links_stay_in_range() {
+    let h = harness();
+    let mut bot = Agent::new("bot");
+    h.register(&bot, "default");
+    h.clock.0.store(T0, Ordering::SeqCst);
+    let d = bot.sign(T0, decision("c-1", "refund"));
+    let d_idx = h.post(&h.api_key, &d).await;
+    h.clock.0.store(T0 + 120_000, Ordering::SeqCst);
+    let o = bot.sign(T0 + 120_000, outcome("c-1", &d, OutcomeStatus::Ok));
+    let o_idx = h.post(&h.api_key, &o).await;
+    let (cookie, csrf) = h.login(&h.api_key).await;
+    let until = UnixMillis::new(T0 + 60_000).to_string();
+    let (_, _, body) = h
+        .post_form(
+            "/console/links",
+            Some(&cookie),
+            &format!("csrf={csrf}&agent=bot&until={until}"),
+        )
+        .await;
+    let url = between(&body, "id=\"new-link-url\" href=\"", "\"").to_owned();
+    // The operator's record page links the outcome; the auditor's, whose
+    // range ends before it, does not, and the record's pack stops at the
+    // decision.
+    let (_, _, op) = h
+        .get(&format!("/console/records/{d_idx}"), Some(&cookie))
+        .await;
+    assert!(op.contains(&format!("/console/records/{o_idx}\"")));
+    let (s, _, rec) = h.get(&format!("{url}/records/{d_idx}"), None).await;
+    assert_eq!(s, StatusCode::OK);
+    assert!(!rec.contains(&format!("/records/{o_idx}\"")), "{rec}");
+    let (s, _, pack) = h.get(&format!("{url}/records/{d_idx}/pack"), None).await;
+    assert_eq!(s, StatusCode::OK);
+    let v = verify_pack(&h, pack.as_bytes()).await;
+    assert_eq!(v.report.records, 1, "{}", v.to_text());
+    assert_eq!(
+        h.get(&format!("{url}/records/{o_idx}"), None).await.0,
+        StatusCode::NOT_FOUND
+    );
 }
 
 #[tokio::test]

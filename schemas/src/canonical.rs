@@ -30,6 +30,21 @@ impl Limits {
         max_bytes: crate::limits::MAX_WIRE_OBJECT_BYTES,
         max_depth: crate::limits::MAX_DEPTH,
     };
+    /// Limits for a pack's header line, which lists every agent of the pack.
+    pub const PACK_HEADER: Self = Self {
+        max_bytes: crate::limits::MAX_PACK_HEADER_BYTES,
+        max_depth: crate::limits::MAX_DEPTH,
+    };
+    /// Limits for agent-keys.json.
+    pub const AGENT_KEYS: Self = Self {
+        max_bytes: crate::limits::MAX_AGENT_KEYS_BYTES,
+        max_depth: crate::limits::MAX_DEPTH,
+    };
+    /// Limits for head.json.
+    pub const HEAD: Self = Self {
+        max_bytes: crate::limits::MAX_HEAD_BYTES,
+        max_depth: crate::limits::MAX_DEPTH,
+    };
 }
 
 /// Why a document was refused.

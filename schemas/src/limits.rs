@@ -9,9 +9,27 @@ pub const MAX_RECORD_BYTES: usize = 32_768;
 /// Maximum size of an entry's canonical form (C2SP tlog-tiles entry bundles).
 pub const MAX_ENTRY_BYTES: usize = 65_535;
 
-/// Maximum size of any other JSON wire object (receipt, pack line, head,
-/// agent keys), and of an HTTP request body, in bytes.
+/// Maximum size of any other JSON wire object (receipt, a pack line other
+/// than the header), and of an HTTP request body, in bytes.
 pub const MAX_WIRE_OBJECT_BYTES: usize = 131_072;
+
+/// Maximum size of a pack's header line, which lists every agent of the pack
+/// (up to [`MAX_AGENTS_PER_PACK`]); every other pack line keeps
+/// [`MAX_WIRE_OBJECT_BYTES`]. The worst case (4,096 agents with 64-byte
+/// names and the largest seqs, origin and checkpoint) is 647,267 bytes;
+/// schemas/tests/limits.rs builds it.
+pub const MAX_PACK_HEADER_BYTES: usize = 1 << 20;
+
+/// Maximum size of agent-keys.json. The worst case (4,096 agents with
+/// 64-byte names, 64 keys each with both validity ends) is 44,703,774
+/// bytes; schemas/tests/limits.rs builds it.
+pub const MAX_AGENT_KEYS_BYTES: usize = 64 << 20;
+
+/// Maximum size of head.json. It holds one record (up to
+/// [`MAX_RECORD_BYTES`]) and an inclusion proof per agent, for up to
+/// [`MAX_AGENTS_PER_PACK`] agents: the worst case is 152,256,783 bytes
+/// (145.2 MiB); schemas/tests/limits.rs builds it.
+pub const MAX_HEAD_BYTES: usize = 160 << 20;
 
 /// Maximum nesting depth of arrays and objects in any wire object.
 pub const MAX_DEPTH: usize = 16;
@@ -53,7 +71,8 @@ pub const MAX_COUNTER: u64 = crate::canonical::MAX_SAFE_INTEGER;
 /// Maximum number of records in one pack.
 pub const MAX_RECORDS_PER_PACK: u64 = 16_777_216;
 
-/// Maximum number of agents in one pack, and in one agent-keys file.
+/// Maximum number of agents in one pack, in one agent-keys file and in one
+/// head file.
 pub const MAX_AGENTS_PER_PACK: usize = 4096;
 
 /// Maximum number of keys listed for one agent in agent-keys.json.

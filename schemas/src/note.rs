@@ -413,9 +413,13 @@ impl Checkpoint {
         if !canonical_decimal {
             return Err(bad("size must be a decimal number without leading zeros"));
         }
+        // A size above 2^53 - 1 could not appear exactly anywhere else on
+        // the wire (JSON integers are bounded the same way).
         let size = size_text
             .parse::<u64>()
-            .map_err(|_| bad("size out of range"))?;
+            .ok()
+            .filter(|n| *n <= crate::limits::MAX_COUNTER)
+            .ok_or(bad("size out of range (above 2^53 - 1)"))?;
         let root_text = lines.next().ok_or(bad("missing root hash line"))?;
         let root = BASE64
             .decode(root_text)
@@ -520,6 +524,21 @@ mod tests {
         assert!(Checkpoint::from_body(&format!("o\n1\n{root}")).is_err());
         assert!(Checkpoint::from_body(&format!("o\n1\n{root}\n\n")).is_err());
         assert!(Checkpoint::from_body(&format!("\n1\n{root}\n")).is_err());
+        let max = Checkpoint::from_body(&format!("o\n9007199254740991\n{root}\n")).unwrap();
+        assert_eq!(max.size.get(), crate::limits::MAX_COUNTER);
+        for too_big in [
+            "9007199254740992",
+            "18446744073709551615",
+            "18446744073709551616",
+        ] {
+            assert_eq!(
+                Checkpoint::from_body(&format!("o\n{too_big}\n{root}\n")),
+                Err(NoteError::CheckpointFormat {
+                    reason: "size out of range (above 2^53 - 1)"
+                }),
+                "{too_big}"
+            );
+        }
         let cp = Checkpoint::from_body(&format!("o\n1\n{root}\next one\n")).unwrap();
         assert_eq!(cp.extensions, vec!["ext one".to_owned()]);
         assert_eq!(Checkpoint::from_body(&cp.to_body()).unwrap(), cp);

@@ -13,6 +13,7 @@ use serde_json::Value;
 use crate::canonical::{self, CanonicalError, Limits};
 use crate::hash::Hash;
 use crate::keys::{KeyId, PublicKey};
+use crate::limits::{MAX_AGENTS_PER_PACK, MAX_KEYS_PER_AGENT, MAX_WIRE_OBJECT_BYTES};
 use crate::record::{
     check_version, put_counter, put_hex, put_time, AgentName, Cursor, FastRecord, Nonce, Record,
     RecordError, Seq,
@@ -51,6 +52,60 @@ pub enum PackError {
     /// A record inside is not valid.
     #[error("record: {0}")]
     Record(#[from] RecordError),
+    /// More agents than one document may list.
+    #[error("{what} lists {count} agents, more than the limit of {max}")]
+    TooManyAgents {
+        /// Which document.
+        what: &'static str,
+        /// Agents listed.
+        count: usize,
+        /// The limit, [`MAX_AGENTS_PER_PACK`].
+        max: usize,
+    },
+    /// More keys for one agent than agent-keys.json may list.
+    #[error("agent-keys lists {count} keys for agent {agent}, more than the limit of {max}")]
+    TooManyKeys {
+        /// The agent.
+        agent: AgentName,
+        /// Keys listed.
+        count: usize,
+        /// The limit, [`MAX_KEYS_PER_AGENT`].
+        max: usize,
+    },
+    /// An agent listed twice: which entry counts would be ambiguous.
+    #[error("{what} lists agent {agent} more than once")]
+    DuplicateAgent {
+        /// Which document.
+        what: &'static str,
+        /// The agent.
+        agent: AgentName,
+    },
+    /// A key listed twice for one agent: which validity range counts would be
+    /// ambiguous.
+    #[error("agent-keys lists key {key_id} more than once for agent {agent}")]
+    DuplicateKeyId {
+        /// The agent.
+        agent: AgentName,
+        /// The key.
+        key_id: KeyId,
+    },
+}
+
+impl PackError {
+    /// A stable short code for the error, for tests and golden vectors.
+    #[must_use]
+    pub const fn code(&self) -> &'static str {
+        match self {
+            Self::Canonical(e) => e.code(),
+            Self::Record(e) => e.code(),
+            Self::UnsupportedVersion { .. } => "unsupported_version",
+            Self::UnknownLineType(_) | Self::Schema { .. } => "schema",
+            Self::TooManyAgents { .. } => "too_many_agents",
+            Self::TooManyKeys { .. } => "too_many_keys",
+            Self::DuplicateAgent { .. } => "duplicate_agent",
+            Self::DuplicateKeyId { .. } => "duplicate_key_id",
+        }
+    }
 }
 
 /// What the pack covers for one agent.
@@ -251,7 +306,7 @@ fn fast_record_line(line: &[u8]) -> Option<PackRecord> {
             out.extend_from_slice(b"],\"index\":");
             put_counter(&mut out, w.index.get())?;
             out.extend_from_slice(b",\"received\":");
-            put_time(&mut out, w.received);
+            put_time(&mut out, w.received)?;
             out.push(b'}');
         }
     }
@@ -301,7 +356,10 @@ impl PackLine {
     /// The strict road: every line that is not a canonical record line, and
     /// every line that breaks a rule.
     fn from_json_strict(line: &[u8]) -> Result<Self, PackError> {
-        let mut value = canonical::parse_strict(line, Limits::WIRE)?;
+        // Only the header may be longer than a wire object: it lists every
+        // agent of the pack. The larger bound is checked before decoding, the
+        // wire bound as soon as the line's type is known.
+        let mut value = canonical::parse_strict(line, Limits::PACK_HEADER)?;
         let schema = |message: String| PackError::Schema {
             what: "pack line",
             message,
@@ -313,6 +371,13 @@ impl PackLine {
             Some(Value::String(s)) => s,
             _ => return Err(schema("missing string field `type`".into())),
         };
+        if kind != "header" && line.len() > MAX_WIRE_OBJECT_BYTES {
+            return Err(CanonicalError::TooLarge {
+                size: line.len(),
+                max: MAX_WIRE_OBJECT_BYTES,
+            }
+            .into());
+        }
         let de = |e: serde_json::Error| schema(format!("{kind} line: {e}"));
         Ok(match kind.as_str() {
             "header" => {
@@ -463,8 +528,9 @@ struct HeadIn {
 fn parse_document<T: serde::de::DeserializeOwned>(
     bytes: &[u8],
     what: &'static str,
+    limits: Limits,
 ) -> Result<T, PackError> {
-    let value = canonical::parse_strict(bytes, Limits::WIRE)?;
+    let value = canonical::parse_strict(bytes, limits)?;
     check_version(&value, PACK_VERSION, |found| {
         PackError::UnsupportedVersion { what, found }
     })
@@ -475,14 +541,56 @@ fn parse_document<T: serde::de::DeserializeOwned>(
     })
 }
 
+/// At most [`MAX_AGENTS_PER_PACK`] agents, each named once: a document that
+/// lists an agent twice would leave which entry counts to the reader.
+fn check_agents<'a>(
+    what: &'static str,
+    agents: impl ExactSizeIterator<Item = &'a AgentName>,
+) -> Result<(), PackError> {
+    if agents.len() > MAX_AGENTS_PER_PACK {
+        return Err(PackError::TooManyAgents {
+            what,
+            count: agents.len(),
+            max: MAX_AGENTS_PER_PACK,
+        });
+    }
+    let mut seen = std::collections::HashSet::with_capacity(agents.len());
+    for agent in agents {
+        if !seen.insert(agent) {
+            return Err(PackError::DuplicateAgent {
+                what,
+                agent: agent.clone(),
+            });
+        }
+    }
+    Ok(())
+}
+
 impl AgentKeys {
-    /// Parses agent-keys.json.
+    /// Parses agent-keys.json: at most [`MAX_AGENTS_PER_PACK`] agents, each
+    /// once, with at most [`MAX_KEYS_PER_AGENT`] keys, each key id once.
     ///
     /// # Errors
     /// [`PackError`] naming the first rule broken.
     pub fn from_json(bytes: &[u8]) -> Result<Self, PackError> {
-        let keys = parse_document::<Self>(bytes, "agent-keys")?;
+        const WHAT: &str = "agent-keys";
+        let keys = parse_document::<Self>(bytes, WHAT, Limits::AGENT_KEYS)?;
+        check_agents(WHAT, keys.agents.iter().map(|l| &l.agent))?;
         for list in &keys.agents {
+            if list.keys.len() > MAX_KEYS_PER_AGENT {
+                return Err(PackError::TooManyKeys {
+                    agent: list.agent.clone(),
+                    count: list.keys.len(),
+                    max: MAX_KEYS_PER_AGENT,
+                });
+            }
+            let mut ids = std::collections::HashSet::with_capacity(list.keys.len());
+            if let Some(k) = list.keys.iter().find(|k| !ids.insert(k.key_id)) {
+                return Err(PackError::DuplicateKeyId {
+                    agent: list.agent.clone(),
+                    key_id: k.key_id,
+                });
+            }
             for k in &list.keys {
                 if k.public_key.key_id() != k.key_id {
                     return Err(PackError::Schema {
@@ -500,12 +608,13 @@ impl AgentKeys {
 }
 
 impl Head {
-    /// Parses head.json.
+    /// Parses head.json: at most [`MAX_AGENTS_PER_PACK`] agents, each once.
     ///
     /// # Errors
     /// [`PackError`] naming the first rule broken.
     pub fn from_json(bytes: &[u8]) -> Result<Self, PackError> {
-        let raw = parse_document::<HeadIn>(bytes, "head")?;
+        const WHAT: &str = "head";
+        let raw = parse_document::<HeadIn>(bytes, WHAT, Limits::HEAD)?;
         let agents = raw
             .agents
             .into_iter()
@@ -515,7 +624,8 @@ impl Head {
                     witnessed: a.witnessed,
                 })
             })
-            .collect::<Result<_, PackError>>()?;
+            .collect::<Result<Vec<HeadAgent>, PackError>>()?;
+        check_agents(WHAT, agents.iter().map(|a| &a.record.agent))?;
         Ok(Self {
             v: PACK_VERSION,
             checkpoint: raw.checkpoint,

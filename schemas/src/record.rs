@@ -683,10 +683,10 @@ impl UnsignedRecord {
     /// `JCS(record without "sig")`, the bytes after the signature domain.
     ///
     /// # Errors
-    /// Only if a field holds a number JCS refuses, which the types prevent.
+    /// [`RecordError::Invalid`] for a time outside the wire range.
     pub fn signing_bytes(&self) -> Result<Vec<u8>, RecordError> {
         let mut out = Vec::with_capacity(512);
-        write_canonical(self, None, &mut out);
+        write_canonical(self, None, &mut out)?;
         Ok(out)
     }
 
@@ -787,11 +787,13 @@ pub(crate) fn put_counter(out: &mut Vec<u8>, n: u64) -> Option<()> {
     Some(())
 }
 
-/// Appends a time in its one wire spelling (it needs no escaping).
-pub(crate) fn put_time(out: &mut Vec<u8>, time: UnixMillis) {
+/// Appends a time in its one wire spelling (it needs no escaping); `None`
+/// for a time outside the wire range.
+pub(crate) fn put_time(out: &mut Vec<u8>, time: UnixMillis) -> Option<()> {
     out.push(b'"');
-    out.extend_from_slice(time.to_rfc3339().as_bytes());
+    out.extend_from_slice(time.to_rfc3339().ok()?.as_bytes());
     out.push(b'"');
+    Some(())
 }
 
 /// Appends a key or signature (at most 64 bytes) as canonical standard
@@ -904,7 +906,15 @@ fn write_body(out: &mut Vec<u8>, body: &Body) {
 /// Appends `JCS(record)`, or `JCS(record without "sig")` when `sig` is
 /// `None`: the members in RFC 8785 order (all names are ASCII, so UTF-16
 /// order is byte order), the numbers all counters below 2^53.
-fn write_canonical(u: &UnsignedRecord, sig: Option<&Signature>, out: &mut Vec<u8>) {
+///
+/// # Errors
+/// [`RecordError::Invalid`] for a time outside the wire range (only a record
+/// built in code, not parsed, can hold one).
+fn write_canonical(
+    u: &UnsignedRecord,
+    sig: Option<&Signature>,
+    out: &mut Vec<u8>,
+) -> Result<(), RecordError> {
     out.extend_from_slice(b"{\"agent\":");
     put_str(out, u.agent.as_str());
     out.extend_from_slice(b",\"body\":");
@@ -928,8 +938,12 @@ fn write_canonical(u: &UnsignedRecord, sig: Option<&Signature>, out: &mut Vec<u8
         put_base64(out, sig.as_bytes());
     }
     out.extend_from_slice(b",\"time\":");
-    put_time(out, u.time);
+    put_time(out, u.time).ok_or_else(|| RecordError::Invalid {
+        field: "time",
+        reason: format!("{} is outside the years 1970-9999", u.time),
+    })?;
     out.extend_from_slice(b",\"v\":1}");
+    Ok(())
 }
 
 /// A reader for the fast road: it walks bytes expected to be in the one
@@ -1288,7 +1302,7 @@ impl Deref for Record {
 impl Record {
     fn assemble(unsigned: UnsignedRecord, sig: Signature) -> Result<Self, RecordError> {
         let mut canonical = Vec::with_capacity(512);
-        write_canonical(&unsigned, Some(&sig), &mut canonical);
+        write_canonical(&unsigned, Some(&sig), &mut canonical)?;
         if canonical.len() > MAX_RECORD_BYTES {
             return Err(RecordError::TooLarge {
                 size: canonical.len(),

@@ -26,6 +26,14 @@ pub struct TimeParseError {
     pub got: String,
 }
 
+/// A time outside `MIN_TIME..=MAX_TIME`, which has no wire form.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+#[error("time {millis} ms since the Unix epoch is outside 1970-01-01T00:00:00.000Z..=9999-12-31T23:59:59.999Z")]
+pub struct TimeRangeError {
+    /// The time, in milliseconds since the Unix epoch.
+    pub millis: i64,
+}
+
 impl UnixMillis {
     /// Wraps a count of milliseconds.
     #[must_use]
@@ -55,16 +63,41 @@ impl UnixMillis {
         self.0.abs_diff(other.0)
     }
 
-    /// The wire form.
+    /// Whether the time lies in `MIN_TIME..=MAX_TIME`, the range the wire
+    /// form can spell. Every time parsed from the wire does.
     #[must_use]
-    pub fn to_rfc3339(self) -> String {
-        let clamped = self.0.clamp(MIN_TIME.0, MAX_TIME.0);
-        let secs = clamped.div_euclid(1000);
-        let ms = clamped.rem_euclid(1000);
-        // In range by the clamp above, so the conversion cannot fail.
+    pub const fn in_range(self) -> bool {
+        self.0 >= MIN_TIME.0 && self.0 <= MAX_TIME.0
+    }
+
+    /// Wraps a count of milliseconds, refusing one outside
+    /// `MIN_TIME..=MAX_TIME`.
+    ///
+    /// # Errors
+    /// [`TimeRangeError`] for a time before 1970 or after 9999.
+    pub const fn checked(millis: i64) -> Result<Self, TimeRangeError> {
+        let t = Self(millis);
+        if t.in_range() {
+            Ok(t)
+        } else {
+            Err(TimeRangeError { millis })
+        }
+    }
+
+    /// The wire form.
+    ///
+    /// # Errors
+    /// [`TimeRangeError`] for a time outside `MIN_TIME..=MAX_TIME`, which
+    /// has no wire form (it is never silently moved into range).
+    pub fn to_rfc3339(self) -> Result<String, TimeRangeError> {
+        if !self.in_range() {
+            return Err(TimeRangeError { millis: self.0 });
+        }
+        let secs = self.0.div_euclid(1000);
+        let ms = self.0.rem_euclid(1000);
         let dt = time::OffsetDateTime::from_unix_timestamp(secs)
-            .unwrap_or(time::OffsetDateTime::UNIX_EPOCH);
-        format!(
+            .map_err(|_| TimeRangeError { millis: self.0 })?;
+        Ok(format!(
             "{:04}-{:02}-{:02}T{:02}:{:02}:{:02}.{:03}Z",
             dt.year(),
             u8::from(dt.month()),
@@ -73,7 +106,7 @@ impl UnixMillis {
             dt.minute(),
             dt.second(),
             ms
-        )
+        ))
     }
 
     /// Parses the wire form.
@@ -127,21 +160,28 @@ impl UnixMillis {
     }
 }
 
+/// The wire form; a time outside the wire range shows as its count of
+/// milliseconds, marked, rather than as some other instant.
 impl fmt::Display for UnixMillis {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(&self.to_rfc3339())
+        match self.to_rfc3339() {
+            Ok(text) => f.write_str(&text),
+            Err(_) => write!(f, "{}ms (out of range)", self.0),
+        }
     }
 }
 
 impl fmt::Debug for UnixMillis {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "UnixMillis({})", self.to_rfc3339())
+        write!(f, "UnixMillis({self})")
     }
 }
 
+/// Fails for a time outside `MIN_TIME..=MAX_TIME`, which has no wire form.
 impl Serialize for UnixMillis {
     fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
-        s.serialize_str(&self.to_rfc3339())
+        let text = self.to_rfc3339().map_err(serde::ser::Error::custom)?;
+        s.serialize_str(&text)
     }
 }
 
@@ -186,7 +226,7 @@ mod tests {
     fn round_trips_and_rejects_other_spellings() {
         let t = UnixMillis::parse_rfc3339("2026-11-30T08:00:00.123Z").unwrap();
         assert_eq!(t.as_millis(), 1_796_025_600_123);
-        assert_eq!(t.to_rfc3339(), "2026-11-30T08:00:00.123Z");
+        assert_eq!(t.to_rfc3339().unwrap(), "2026-11-30T08:00:00.123Z");
         for bad in [
             "2026-11-30T08:00:00Z",
             "2026-11-30T08:00:00.1234Z",
@@ -199,7 +239,30 @@ mod tests {
         ] {
             assert!(UnixMillis::parse_rfc3339(bad).is_err(), "{bad}");
         }
-        assert_eq!(MAX_TIME.to_rfc3339(), "9999-12-31T23:59:59.999Z");
-        assert_eq!(MIN_TIME.to_rfc3339(), "1970-01-01T00:00:00.000Z");
+        assert_eq!(MAX_TIME.to_rfc3339().unwrap(), "9999-12-31T23:59:59.999Z");
+        assert_eq!(MIN_TIME.to_rfc3339().unwrap(), "1970-01-01T00:00:00.000Z");
+        assert_eq!(
+            UnixMillis::parse_rfc3339("9999-12-31T23:59:59.999Z"),
+            Ok(MAX_TIME)
+        );
+        assert_eq!(
+            UnixMillis::parse_rfc3339("1970-01-01T00:00:00.000Z"),
+            Ok(MIN_TIME)
+        );
+    }
+
+    #[test]
+    fn out_of_range_times_have_no_wire_form() {
+        for millis in [-1, MAX_TIME.0 + 1, i64::MIN, i64::MAX] {
+            let t = UnixMillis::new(millis);
+            assert!(!t.in_range());
+            assert_eq!(t.to_rfc3339(), Err(TimeRangeError { millis }));
+            assert_eq!(UnixMillis::checked(millis), Err(TimeRangeError { millis }));
+            assert_eq!(t.to_string(), format!("{millis}ms (out of range)"));
+            assert!(serde_json::to_string(&t).is_err());
+            assert!(crate::canonical::canonicalize(&t).is_err());
+        }
+        assert_eq!(UnixMillis::checked(MAX_TIME.0), Ok(MAX_TIME));
+        assert_eq!(UnixMillis::checked(0), Ok(MIN_TIME));
     }
 }

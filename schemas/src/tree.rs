@@ -7,19 +7,46 @@
 
 use std::fmt;
 
-use serde::{Deserialize, Serialize};
+use serde::{Deserialize, Deserializer, Serialize};
 
 use crate::hash::{node_hash, Hash};
+use crate::limits::MAX_COUNTER;
 
-/// The number of leaves in a tree.
-#[derive(Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Default, Serialize, Deserialize)]
+/// The number of leaves in a tree. On the wire at most
+/// [`MAX_COUNTER`](crate::limits::MAX_COUNTER), 2^53 − 1.
+#[derive(Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Default, Serialize)]
 #[serde(transparent)]
 pub struct TreeSize(u64);
 
-/// The 0-based position of a leaf in the log.
-#[derive(Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Default, Serialize, Deserialize)]
+/// The 0-based position of a leaf in the log. On the wire at most
+/// [`MAX_COUNTER`](crate::limits::MAX_COUNTER), 2^53 − 1.
+#[derive(Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Default, Serialize)]
 #[serde(transparent)]
 pub struct LeafIndex(u64);
+
+/// Reads a counter and refuses one above 2^53 − 1, like [`crate::Seq`], so a
+/// size or index that exists came from an exact wire integer.
+fn bounded_counter<'de, D: Deserializer<'de>>(d: D, what: &str) -> Result<u64, D::Error> {
+    let n = u64::deserialize(d)?;
+    if n > MAX_COUNTER {
+        return Err(serde::de::Error::custom(format!(
+            "{what} {n} is above the limit of {MAX_COUNTER} (2^53 - 1)"
+        )));
+    }
+    Ok(n)
+}
+
+impl<'de> Deserialize<'de> for TreeSize {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        bounded_counter(d, "tree size").map(Self)
+    }
+}
+
+impl<'de> Deserialize<'de> for LeafIndex {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        bounded_counter(d, "leaf index").map(Self)
+    }
+}
 
 impl TreeSize {
     /// Wraps a count.
@@ -363,6 +390,24 @@ mod tests {
 
     fn leaves(n: usize) -> Vec<Hash> {
         (0..n).map(|i| leaf_hash(&i.to_be_bytes())).collect()
+    }
+
+    #[test]
+    fn sizes_and_indexes_on_the_wire_stop_at_2_pow_53_minus_1() {
+        let max = MAX_COUNTER.to_string();
+        assert_eq!(
+            serde_json::from_str::<TreeSize>(&max).unwrap(),
+            TreeSize::new(MAX_COUNTER)
+        );
+        assert_eq!(
+            serde_json::from_str::<LeafIndex>(&max).unwrap(),
+            LeafIndex::new(MAX_COUNTER)
+        );
+        for over in ["9007199254740992", "18446744073709551615"] {
+            assert!(serde_json::from_str::<TreeSize>(over).is_err(), "{over}");
+            assert!(serde_json::from_str::<LeafIndex>(over).is_err(), "{over}");
+        }
+        assert!(serde_json::from_str::<TreeSize>("-1").is_err());
     }
 
     #[test]

@@ -41,7 +41,7 @@ fn agent_status(args: &Args, agent: &AgentName) -> anyhow::Result<Value> {
             "keys": w.keys.iter().map(|k| k.vkey.clone()).collect::<Vec<_>>(),
             "retired_keys": w.keys.iter().filter_map(|k| k.not_after.map(|t| json!({
                 "vkey": k.vkey,
-                "not_after": t.to_rfc3339(),
+                "not_after": t.to_string(),
             }))).collect::<Vec<_>>(),
         })),
     });

@@ -119,7 +119,7 @@ pub(crate) fn leaf_data(index: LeafIndex, received: UnixMillis, record: &Record)
     let head = format!(
         "{{\"index\":{},\"received\":\"{}\",\"record\":",
         index.get(),
-        received.to_rfc3339()
+        received
     );
     let mut out = Vec::with_capacity(head.len() + record.canonical_bytes().len() + 8);
     out.extend_from_slice(head.as_bytes());

@@ -14,7 +14,7 @@ use std::sync::Arc;
 
 use tally_log::{Log, SignedCheckpoint};
 use tally_schemas::canonical;
-use tally_schemas::limits::{MAX_AGENTS_PER_PACK, MAX_RECORDS_PER_PACK, MAX_WIRE_OBJECT_BYTES};
+use tally_schemas::limits::{MAX_AGENTS_PER_PACK, MAX_PACK_HEADER_BYTES, MAX_RECORDS_PER_PACK};
 use tally_schemas::pack::{
     AgentKeyList, AgentKeys, Head, HeadAgent, PackAgent, PackCheckpoint, PackEnd, PackHeader,
     PackLine, PackReceipt, PackRecord, Witnessed, PACK_VERSION,
@@ -227,13 +227,17 @@ pub fn plan_pack(
         agents: planned,
         records,
     };
-    // The header is one line like every other: refuse a plan it cannot hold.
+    // The header is one line with its own limit: refuse a plan it cannot
+    // hold. With at most MAX_AGENTS_PER_PACK agents it cannot happen (the
+    // worst case, built in schemas/tests/limits.rs, is 647,267 bytes of
+    // 1 MiB), so this only guards a change to those limits.
     let header = header_line(&plan, UnixMillis::new(0))?;
-    if header.len() > MAX_WIRE_OBJECT_BYTES {
+    if header.len() > MAX_PACK_HEADER_BYTES {
         return Err(WitnessError::BadRequest {
             code: "too_many_agents",
-            message: "the pack header would exceed 131,072 bytes; export fewer agents per pack"
-                .into(),
+            message: format!(
+                "the pack header would exceed {MAX_PACK_HEADER_BYTES} bytes; export fewer agents per pack"
+            ),
         });
     }
     Ok(plan)
@@ -391,7 +395,9 @@ pub fn write_pack(
 /// agent-keys.json for `project`'s agents (all of them, or those named).
 ///
 /// # Errors
-/// `AgentNotAllowed` for a named agent that is not the project's.
+/// `AgentNotAllowed` for a named agent that is not the project's;
+/// `BadRequest` (`too_many_agents`) for more than [`MAX_AGENTS_PER_PACK`]
+/// agents, which agent-keys.json cannot list.
 pub fn agent_keys(
     registry: &Registry,
     origin: &str,
@@ -404,7 +410,7 @@ pub fn agent_keys(
             return Err(WitnessError::AgentNotAllowed { agent: a.clone() });
         }
     }
-    let agents = all
+    let agents: Vec<AgentKeyList> = all
         .into_iter()
         .filter(|(n, _)| only.is_empty() || only.contains(n))
         .map(|(agent, row)| AgentKeyList {
@@ -412,6 +418,15 @@ pub fn agent_keys(
             keys: row.keys,
         })
         .collect();
+    // AgentKeys::from_json refuses more than MAX_AGENTS_PER_PACK agents, so
+    // refuse to write such a file. The other rules hold by construction:
+    // agent names are unique in the registry, `Registry::rotate_key` keeps
+    // an agent at MAX_KEYS_PER_AGENT keys with unique ids, and within those
+    // counts the document is at most 44,703,774 bytes, under
+    // MAX_AGENT_KEYS_BYTES (schemas/tests/limits.rs builds the worst case).
+    if agents.len() > MAX_AGENTS_PER_PACK {
+        return Err(too_many_agents("agent-keys.json", agents.len()));
+    }
     Ok(AgentKeys {
         v: PACK_VERSION,
         origin: origin.to_owned(),
@@ -424,14 +439,26 @@ pub fn agent_keys(
 /// left out unless `require_all`.
 ///
 /// # Errors
-/// `BadRequest` for a `from_size` of 0 or beyond the log; `NoRecords`
-/// when `require_all` and an agent has none.
+/// `BadRequest` for a `from_size` of 0 or beyond the log, or more than
+/// [`MAX_AGENTS_PER_PACK`] agents; `NoRecords` when `require_all` and an
+/// agent has none.
 pub fn head(
     log: &Log,
     from_size: TreeSize,
     agents: &[AgentName],
     require_all: bool,
 ) -> Result<Head, WitnessError> {
+    let mut agents = agents.to_vec();
+    agents.sort();
+    agents.dedup();
+    // Head::from_json refuses more than MAX_AGENTS_PER_PACK agents. Within
+    // that count each agent is listed once (deduplicated above) with one
+    // record of at most MAX_RECORD_BYTES and one inclusion proof, so the
+    // document is at most 152,256,783 bytes, under MAX_HEAD_BYTES
+    // (schemas/tests/limits.rs builds the worst case).
+    if agents.len() > MAX_AGENTS_PER_PACK {
+        return Err(too_many_agents("head.json", agents.len()));
+    }
     let cp = log.latest_checkpoint();
     let size = cp.checkpoint.size;
     if from_size.get() == 0 {
@@ -452,9 +479,6 @@ pub fn head(
         log.consistency_proof(from_size, Some(size))?.1
     };
     let mut out = Vec::new();
-    let mut agents = agents.to_vec();
-    agents.sort();
-    agents.dedup();
     for agent in agents {
         match latest_within(log, &agent, size)? {
             Some(index) => {
@@ -487,6 +511,15 @@ pub fn head(
         consistency,
         agents: out,
     })
+}
+
+fn too_many_agents(what: &str, count: usize) -> WitnessError {
+    WitnessError::BadRequest {
+        code: "too_many_agents",
+        message: format!(
+            "{what} lists at most {MAX_AGENTS_PER_PACK} agents, {count} asked for; name fewer agents"
+        ),
+    }
 }
 
 /// The index of `agent`'s latest record inside a tree of `size`. The
@@ -526,4 +559,45 @@ fn latest_within(
 /// Only if canonicalisation fails, which the types prevent.
 pub fn to_canonical<T: serde::Serialize>(doc: &T) -> Result<Vec<u8>, WitnessError> {
     canonical::canonicalize(doc).map_err(|e| WitnessError::internal(&e))
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Arc;
+
+    use tally_log::store::memory::MemoryStore;
+    use tally_log::{Log, LogConfig};
+    use tally_schemas::limits::MAX_AGENTS_PER_PACK;
+    use tally_schemas::{AgentName, NoteSigner, SecretKey, TreeSize};
+
+    use super::head;
+    use crate::error::WitnessError;
+
+    #[test]
+    fn head_refuses_more_agents_than_head_json_may_list() {
+        let signer =
+            NoteSigner::from_secret("tally.test/log", SecretKey::from_seed(&[1; 32])).unwrap();
+        let log = Log::open(Arc::new(MemoryStore::new()), signer, LogConfig::default()).unwrap();
+        let names: Vec<AgentName> = (0..=MAX_AGENTS_PER_PACK)
+            .map(|i| AgentName::new(&format!("a{i}")).unwrap())
+            .collect();
+        // The count is checked before anything is read from the log.
+        assert!(matches!(
+            head(&log, TreeSize::new(1), &names, false),
+            Err(WitnessError::BadRequest {
+                code: "too_many_agents",
+                ..
+            })
+        ));
+        // Repeats count once.
+        let mut repeated = names[..MAX_AGENTS_PER_PACK].to_vec();
+        repeated.extend_from_slice(&names[..10]);
+        assert!(matches!(
+            head(&log, TreeSize::new(1), &repeated, false),
+            Err(WitnessError::BadRequest {
+                code: "size_beyond_tree",
+                ..
+            })
+        ));
+    }
 }

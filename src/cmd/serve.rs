@@ -61,6 +61,11 @@ pub struct Args {
     /// Seconds to let in-flight requests finish on SIGTERM [default: 30].
     #[arg(long)]
     pub drain_timeout: Option<u64>,
+    /// Mark the console's session cookies Secure although this server speaks
+    /// plain HTTP: set it when a TLS proxy in front of it serves the console
+    /// (with --tls-cert they always are).
+    #[arg(long)]
+    pub secure_cookies: bool,
     /// TLS certificate chain (PEM); with --tls-key, serve HTTPS.
     #[arg(long, requires = "tls_key")]
     pub tls_cert: Option<PathBuf>,
@@ -118,6 +123,9 @@ impl Args {
         }
         if let Some(v) = self.drain_timeout {
             c.drain_timeout_secs = v;
+        }
+        if self.secure_cookies {
+            c.secure_cookies = true;
         }
         if let (Some(cert), Some(key)) = (&self.tls_cert, &self.tls_key) {
             c.tls = Some(TlsFiles {
@@ -194,20 +202,24 @@ async fn serve(config: ServeConfig, origin: Option<String>) -> anyhow::Result<Ex
         );
         println!("  tally agent init claims-bot --witness {url} --api-key $TALLY_API_KEY");
         println!("  tally agent add claims-bot --public-key <the public key it printed>");
+        println!("console: {url}/console (log in with the API key)");
         println!();
     }
     println!(
-        "tally: listening on {url} (origin {}, tree size {})",
+        "tally: listening on {url} (origin {}, tree size {}); console at {url}/console",
         log.origin(),
         log.latest_checkpoint().checkpoint.size
     );
     use std::io::Write as _;
     let _ = std::io::stdout().flush();
 
-    let app =
-        tally_witness::http::router(Arc::clone(&witness)).merge(tally_witness::console::router(
-            tally_witness::console::Console::open(witness, &config.data_dir, tls.is_some())?,
-        ));
+    let app = tally_witness::http::router(Arc::clone(&witness)).merge(
+        tally_witness::console::router(tally_witness::console::Console::open(
+            witness,
+            &config.data_dir,
+            tls.is_some() || config.secure_cookies,
+        )?),
+    );
     let drain = Duration::from_secs(config.drain_timeout_secs);
     server::serve(listener, app, tls, shutdown_signal(), drain).await;
     tracing::info!("drained; stopping the log");

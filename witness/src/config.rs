@@ -87,6 +87,9 @@ pub struct ConfigFile {
     pub cache_mib: Option<usize>,
     /// Seconds to wait for in-flight requests on SIGTERM.
     pub drain_timeout_secs: Option<u64>,
+    /// Mark the console's cookies `Secure` although the witness serves
+    /// plain HTTP (a TLS proxy in front of it).
+    pub secure_cookies: Option<bool>,
     /// Rate limit per API key; `per_second = 0` turns it off.
     pub rate_limit: Option<RateLimit>,
     /// TLS; absent means plain HTTP.
@@ -148,6 +151,9 @@ pub struct ServeConfig {
     pub drain_timeout_secs: u64,
     /// TLS files.
     pub tls: Option<TlsFiles>,
+    /// The console's cookies are `Secure` even without `tls` (a TLS proxy
+    /// in front); with `tls` they always are.
+    pub secure_cookies: bool,
 }
 
 impl Default for ServeConfig {
@@ -162,6 +168,7 @@ impl Default for ServeConfig {
             log: tally_log::LogConfig::default(),
             drain_timeout_secs: 30,
             tls: None,
+            secure_cookies: false,
         }
     }
 }
@@ -198,6 +205,9 @@ impl ServeConfig {
         }
         if let Some(v) = file.drain_timeout_secs {
             self.drain_timeout_secs = v;
+        }
+        if let Some(v) = file.secure_cookies {
+            self.secure_cookies = v;
         }
         if let Some(v) = file.rate_limit {
             self.witness.rate_limit = (v.per_second > 0.0).then_some(v);

@@ -12,7 +12,11 @@
 //!   once (the oldest is dropped first).
 //! - CSRF: a per-session random token in a hidden field, compared in
 //!   constant time, on top of `SameSite=Strict`; and any POST whose
-//!   `Sec-Fetch-Site` says it came from another site is refused.
+//!   `Sec-Fetch-Site` or `Origin` says it came from another site is refused.
+//! - The login form itself carries a random token that must equal the one in
+//!   the `tally_login` cookie it set (`SameSite=Strict`, so another site's
+//!   form post never has it): no login CSRF, even from a browser that sends
+//!   neither `Sec-Fetch-Site` nor `Origin`.
 
 use std::collections::HashMap;
 use std::sync::Mutex;
@@ -27,6 +31,10 @@ use crate::witness::Witness;
 
 /// The session cookie's name.
 pub const COOKIE: &str = "tally_console";
+/// The login form's cookie (its anti-CSRF token).
+pub const LOGIN_COOKIE: &str = "tally_login";
+/// How long a login form stays usable: 1 hour.
+pub const LOGIN_TTL_SECS: i64 = 3_600;
 /// How long a session lasts: 8 hours.
 pub const SESSION_TTL_MS: i64 = 8 * 3_600_000;
 /// Most sessions at once.
@@ -146,6 +154,36 @@ pub fn session_cookie(token: &str, secure: bool) -> String {
     )
 }
 
+/// A fresh login-form token: 256 random bits, hex.
+pub fn login_token(w: &Witness) -> String {
+    w.with_rng(|rng| {
+        let mut t = [0u8; 32];
+        rng.fill_bytes(&mut t);
+        hex::encode(t)
+    })
+}
+
+/// The `Set-Cookie` value that carries a login form's token.
+#[must_use]
+pub fn login_cookie(token: &str, secure: bool) -> String {
+    format!(
+        "{LOGIN_COOKIE}={token}; Path=/console/login; HttpOnly; SameSite=Strict; Max-Age={LOGIN_TTL_SECS}{}",
+        if secure { "; Secure" } else { "" }
+    )
+}
+
+/// Whether a login post's form token equals its `tally_login` cookie
+/// (compared in constant time).
+#[must_use]
+pub fn login_token_ok(headers: &HeaderMap, submitted: Option<&str>) -> bool {
+    match (cookie(headers, LOGIN_COOKIE), submitted) {
+        (Some(c), Some(s)) if c.len() == 64 && s.len() == c.len() => {
+            s.as_bytes().ct_eq(c.as_bytes()).into()
+        }
+        _ => false,
+    }
+}
+
 /// The `Set-Cookie` value that ends a session.
 #[must_use]
 pub fn clear_cookie(secure: bool) -> String {
@@ -179,14 +217,26 @@ pub fn csrf_ok(operator: &Operator, submitted: Option<&str>) -> bool {
     }
 }
 
-/// Whether a POST may have come from this site: browsers send
-/// `Sec-Fetch-Site`; a value other than `same-origin` or `none` (typed or
-/// bookmarked) means another site made the request.
+/// Whether a POST may have come from this site. Browsers send
+/// `Sec-Fetch-Site`: a value other than `same-origin` or `none` (typed or
+/// bookmarked) means another site made the request. Older ones send
+/// `Origin`: one whose host is not the request's `Host` does too.
 #[must_use]
 pub fn same_site_post(headers: &HeaderMap) -> bool {
-    match headers.get("sec-fetch-site").and_then(|v| v.to_str().ok()) {
+    if let Some(v) = headers.get("sec-fetch-site") {
+        return matches!(v.to_str(), Ok("same-origin" | "none"));
+    }
+    match headers.get(header::ORIGIN) {
         None => true,
-        Some(v) => v == "same-origin" || v == "none",
+        Some(origin) => {
+            let host = headers.get(header::HOST).and_then(|h| h.to_str().ok());
+            let origin_host = origin
+                .to_str()
+                .ok()
+                .and_then(|o| o.split_once("://"))
+                .map(|(_, rest)| rest);
+            matches!((origin_host, host), (Some(o), Some(h)) if o.eq_ignore_ascii_case(h))
+        }
     }
 }
 
@@ -227,5 +277,44 @@ mod tests {
         assert!(!same_site_post(&h));
         h.insert("sec-fetch-site", HeaderValue::from_static("same-origin"));
         assert!(same_site_post(&h));
+        // Without Sec-Fetch-Site, Origin must name the request's host.
+        let mut h = HeaderMap::new();
+        h.insert(header::HOST, HeaderValue::from_static("127.0.0.1:7878"));
+        h.insert(
+            header::ORIGIN,
+            HeaderValue::from_static("http://127.0.0.1:7878"),
+        );
+        assert!(same_site_post(&h));
+        h.insert(
+            header::ORIGIN,
+            HeaderValue::from_static("https://evil.example"),
+        );
+        assert!(!same_site_post(&h));
+        h.insert(header::ORIGIN, HeaderValue::from_static("null"));
+        assert!(!same_site_post(&h));
+        h.remove(header::HOST);
+        h.insert(
+            header::ORIGIN,
+            HeaderValue::from_static("http://127.0.0.1:7878"),
+        );
+        assert!(!same_site_post(&h));
+    }
+
+    #[test]
+    fn console_login_token_must_match_its_cookie() {
+        let t = "a".repeat(64);
+        let mut h = HeaderMap::new();
+        assert!(!login_token_ok(&h, Some(&t)), "no cookie");
+        h.insert(
+            header::COOKIE,
+            HeaderValue::from_str(&format!("{LOGIN_COOKIE}={t}")).unwrap(),
+        );
+        assert!(login_token_ok(&h, Some(&t)));
+        assert!(!login_token_ok(&h, Some(&"b".repeat(64))));
+        assert!(!login_token_ok(&h, Some("")));
+        assert!(!login_token_ok(&h, None));
+        let c = login_cookie(&t, true);
+        assert!(c.contains("Path=/console/login") && c.contains("SameSite=Strict"));
+        assert!(c.contains("HttpOnly") && c.ends_with("; Secure"));
     }
 }

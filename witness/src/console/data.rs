@@ -686,6 +686,7 @@ pub fn run_verify(
     log_key: &tally_schemas::NoteVerifier,
     head: Option<&tally_schemas::pack::Head>,
     max_skew_ms: u64,
+    grace_ms: u64,
 ) -> Result<Verification, VerifyError> {
     verify(
         BufReader::with_capacity(1 << 16, pack),
@@ -694,7 +695,7 @@ pub fn run_verify(
         head,
         VerifyOptions {
             max_skew_ms,
-            grace_ms: DEFAULT_MAX_SKEW_MS,
+            grace_ms,
             threads: VERIFY_THREADS,
             witnesses: None,
             progress: None,
@@ -734,6 +735,7 @@ pub fn verify_export(
         w.log().verifier(),
         None,
         w.config().max_skew_ms,
+        DEFAULT_MAX_SKEW_MS,
     );
     let written = writer
         .join()

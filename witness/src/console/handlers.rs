@@ -247,13 +247,25 @@ fn path_index(p: Result<Path<String>, PathRejection>) -> Result<LeafIndex, PageE
 
 // ---- login -----------------------------------------------------------------
 
-pub(crate) async fn login_form() -> Response {
-    ok(&pages::login(None))
+/// The login page with a fresh form token in its field and its cookie.
+fn login_page(c: &Console, status: StatusCode, message: Option<&str>) -> Response {
+    let token = auth::login_token(&c.witness);
+    let mut r = page(status, &pages::login(&token, message));
+    if let Ok(v) = HeaderValue::from_str(&auth::login_cookie(&token, c.secure_cookies)) {
+        r.headers_mut().insert(header::SET_COOKIE, v);
+    }
+    r
+}
+
+pub(crate) async fn login_form(State(c): S) -> Response {
+    login_page(&c, StatusCode::OK, None)
 }
 
 #[derive(Deserialize)]
 pub(crate) struct LoginForm {
     api_key: String,
+    #[serde(default)]
+    login_token: Option<String>,
 }
 
 pub(crate) async fn login(
@@ -266,11 +278,15 @@ pub(crate) async fn login(
             .into_response();
     }
     let Ok(Form(form)) = form else {
-        return page(
-            StatusCode::BAD_REQUEST,
-            &pages::login(Some("Enter an API key.")),
-        );
+        return login_page(&c, StatusCode::BAD_REQUEST, Some("Enter an API key."));
     };
+    if !auth::login_token_ok(&headers, form.login_token.as_deref()) {
+        return login_page(
+            &c,
+            StatusCode::FORBIDDEN,
+            Some("This login form has expired or was not sent from this site; log in again."),
+        );
+    }
     match c.sessions.login(&c.witness, &form.api_key) {
         Some((_, token)) => {
             let mut r = Redirect::to("/console").into_response();
@@ -279,9 +295,10 @@ pub(crate) async fn login(
             }
             r
         }
-        None => page(
+        None => login_page(
+            &c,
             StatusCode::UNAUTHORIZED,
-            &pages::login(Some("That API key is unknown or revoked.")),
+            Some("That API key is unknown or revoked."),
         ),
     }
 }
@@ -796,7 +813,12 @@ fn vkey(c: &Console) -> String {
 
 pub(crate) async fn verify_form(State(c): S, headers: HeaderMap) -> Response {
     match operator(&c, &headers) {
-        Ok((_, view)) => ok(&pages::verify(&view, &vkey(&c), None)),
+        Ok((_, view)) => ok(&pages::verify(
+            &view,
+            &vkey(&c),
+            &pages::VerifySettings::default(),
+            None,
+        )),
         Err(r) => r.into_response(),
     }
 }
@@ -806,7 +828,12 @@ pub(crate) async fn auditor_verify_form(
     token: Result<Path<String>, PathRejection>,
 ) -> Response {
     match auditor_scope(&c, &token) {
-        Ok((_, scope)) => ok(&pages::verify(&scope.view, &vkey(&c), None)),
+        Ok((_, scope)) => ok(&pages::verify(
+            &scope.view,
+            &vkey(&c),
+            &pages::VerifySettings::default(),
+            None,
+        )),
         Err(e) => e.into_response(),
     }
 }
@@ -841,6 +868,7 @@ async fn run_upload(
     c: &Console,
     mut multipart: Multipart,
     csrf: Option<&Operator>,
+    settings: &mut pages::VerifySettings,
 ) -> Result<Verification, UploadError> {
     let mut log_key: Option<NoteVerifier> = None;
     let mut keys: Option<AgentKeys> = None;
@@ -890,9 +918,33 @@ async fn run_upload(
                     head = Some(Head::from_json(&bytes).map_err(|e| format!("head.json: {e}"))?);
                 }
             }
+            "max_skew" | "grace" => {
+                let text = small_field(&mut field, &name, 32).await?;
+                let text = String::from_utf8(text).unwrap_or_default();
+                let text = text.trim();
+                if !text.is_empty() {
+                    let secs = text
+                        .parse::<u64>()
+                        .ok()
+                        .filter(|s| *s <= pages::MAX_VERIFY_WINDOW_SECS)
+                        .ok_or_else(|| {
+                            format!(
+                                "--{}: give whole seconds from 0 to {}",
+                                name.replace('_', "-"),
+                                pages::MAX_VERIFY_WINDOW_SECS
+                            )
+                        })?;
+                    if name == "grace" {
+                        settings.grace_secs = secs;
+                    } else {
+                        settings.max_skew_secs = secs;
+                    }
+                }
+            }
             "pack" => {
                 let keys = keys.ok_or_else(|| "choose an agent-keys.json file".to_owned())?;
-                return stream_pack(c, field, keys, log_key, head).await;
+                settings.head = head.is_some();
+                return stream_pack(c, field, keys, log_key, head, settings).await;
             }
             _ => {
                 return Err(format!(
@@ -910,13 +962,22 @@ async fn stream_pack(
     keys: AgentKeys,
     log_key: Option<NoteVerifier>,
     head: Option<Head>,
+    settings: &pages::VerifySettings,
 ) -> Result<Verification, UploadError> {
     let log_key = log_key.unwrap_or_else(|| c.witness.log().verifier().clone());
-    let max_skew = c.witness.config().max_skew_ms;
+    let max_skew_ms = settings.max_skew_secs.saturating_mul(1000);
+    let grace_ms = settings.grace_secs.saturating_mul(1000);
     let (tx, mut rx) = tokio::sync::mpsc::channel::<std::io::Result<Vec<u8>>>(16);
     let verifier = tokio::task::spawn_blocking(move || {
         let reader = data::ChunkReader::new(move || rx.blocking_recv());
-        data::run_verify(reader, &keys, &log_key, head.as_ref(), max_skew)
+        data::run_verify(
+            reader,
+            &keys,
+            &log_key,
+            head.as_ref(),
+            max_skew_ms,
+            grace_ms,
+        )
     });
     let mut total = 0usize;
     let mut too_large = false;
@@ -968,11 +1029,29 @@ pub(crate) async fn verify_upload(
             .with_view(&view)
             .into_response();
     }
+    let Some(_turn) = upload_turn(&c, &view) else {
+        return busy(&view);
+    };
+    let mut settings = pages::VerifySettings::default();
     let result = match multipart {
-        Ok(m) => run_upload(&c, m, Some(&op)).await,
+        Ok(m) => run_upload(&c, m, Some(&op), &mut settings).await,
         Err(e) => Err(format!("the upload could not be read: {}", e.body_text())),
     };
-    verify_result(&c, &view, result)
+    verify_result(&c, &view, &settings, result)
+}
+
+/// A turn to verify an upload: at most [`super::MAX_VERIFY_UPLOADS`] run at once.
+fn upload_turn<'a>(c: &'a Console, _view: &View) -> Option<tokio::sync::SemaphorePermit<'a>> {
+    c.uploads.try_acquire().ok()
+}
+
+fn busy(view: &View) -> Response {
+    PageError::new(
+        StatusCode::SERVICE_UNAVAILABLE,
+        "Other uploads are being verified; try again in a moment, or run tally verify on your machine.",
+    )
+    .with_view(view)
+    .into_response()
 }
 
 pub(crate) async fn auditor_verify_upload(
@@ -990,19 +1069,28 @@ pub(crate) async fn auditor_verify_upload(
             .with_view(&scope.view)
             .into_response();
     }
+    let Some(_turn) = upload_turn(&c, &scope.view) else {
+        return busy(&scope.view);
+    };
+    let mut settings = pages::VerifySettings::default();
     let result = match multipart {
-        Ok(m) => run_upload(&c, m, None).await,
+        Ok(m) => run_upload(&c, m, None, &mut settings).await,
         Err(e) => Err(format!("the upload could not be read: {}", e.body_text())),
     };
-    verify_result(&c, &scope.view, result)
+    verify_result(&c, &scope.view, &settings, result)
 }
 
-fn verify_result(c: &Console, view: &View, result: Result<Verification, UploadError>) -> Response {
+fn verify_result(
+    c: &Console,
+    view: &View,
+    settings: &pages::VerifySettings,
+    result: Result<Verification, UploadError>,
+) -> Response {
     match &result {
-        Ok(v) => ok(&pages::verify(view, &vkey(c), Some(Ok(v)))),
+        Ok(v) => ok(&pages::verify(view, &vkey(c), settings, Some(Ok(v)))),
         Err(e) => page(
             StatusCode::BAD_REQUEST,
-            &pages::verify(view, &vkey(c), Some(Err(e.clone()))),
+            &pages::verify(view, &vkey(c), settings, Some(Err(e.clone()))),
         ),
     }
 }

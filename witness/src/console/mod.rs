@@ -59,6 +59,10 @@ const MAX_CACHED_REPORTS: usize = 256;
 const MAX_RUNNING_VERIFICATIONS: usize = 1;
 /// How long a page with no report yet waits for one being computed.
 const REPORT_WAIT: Duration = Duration::from_secs(10);
+/// Uploads the verify page checks at once (each on
+/// [`data::VERIFY_THREADS`] threads); more get 503 and a pointer to `tally
+/// verify`.
+pub const MAX_VERIFY_UPLOADS: usize = 2;
 /// Chain views kept for agent pages (each holds at most 1.25 ×
 /// [`data::MAX_SCAN_RECORDS`] records' rows).
 const MAX_CACHED_VIEWS: usize = 8;
@@ -116,6 +120,7 @@ pub struct Console {
     report_done: Condvar,
     views: Mutex<Views>,
     hours: Mutex<HourCounts>,
+    uploads: tokio::sync::Semaphore,
 }
 
 impl std::fmt::Debug for Console {
@@ -151,6 +156,7 @@ impl Console {
             report_done: Condvar::new(),
             views: Mutex::new(Views::default()),
             hours: Mutex::new(HourCounts::default()),
+            uploads: tokio::sync::Semaphore::new(MAX_VERIFY_UPLOADS),
         }))
     }
 

@@ -103,8 +103,9 @@ pub fn layout(view: Option<&View>, title: &str, body: Markup) -> Markup {
     }
 }
 
-/// The login form.
-pub fn login(message: Option<&str>) -> Markup {
+/// The login form, carrying `token` (which must come back with the
+/// matching cookie).
+pub fn login(token: &str, message: Option<&str>) -> Markup {
     layout(
         None,
         "Log in",
@@ -113,6 +114,7 @@ pub fn login(message: Option<&str>) -> Markup {
             p { "Log in with one of your project's API keys (as " code { "tally serve" } " printed it on first start, or " code { "tally project new-key" } " made it). The console shows that project's agents." }
             @if let Some(m) = message { p.error role="alert" { (m) } }
             form method="post" action="/console/login" {
+                input type="hidden" name="login_token" value=(token);
                 label for="api_key" { "API key" }
                 input #api_key type="password" name="api_key" autocomplete="off" required;
                 button type="submit" { "Log in" }
@@ -286,8 +288,8 @@ fn status_word(s: CheckStatus) -> &'static str {
 }
 
 /// The twelve checks, coverage and result of a verification, and the exact
-/// text `tally verify` prints.
-pub fn report(v: &Verification) -> Markup {
+/// text `tally verify` prints (folded away unless `text_open`).
+pub fn report(v: &Verification, text_open: bool) -> Markup {
     let text = v.to_text();
     let result = text.lines().last().unwrap_or("");
     html! {
@@ -308,8 +310,8 @@ pub fn report(v: &Verification) -> Markup {
                 @for line in &v.report.coverage { li { "coverage: " (line) } }
             }
         }
-        p.result class=(if result.starts_with("PASS") { "pass" } else { "fail" }) { (result) }
-        details {
+        p class=(if result.starts_with("PASS") { "result pass" } else { "result fail" }) { (result) }
+        details open[text_open] {
             summary { "as " code { "tally verify" } " prints it" }
             pre.report-text { (text) }
         }
@@ -426,8 +428,8 @@ pub fn agent(view: &View, p: &AgentPage<'_>) -> Markup {
             section.cards {
                 div.card { div.label { "records" } div.value #record-count { (a.records()) } div.small { (if view.auditor.is_some() { "in range" } else { "in the chain" }) } }
                 div.card { div.label { "calls" } div.value #call-count { (calls.len()) } div.small { "decision/outcome pairs shown" } }
-                div.card class=(if open > 0 { "card warn" } else { "card" }) { div.label { "open decisions" } div.value #open-count { (open) } }
-                div.card class=(if errors > 0 { "card bad" } else { "card" }) { div.label { "errors" } div.value #error-count { (errors) } div.small { "outcomes other than ok" } }
+                div class=(if open > 0 { "card warn" } else { "card" }) { div.label { "open decisions" } div.value #open-count { (open) } }
+                div class=(if errors > 0 { "card bad" } else { "card" }) { div.label { "errors" } div.value #error-count { (errors) } div.small { "outcomes other than ok" } }
             }
             h2 { (if view.auditor.is_some() { "Last record in range" } else { "Chain head" }) }
             @if let Some(h) = &a.head {
@@ -459,11 +461,11 @@ pub fn agent(view: &View, p: &AgentPage<'_>) -> Markup {
             @match p.report {
                 Some(Report::Current(v)) => {
                     p.small { "Computed by the verifier library over a pack of this agent's records (seq " (a.first_seq) " to " (a.head.as_ref().map_or(0, |h| h.seq.get())) "), exactly as " code { "tally verify" } " would report it." }
-                    (report(v))
+                    (report(v, false))
                 }
                 Some(Report::Older { report: v, as_of }) => {
                     p.small.warn #report-as-of { "This report covers seq " (a.first_seq) " to " (as_of) "; the verification of the newer records is running. Reload to see it." }
-                    (report(v))
+                    (report(v, false))
                 }
                 Some(Report::Busy) => { p.small.warn #no-report { "The verification of this agent's records is still running. Reload in a moment." } }
                 None => { p.small #no-report { "No witnessed records in range, so there is no pack to verify yet." } }
@@ -601,9 +603,46 @@ pub fn record(view: &View, d: &RecordDetail) -> Markup {
     )
 }
 
+/// Largest `--max-skew` or `--grace` the verify page takes, in seconds
+/// (ten years).
+pub const MAX_VERIFY_WINDOW_SECS: u64 = 10 * 366 * 86_400;
+
+/// The verify page's settings: `tally verify`'s options and defaults.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct VerifySettings {
+    /// `--max-skew`, seconds.
+    pub max_skew_secs: u64,
+    /// `--grace`, seconds.
+    pub grace_secs: u64,
+    /// Whether a head.json was given.
+    pub head: bool,
+}
+
+impl Default for VerifySettings {
+    /// `tally verify`'s defaults.
+    fn default() -> Self {
+        Self {
+            max_skew_secs: tally_schemas::limits::DEFAULT_MAX_SKEW_MS / 1000,
+            grace_secs: tally_schemas::limits::DEFAULT_MAX_SKEW_MS / 1000,
+            head: false,
+        }
+    }
+}
+
 /// The verify page, with the result of an upload if there was one.
-pub fn verify(view: &View, vkey: &str, outcome: Option<Result<&Verification, String>>) -> Markup {
+pub fn verify(
+    view: &View,
+    vkey: &str,
+    settings: &VerifySettings,
+    outcome: Option<Result<&Verification, String>>,
+) -> Markup {
     let action = format!("{}/verify", view.base);
+    let command = format!(
+        "tally verify PACK --agent-keys agent-keys.json{} --witness-key '{vkey}' --max-skew {} --grace {}",
+        if settings.head { " --head head.json" } else { "" },
+        settings.max_skew_secs,
+        settings.grace_secs
+    );
     layout(
         Some(view),
         "Verify",
@@ -618,13 +657,23 @@ pub fn verify(view: &View, vkey: &str, outcome: Option<Result<&Verification, Str
                 input #agent_keys type="file" name="agent_keys" required;
                 label for="head" { "head.json (optional)" }
                 input #head type="file" name="head";
+                label for="max_skew" { "--max-skew (seconds)" }
+                input #max_skew type="number" name="max_skew" min="0" max=(MAX_VERIFY_WINDOW_SECS) value=(settings.max_skew_secs);
+                label for="grace" { "--grace (seconds)" }
+                input #grace type="number" name="grace" min="0" max=(MAX_VERIFY_WINDOW_SECS) value=(settings.grace_secs);
                 label for="pack" { "pack (JSON Lines)" }
                 input #pack type="file" name="pack" required;
                 button type="submit" { "Verify" }
             }
             @match outcome {
                 None => {}
-                Some(Ok(v)) => { section #verify-result { h2 { "Result" } (report(v)) } }
+                Some(Ok(v)) => {
+                    section #verify-result {
+                        h2 { "Result" }
+                        p.small { "The same as " code #verify-command { (command) } " prints:" }
+                        (report(v, true))
+                    }
+                }
                 Some(Err(e)) => { section #verify-result { h2 { "Result" } p.error role="alert" { (e) } } }
             }
         },

@@ -138,7 +138,9 @@ impl H {
         let status = resp.status();
         let headers = resp.headers().clone();
         let body = resp.into_body().collect().await.unwrap().to_bytes();
-        (status, headers, String::from_utf8_lossy(&body).into_owned())
+        let body = String::from_utf8_lossy(&body).into_owned();
+        assert_no_repeated_class(&body);
+        (status, headers, body)
     }
 
     async fn get(
@@ -171,10 +173,23 @@ impl H {
     }
 
     /// Logs in; returns the cookie header value and the CSRF token.
+    /// Posts the login form as a browser would: with the token and cookie
+    /// the login page handed out.
+    async fn post_login(&self, key: &str) -> (StatusCode, axum::http::HeaderMap, String) {
+        let (s, hd, page) = self.get("/console/login", None).await;
+        assert_eq!(s, StatusCode::OK);
+        let cookie = login_cookie(&hd);
+        let token = between(&page, "name=\"login_token\" value=\"", "\"").to_owned();
+        self.post_form(
+            "/console/login",
+            Some(&cookie),
+            &format!("login_token={token}&api_key={key}"),
+        )
+        .await
+    }
+
     async fn login(&self, key: &str) -> (String, String) {
-        let (s, h, _) = self
-            .post_form("/console/login", None, &format!("api_key={key}"))
-            .await;
+        let (s, h, _) = self.post_login(key).await;
         assert_eq!(s, StatusCode::SEE_OTHER);
         let set = h
             .get(header::SET_COOKIE)
@@ -188,6 +203,26 @@ impl H {
         let csrf = between(&body, "name=\"csrf\" value=\"", "\"").to_owned();
         (cookie, csrf)
     }
+}
+
+/// Every tag of `html` has at most one `class` attribute: browsers keep the
+/// first of two, so a second (maud's `p.x class=(..)` writes both) would
+/// silently drop the styling that makes errors and open decisions stand out.
+fn assert_no_repeated_class(html: &str) {
+    for tag in html.split('<').skip(1) {
+        let tag = tag.split('>').next().unwrap_or("");
+        assert!(
+            tag.matches(" class=").count() <= 1,
+            "a tag with two class attributes: <{tag}>"
+        );
+    }
+}
+
+/// The `tally_login=…` pair a login page set.
+fn login_cookie(hd: &axum::http::HeaderMap) -> String {
+    let set = hd.get(header::SET_COOKIE).unwrap().to_str().unwrap();
+    assert!(set.starts_with("tally_login="), "{set}");
+    set.split(';').next().unwrap().to_owned()
 }
 
 fn between<'a>(s: &'a str, start: &str, end: &str) -> &'a str {
@@ -312,14 +347,31 @@ async fn console_pages_need_a_login() {
     assert_eq!(s, StatusCode::OK);
     assert!(body.contains("name=\"api_key\""));
     let (s, _, body) = h
-        .post_form(
-            "/console/login",
-            None,
-            "api_key=tally_0000000000000000_000000000000000000000000000000000000000000000000",
-        )
+        .post_login("tally_0000000000000000_000000000000000000000000000000000000000000000000")
         .await;
     assert_eq!(s, StatusCode::UNAUTHORIZED);
     assert!(body.contains("unknown or revoked"));
+    // A good key without the login form's token and cookie is refused (login
+    // CSRF), as is a token that does not match the cookie.
+    let (s, hd, _) = h.get("/console/login", None).await;
+    assert_eq!(s, StatusCode::OK);
+    let cookie = login_cookie(&hd);
+    for (cookie, form) in [
+        (None, format!("api_key={}", h.api_key)),
+        (Some(cookie.as_str()), format!("api_key={}", h.api_key)),
+        (
+            Some(cookie.as_str()),
+            format!("login_token={}&api_key={}", "0".repeat(64), h.api_key),
+        ),
+    ] {
+        let (s, hd, body) = h.post_form("/console/login", cookie, &form).await;
+        assert_eq!(s, StatusCode::FORBIDDEN, "{form}");
+        assert!(body.contains("log in again"));
+        assert!(!hd
+            .get_all(header::SET_COOKIE)
+            .iter()
+            .any(|v| v.to_str().unwrap().starts_with("tally_console=")));
+    }
     // A forged cookie is not a session.
     let (s, _, _) = h.get("/console", Some("tally_console=00ff")).await;
     assert_eq!(s, StatusCode::SEE_OTHER);
@@ -337,9 +389,7 @@ async fn console_login_cookie_headers_and_overview() {
     let r = stranger.sign(T0, RecordBody::Note(NoteBody { text: "x".into() }));
     h.post(&h.other_key, &r).await;
 
-    let (s, hd, _) = h
-        .post_form("/console/login", None, &format!("api_key={}", h.api_key))
-        .await;
+    let (s, hd, _) = h.post_login(&h.api_key).await;
     assert_eq!(s, StatusCode::SEE_OTHER);
     let set = hd.get(header::SET_COOKIE).unwrap().to_str().unwrap();
     assert!(
@@ -547,6 +597,70 @@ async fn console_agent_page_coverage_pairs_and_search() {
     assert!(body.contains(">active<"));
 }
 
+#[tokio::test]
+async fn console_pages_follow_new_records() {
+    let h = harness();
+    let mut bot = Agent::new("bot");
+    h.register(&bot, "default");
+    h.clock.0.store(T0 + 10, Ordering::SeqCst);
+    hostile_chain(&h, &mut bot).await;
+    let (cookie, _) = h.login(&h.api_key).await;
+    let (_, _, over) = h.get("/console", Some(&cookie)).await;
+    assert_eq!(between(&over, "id=\"records-24h\">", "<"), "8");
+    let (_, _, page) = h.get("/console/agents/bot", Some(&cookie)).await;
+    assert_eq!(between(&page, "id=\"call-count\">", "<"), "3");
+    assert!(
+        page.contains("PASS: 12 checks"),
+        "the first report is computed for the page"
+    );
+    assert!(!page.contains("report-as-of"));
+
+    // Two more calls, one of them answering the open decision.
+    let d = bot.sign(T0 + 20, decision("late-1", "lookup"));
+    h.post(&h.api_key, &d).await;
+    let o = bot.sign(T0 + 21, outcome("late-1", &d, OutcomeStatus::Error));
+    h.post(&h.api_key, &o).await;
+    let (_, _, over) = h.get("/console", Some(&cookie)).await;
+    assert_eq!(
+        between(&over, "id=\"records-24h\">", "<"),
+        "10",
+        "counted from new entries"
+    );
+    let (_, _, page) = h.get("/console/agents/bot", Some(&cookie)).await;
+    assert_eq!(
+        between(&page, "id=\"call-count\">", "<"),
+        "4",
+        "the view grew"
+    );
+    assert_eq!(between(&page, "id=\"error-count\">", "<"), "2");
+    assert_eq!(between(&page, "id=\"record-count\">", "<"), "10");
+    // The report is either already over the new head, or the previous one,
+    // said so, while the new one runs; it arrives without blocking pages.
+    let mut page = page;
+    for _ in 0..200 {
+        if !page.contains("report-as-of") {
+            break;
+        }
+        assert!(page.contains("covers seq 0 to 7"), "{page}");
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+        page = h.get("/console/agents/bot", Some(&cookie)).await.2;
+    }
+    assert!(!page.contains("report-as-of"), "the new report arrived");
+    assert!(
+        page.contains("10 records from 1 agent"),
+        "over the new head"
+    );
+    // An hour later the chart still counts those records in their hour.
+    h.clock.0.store(T0 + 3_600_000, Ordering::SeqCst);
+    let (_, _, over) = h.get("/console", Some(&cookie)).await;
+    assert_eq!(between(&over, "id=\"records-24h\">", "<"), "10");
+    // A day later they are out of the window.
+    h.clock.0.store(T0 + 25 * 3_600_000, Ordering::SeqCst);
+    let (cookie, _) = h.login(&h.api_key).await; // sessions last 8 hours
+    let (_, _, over) = h.get("/console", Some(&cookie)).await;
+    assert_eq!(between(&over, "id=\"records-24h\">", "<"), "0");
+}
+
 fn html_escape(s: &str) -> String {
     s.replace('&', "&amp;")
         .replace('<', "&lt;")
@@ -562,7 +676,15 @@ async fn verify_pack(h: &H, pack: &[u8]) -> tally_verifier::Verification {
         &[],
     )
     .unwrap();
-    super::data::run_verify(pack, &keys, h.witness.log().verifier(), None, 300_000).unwrap()
+    super::data::run_verify(
+        pack,
+        &keys,
+        h.witness.log().verifier(),
+        None,
+        300_000,
+        300_000,
+    )
+    .unwrap()
 }
 
 #[tokio::test]
@@ -698,7 +820,58 @@ async fn console_verify_page_prints_what_tally_verify_prints() {
         "report text differs"
     );
     assert!(body.contains("PASS: 12 checks"));
+    assert!(
+        body.contains("--max-skew 300 --grace 300"),
+        "the CLI's defaults"
+    );
     assert_escaped(&body);
+
+    // --max-skew and --grace are tally verify's: a skew bound of 0 s fails
+    // the timing check of records whose agent and witness times differ, as
+    // the CLI would; the command shown says so.
+    let strict = super::data::run_verify(
+        pack.as_bytes(),
+        &AgentKeys::from_json(&keys).unwrap(),
+        h.witness.log().verifier(),
+        None,
+        0,
+        0,
+    )
+    .unwrap()
+    .to_text();
+    assert_ne!(strict, expected, "the settings change the report");
+    let (s, body) = upload(
+        &h,
+        "/console/verify",
+        Some(&cookie),
+        &[
+            ("csrf", None, csrf.as_bytes()),
+            ("agent_keys", Some("k"), &keys),
+            ("max_skew", None, b"0"),
+            ("grace", None, b"0"),
+            ("pack", Some("p"), pack.as_bytes()),
+        ],
+    )
+    .await;
+    assert_eq!(s, StatusCode::OK, "{body}");
+    assert!(body.contains(&html_escape(&strict)), "report text differs");
+    assert!(body.contains("--max-skew 0 --grace 0"));
+    for bad in [&b"soon"[..], b"-1", b"999999999999"] {
+        let (s, body) = upload(
+            &h,
+            "/console/verify",
+            Some(&cookie),
+            &[
+                ("csrf", None, csrf.as_bytes()),
+                ("agent_keys", Some("k"), &keys),
+                ("max_skew", None, bad),
+                ("pack", Some("p"), pack.as_bytes()),
+            ],
+        )
+        .await;
+        assert_eq!(s, StatusCode::BAD_REQUEST);
+        assert!(body.contains("--max-skew: give whole seconds"), "{body}");
+    }
 
     // A tampered pack fails, and says which check.
     let tampered = pack.replacen("\"c2\"", "\"c9\"", 1);
@@ -903,6 +1076,7 @@ async fn console_auditor_link_is_scoped_read_only_and_revocable() {
         &keys,
         h.witness.log().verifier(),
         None,
+        300_000,
         300_000,
     )
     .unwrap();
@@ -1205,11 +1379,33 @@ async fn console_secure_cookie_with_tls() {
     std::fs::create_dir(h._dir.path().join("tls")).unwrap();
     let console = Console::open(Arc::clone(&h.witness), &h._dir.path().join("tls"), true).unwrap();
     let app = super::router(console);
+    let form = app
+        .clone()
+        .oneshot(
+            Request::builder()
+                .uri("/console/login")
+                .body(Body::empty())
+                .unwrap(),
+        )
+        .await
+        .unwrap();
+    let login = login_cookie(form.headers());
+    assert!(form.headers()[header::SET_COOKIE]
+        .to_str()
+        .unwrap()
+        .ends_with("; Secure"));
+    let page = form.into_body().collect().await.unwrap().to_bytes();
+    let page = String::from_utf8_lossy(&page);
+    let token = between(&page, "name=\"login_token\" value=\"", "\"");
     let req = Request::builder()
         .method("POST")
         .uri("/console/login")
         .header(header::CONTENT_TYPE, "application/x-www-form-urlencoded")
-        .body(Body::from(format!("api_key={}", h.api_key)))
+        .header(header::COOKIE, login)
+        .body(Body::from(format!(
+            "login_token={token}&api_key={}",
+            h.api_key
+        )))
         .unwrap();
     let resp = app.oneshot(req).await.unwrap();
     assert_eq!(resp.status(), StatusCode::SEE_OTHER);

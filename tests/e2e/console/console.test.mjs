@@ -268,11 +268,19 @@ test("overview shows agents, records per hour, checkpoint and log size", async (
   assert.equal(bars.length, 24);
   assert.equal(bars.reduce((a, b) => a + b, 0), 12);
   assert.equal((await page.textContent("#checkpoint-note")).trim(), checkpoint.trim());
-  // The cookie is HttpOnly and SameSite=Strict.
-  const [cookie] = await operator.cookies();
-  assert.equal(cookie.name, "tally_console");
-  assert.equal(cookie.httpOnly, true);
-  assert.equal(cookie.sameSite, "Strict");
+  // The session cookie, and the login form's anti-CSRF cookie, are HttpOnly
+  // and SameSite=Strict.
+  const cookies = await operator.cookies();
+  const session = cookies.find((c) => c.name === "tally_console");
+  assert.ok(session, "a session cookie");
+  assert.equal(session.path, "/console");
+  const login = cookies.find((c) => c.name === "tally_login");
+  assert.ok(login, "the login form's cookie");
+  assert.equal(login.path, "/console/login");
+  for (const c of [session, login]) {
+    assert.equal(c.httpOnly, true);
+    assert.equal(c.sameSite, "Strict");
+  }
   await page.screenshot({ path: join(shots, "01-overview.png"), fullPage: true });
 });
 

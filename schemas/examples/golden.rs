@@ -8,7 +8,13 @@
 //! Each case file is one JSON object: `description`, `expect` (`"valid"` or
 //! the stable error code), and the object under `input` (or `input_text`
 //! when the case is not representable as a JSON value, such as a duplicate
-//! key), plus the derived values a second implementation must reproduce.
+//! key or a non-finite number, or breaks a bound checked on the bytes, such
+//! as depth or size), plus the derived values a second implementation must
+//! reproduce. A refused `input` that JSON Schema cannot refuse (a rule the
+//! schema cannot state) says so with `"schema_refuses": false`.
+//!
+//! hashes/ holds salted content hashes (salt and content to hash) and tool
+//! definition digests (MCP definition to digests).
 
 use std::collections::BTreeMap;
 use std::fs;
@@ -17,6 +23,7 @@ use std::path::{Path, PathBuf};
 use serde_json::{json, Value};
 use tally_schemas::canonical::canonicalize;
 use tally_schemas::hash::salted_hash;
+use tally_schemas::limits::MAX_TOOLS_PER_RECORD;
 use tally_schemas::pack::{
     AgentKey, AgentKeyList, AgentKeys, Head, HeadAgent, PackAgent, PackCheckpoint, PackEnd,
     PackHeader, PackLine, PackReceipt, PackRecord, Witnessed, PACK_VERSION,
@@ -57,6 +64,7 @@ fn salt(i: u8) -> [u8; 16] {
 }
 
 struct Chain {
+    agent: &'static str,
     records: Vec<Record>,
     key: SecretKey,
 }
@@ -65,7 +73,7 @@ impl Chain {
     fn push(&mut self, ms: i64, body: Body) -> Record {
         let seq = self.records.len() as u64;
         let unsigned = UnsignedRecord {
-            agent: AgentName::new("claims-bot").expect("valid"),
+            agent: AgentName::new(self.agent).expect("valid"),
             key_id: self.key.public_key().key_id(),
             seq: Seq::new(seq).expect("small"),
             prev: self.records.last().map(Record::hash),
@@ -93,6 +101,7 @@ fn tool_definitions() -> Vec<Value> {
 
 fn build_chain() -> Chain {
     let mut chain = Chain {
+        agent: "claims-bot",
         records: Vec::new(),
         key: agent_key(),
     };
@@ -315,6 +324,267 @@ fn invalid_cases(sample: &Record) -> Vec<(&'static str, &'static str, &'static s
     ]
 }
 
+/// Refused cases built from other kinds of record: `(file name,
+/// description, code, input, schema_refuses)`. Inputs that are strings go
+/// under `input_text`.
+fn more_invalid_cases(
+    tools: &Record,
+    decision: &Record,
+    note: &Record,
+    rotation: &Record,
+) -> Vec<(&'static str, &'static str, &'static str, Value, bool)> {
+    let edit = |r: &Record, f: &dyn Fn(&mut Value)| {
+        let mut v = to_value(r);
+        f(&mut v);
+        v
+    };
+    let text = |r: &Record| String::from_utf8(r.canonical_bytes().to_vec()).expect("utf-8");
+    let note_text = text(note);
+    let deep = format!("{}1{}", "[".repeat(16), "]".repeat(16));
+    let big_tools: Vec<Value> = (0..MAX_TOOLS_PER_RECORD)
+        .map(|i| {
+            let h = Hash::sha256(&[i as u8]).to_hex();
+            json!({
+                "name": format!("{i:02}{}", "t".repeat(254)),
+                "recorded": true,
+                "digest": h,
+                "parts": {"title": h, "description": h, "input_schema": h,
+                          "output_schema": h, "annotations": h, "meta": h},
+            })
+        })
+        .collect();
+    vec![
+        (
+            "refused-non-finite-number",
+            "seq written as 1e400, which is not a finite double",
+            "non_finite_number",
+            Value::String(note_text.replacen("\"seq\":5", "\"seq\":1e400", 1)),
+            true,
+        ),
+        (
+            "refused-too-deep",
+            "the note text replaced by arrays nested 16 deep: 18 levels with the record and body, over the limit of 16",
+            "too_deep",
+            Value::String(
+                String::from_utf8(
+                    canonicalize(&edit(note, &|v| {
+                        v["body"]["text"] = serde_json::from_str(&deep).expect("json");
+                    }))
+                    .expect("canonical"),
+                )
+                .expect("utf-8"),
+            ),
+            true,
+        ),
+        (
+            "refused-too-large",
+            "a tools record of 48 tools with 256-byte names and every part digest: its canonical form is over 32,768 bytes",
+            "too_large",
+            Value::String(
+                String::from_utf8(
+                    canonicalize(&edit(tools, &|v| v["body"]["tools"] = json!(big_tools)))
+                        .expect("canonical"),
+                )
+                .expect("utf-8"),
+            ),
+            true,
+        ),
+        (
+            "refused-control-character-in-name",
+            "a decision whose tool name holds U+0007",
+            "invalid_field",
+            edit(decision, &|v| v["body"]["tool"] = json!("lookup\u{7}claim")),
+            true,
+        ),
+        (
+            "refused-control-character-in-note",
+            "a note whose text holds U+001B (newline and tab are the only controls allowed)",
+            "invalid_field",
+            edit(note, &|v| v["body"]["text"] = json!("colour \u{1b}[31m red")),
+            false,
+        ),
+        (
+            "refused-bad-agent-name",
+            "an agent name that starts with a dash",
+            "schema",
+            edit(note, &|v| v["agent"] = json!("-claims-bot")),
+            true,
+        ),
+        (
+            "refused-too-many-tools",
+            "a tools record listing 49 tools (at most 48 per record)",
+            "invalid_field",
+            edit(tools, &|v| {
+                let one = v["body"]["tools"][0].clone();
+                v["body"]["tools"] = Value::Array(
+                    (0..=MAX_TOOLS_PER_RECORD)
+                        .map(|i| {
+                            let mut t = one.clone();
+                            t["name"] = json!(format!("tool-{i}"));
+                            t
+                        })
+                        .collect(),
+                );
+            }),
+            true,
+        ),
+        (
+            "refused-part-not-below-parts",
+            "a tools record claiming part 1 of a 1-part list",
+            "invalid_field",
+            edit(tools, &|v| v["body"]["part"] = json!(1)),
+            false,
+        ),
+        (
+            "refused-key-rotation-id-mismatch",
+            "a key_rotation whose new_key_id is not the id of new_public_key",
+            "invalid_field",
+            edit(rotation, &|v| {
+                v["body"]["new_key_id"] = json!(agent_key().public_key().key_id().to_hex());
+            }),
+            false,
+        ),
+    ]
+}
+
+/// The second chain, of agent `tool-bot`: a tool list in two parts, then a
+/// decision and an outcome for each outcome status beyond ok and error.
+fn build_second_chain() -> (Vec<Record>, Vec<(String, Record)>) {
+    let mut chain = Chain {
+        agent: "tool-bot",
+        records: Vec::new(),
+        key: agent_key(),
+    };
+    let entries: Vec<ToolEntry> = tool_definitions()
+        .iter()
+        .map(|d| {
+            let (name, digest, parts) = digest_tool_definition(d).expect("valid definition");
+            ToolEntry {
+                recorded: true,
+                name,
+                digest,
+                parts,
+            }
+        })
+        .collect();
+    let mut fixtures = Vec::new();
+    for (part, tools) in [entries[..2].to_vec(), entries[2..].to_vec()]
+        .into_iter()
+        .enumerate()
+    {
+        let r = chain.push(
+            part as i64,
+            Body::Tools(ToolList {
+                list_id: "list-2".into(),
+                part: part as u32,
+                parts: 2,
+                tools,
+            }),
+        );
+        fixtures.push((format!("tools-part-{part}-of-2"), r));
+    }
+    let statuses = [
+        (OutcomeStatus::Cancelled, "cancelled"),
+        (OutcomeStatus::ServerExited, "server-exited"),
+        (OutcomeStatus::ClientGone, "client-gone"),
+        (OutcomeStatus::Timeout, "timeout"),
+        (OutcomeStatus::NotRun, "not-run"),
+    ];
+    for (i, (status, name)) in statuses.into_iter().enumerate() {
+        let call_id = format!("s{i}");
+        let ms = 1000 * (i as i64 + 1);
+        let decision = chain.push(
+            ms,
+            Body::Decision(Decision {
+                call_id: call_id.clone(),
+                tool: "lookup_claim".into(),
+                input_hash: salted_hash(&salt(10 + i as u8), b"{}"),
+            }),
+        );
+        let outcome = chain.push(
+            ms + 100,
+            Body::Outcome(Outcome {
+                call_id,
+                decision: decision.hash(),
+                status,
+                output_hash: None,
+            }),
+        );
+        fixtures.push((format!("outcome-{name}"), outcome));
+    }
+    (chain.records, fixtures)
+}
+
+/// hashes/: salted content hashes and tool definition digests.
+fn write_hashes(dir: &Path) {
+    let salted = [
+        (
+            "salted-hash-input",
+            "the salted hash of a tool call's arguments: SHA-256(salt || JCS(arguments))",
+            salt(3),
+            json!({"id": "C-1001", "amount": 42.5, "note": null}),
+        ),
+        (
+            "salted-hash-output",
+            "the salted hash of a result whose canonical form escapes and reorders: SHA-256(salt || JCS(result))",
+            salt(4),
+            json!({"isError": false, "content": [{"type": "text", "text": "caf\u{e9} \"quoted\"\n\u{1f}", "n": 1e21}]}),
+        ),
+    ];
+    for (name, description, salt, content) in salted {
+        let canonical = canonicalize(&content).expect("canonical");
+        write(
+            dir,
+            &format!("{name}.json"),
+            &json!({
+                "description": description,
+                "expect": "valid",
+                "salt_hex": hex::encode(salt),
+                "content": content,
+                "canonical_content": String::from_utf8(canonical.clone()).expect("utf-8"),
+                "hash": salted_hash(&salt, &canonical).to_hex(),
+            }),
+        );
+    }
+    let definitions = [
+        (
+            "tool-digest-full",
+            "an MCP tool definition with every digested part, and a member (icons) that counts only in the whole digest",
+            json!({
+                "name": "refund",
+                "title": "Refund a claim",
+                "description": "Refund part or all of a claim.",
+                "inputSchema": {"type": "object", "properties": {"id": {"type": "string"}, "amount": {"type": "number", "minimum": 0.01}}, "required": ["id"]},
+                "outputSchema": {"type": "object", "properties": {"refunded": {"type": "number"}}},
+                "annotations": {"destructiveHint": true, "idempotentHint": false},
+                "_meta": {"vendor.example/tier": "gold"},
+                "icons": [{"src": "https://example.invalid/r.png"}],
+            }),
+        ),
+        (
+            "tool-digest-minimal",
+            "an MCP tool definition with a name and an input schema only: absent parts have no digest",
+            json!({"name": "ping", "inputSchema": {"type": "object"}}),
+        ),
+    ];
+    for (name, description, definition) in definitions {
+        let (tool, digest, parts) = digest_tool_definition(&definition).expect("valid");
+        write(
+            dir,
+            &format!("{name}.json"),
+            &json!({
+                "description": description,
+                "expect": "valid",
+                "definition": definition,
+                "canonical": String::from_utf8(canonicalize(&definition).expect("c")).expect("utf-8"),
+                "name": tool,
+                "digest": digest.to_hex(),
+                "parts": to_value(&parts),
+            }),
+        );
+    }
+}
+
 fn main() {
     let out: PathBuf = std::env::args()
         .nth(1)
@@ -322,7 +592,8 @@ fn main() {
     let records_dir = out.join("records");
     let log_dir = out.join("log");
     let pack_dir = out.join("pack");
-    for d in [&records_dir, &log_dir, &pack_dir] {
+    let hashes_dir = out.join("hashes");
+    for d in [&records_dir, &log_dir, &pack_dir, &hashes_dir] {
         if d.exists() {
             fs::remove_dir_all(d).expect("clean");
         }
@@ -374,6 +645,45 @@ fn main() {
             &json!({"description": description, "expect": code, field: input}),
         );
     }
+    let (_, second) = build_second_chain();
+    for (i, (name, record)) in second.iter().enumerate() {
+        let case = valid_record_case(
+            &format!(
+                "a valid {} record of a second agent ({name})",
+                record.kind().as_str()
+            ),
+            record,
+            &agent_key(),
+        );
+        write(&records_dir, &format!("{:02}-{name}.json", 10 + i), &case);
+    }
+    let more = more_invalid_cases(
+        &chain.records[0],
+        &chain.records[1],
+        &chain.records[5],
+        &chain.records[6],
+    );
+    for (name, description, code, input, schema_refuses) in more {
+        // The generator checks its own claim, so a fixture never states a
+        // code the parser does not give.
+        let got = match &input {
+            Value::String(text) => Record::from_json(text.as_bytes()),
+            value => Record::from_value(value.clone()),
+        }
+        .expect_err(name);
+        assert_eq!(got.code(), code, "{name}: {got}");
+        let mut case = json!({"description": description, "expect": code});
+        if input.is_string() {
+            case["input_text"] = input;
+        } else {
+            case["input"] = input;
+            if !schema_refuses {
+                case["schema_refuses"] = json!(false);
+            }
+        }
+        write(&records_dir, &format!("{name}.json"), &case);
+    }
+    write_hashes(&hashes_dir);
 
     // The log: one entry per record, receipts issued in two batches (after
     // the 5th record and after the 8th), the pack under the last checkpoint.
@@ -544,6 +854,60 @@ fn main() {
         }],
     };
     write(&pack_dir, "head.json", &to_value(&head));
+
+    // Refused agent-keys and head documents: an agent or key listed twice
+    // leaves which entry counts to the reader, so each is refused.
+    let mut twice = keys.clone();
+    twice.agents.push(twice.agents[0].clone());
+    let mut same_key = keys.clone();
+    let mut repeated = same_key.agents[0].keys[0].clone();
+    repeated.not_before = UnixMillis::new(T0);
+    same_key.agents[0].keys.push(repeated);
+    let mut head_twice = head.clone();
+    head_twice.agents.push(head_twice.agents[0].clone());
+    let refused: [(&str, &str, &str, Value, bool); 3] = [
+        (
+            "refused-agent-keys-duplicate-agent.json",
+            "agent-keys.json listing the agent claims-bot twice",
+            "duplicate_agent",
+            to_value(&twice),
+            true,
+        ),
+        (
+            "refused-agent-keys-duplicate-key-id.json",
+            "agent-keys.json listing one key twice for claims-bot, with different validity",
+            "duplicate_key_id",
+            to_value(&same_key),
+            true,
+        ),
+        (
+            "refused-head-duplicate-agent.json",
+            "head.json listing the agent claims-bot twice",
+            "duplicate_agent",
+            to_value(&head_twice),
+            false,
+        ),
+    ];
+    for (name, description, code, input, is_keys) in refused {
+        let bytes = canonicalize(&input).expect("canonical");
+        let got = if is_keys {
+            AgentKeys::from_json(&bytes).map(|_| ())
+        } else {
+            Head::from_json(&bytes).map(|_| ())
+        }
+        .expect_err(name);
+        assert_eq!(got.code(), code, "{name}: {got}");
+        write(
+            &pack_dir,
+            name,
+            &json!({
+                "description": description,
+                "expect": code,
+                "document": if is_keys { "agent-keys" } else { "head" },
+                "input": input,
+            }),
+        );
+    }
     fs::write(
         pack_dir.join("log.vkey"),
         format!("{}\n", signer.verifier().vkey()),

@@ -2,17 +2,20 @@
 //! fixture parses into the Rust types, round-trips byte for byte, reproduces
 //! its derived hashes and signatures, and validates against its JSON Schema
 //! in schemas/json with a real validator; every refused fixture is refused by
-//! the parser with its stable code, and by the schema where a schema can say so.
+//! the parser with its stable code, and by the schema where a schema can say so;
+//! every salted hash and tool digest in hashes/ is reproduced.
 
 use std::collections::HashMap;
 use std::fs;
 use std::path::{Path, PathBuf};
 
 use serde_json::Value;
-use tally_schemas::canonical::{parse_strict, Limits};
+use tally_schemas::canonical::{canonicalize, parse_strict, Limits};
+use tally_schemas::hash::salted_hash;
 use tally_schemas::note::{open_checkpoint, NoteVerifier};
 use tally_schemas::pack::{AgentKeys, Head, PackLine};
 use tally_schemas::record::RECORD_SIGNATURE_DOMAIN;
+use tally_schemas::tools::digest_tool_definition;
 use tally_schemas::{Entry, PublicKey, Receipt, Record};
 
 const SCHEMA_BASE: &str = "https://schemas.tally.invalid/v1/";
@@ -86,7 +89,7 @@ fn record_fixtures() {
         .map(|e| e.unwrap().path())
         .collect();
     files.sort();
-    assert!(files.len() >= 20, "only {} record fixtures", files.len());
+    assert_eq!(files.len(), 37, "record fixtures");
     let (mut valid, mut refused) = (0, 0);
     for f in files {
         let case = read_json(&f);
@@ -141,9 +144,14 @@ fn record_fixtures() {
                     Record::from_json(text.as_bytes()).expect_err(&name)
                 } else {
                     let input = &case["input"];
-                    assert!(
+                    // A rule JSON Schema cannot state (part < parts, say) is
+                    // marked, and the schema must then accept the input, so
+                    // the mark stays true.
+                    let schema_refuses = case["schema_refuses"].as_bool().unwrap_or(true);
+                    assert_eq!(
                         !schema.is_valid(input),
-                        "{name}: the schema should refuse it too"
+                        schema_refuses,
+                        "{name}: schema_refuses is {schema_refuses}"
                     );
                     Record::from_value(input.clone()).expect_err(&name)
                 };
@@ -152,9 +160,13 @@ fn record_fixtures() {
             }
         }
     }
-    assert!(
-        valid >= 8 && refused >= 12,
-        "valid {valid}, refused {refused}"
+    // Exact, so that a lost fixture is noticed: 8 records of the main chain
+    // and 7 of the second (a two-part tool list, five outcome statuses);
+    // a bad signature and 21 refused inputs.
+    assert_eq!(
+        (valid, refused),
+        (15, 22),
+        "valid and refused record fixtures"
     );
 }
 
@@ -223,10 +235,95 @@ fn pack_fixtures() {
     );
     let keys = AgentKeys::from_json(&keys_bytes).unwrap();
     assert_eq!(keys.agents[0].keys.len(), 2);
+    assert_eq!(
+        serde_json::to_value(&keys).unwrap(),
+        serde_json::from_slice::<Value>(&keys_bytes).unwrap(),
+        "agent-keys round trip"
+    );
+    assert_eq!(
+        AgentKeys::from_json(&canonicalize(&keys).unwrap()).unwrap(),
+        keys
+    );
 
     let head_bytes = fs::read(dir.join("head.json")).unwrap();
     let head_value: Value = serde_json::from_slice(&head_bytes).unwrap();
     assert_valid(&validator("head.schema.json"), &head_value, "head");
     let head = Head::from_json(&head_bytes).unwrap();
     assert_eq!(serde_json::to_value(&head).unwrap(), head_value);
+
+    let mut refused = 0;
+    for e in fs::read_dir(&dir).unwrap() {
+        let path = e.unwrap().path();
+        let name = path.file_name().unwrap().to_string_lossy().into_owned();
+        if !name.starts_with("refused-") {
+            continue;
+        }
+        let case = read_json(&path);
+        let bytes = canonicalize(&case["input"]).unwrap();
+        let err = match case["document"].as_str().unwrap() {
+            "agent-keys" => AgentKeys::from_json(&bytes).map(|_| ()),
+            "head" => Head::from_json(&bytes).map(|_| ()),
+            other => panic!("{name}: unknown document {other}"),
+        }
+        .expect_err(&name);
+        assert_eq!(
+            err.code(),
+            case["expect"].as_str().unwrap(),
+            "{name}: {err}"
+        );
+        refused += 1;
+    }
+    assert_eq!(refused, 3, "refused agent-keys and head fixtures");
+}
+
+#[test]
+fn hash_fixtures() {
+    let dir = root().join("testdata/golden/hashes");
+    let mut files: Vec<PathBuf> = fs::read_dir(&dir)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .collect();
+    files.sort();
+    let (mut salted, mut digests) = (0, 0);
+    for f in &files {
+        let case = read_json(f);
+        let name = f.file_name().unwrap().to_string_lossy().into_owned();
+        assert_eq!(case["expect"], "valid", "{name}");
+        if let Some(salt_hex) = case["salt_hex"].as_str() {
+            let salt: [u8; 16] = hex::decode(salt_hex).unwrap().try_into().unwrap();
+            let canonical = canonicalize(&case["content"]).unwrap();
+            assert_eq!(
+                canonical,
+                case["canonical_content"].as_str().unwrap().as_bytes(),
+                "{name}"
+            );
+            assert_eq!(
+                salted_hash(&salt, &canonical).to_hex(),
+                case["hash"].as_str().unwrap(),
+                "{name}"
+            );
+            salted += 1;
+        } else {
+            let definition = &case["definition"];
+            assert_eq!(
+                canonicalize(definition).unwrap(),
+                case["canonical"].as_str().unwrap().as_bytes(),
+                "{name}"
+            );
+            let (tool, digest, parts) = digest_tool_definition(definition).unwrap();
+            assert_eq!(tool, case["name"].as_str().unwrap(), "{name}");
+            assert_eq!(digest.to_hex(), case["digest"].as_str().unwrap(), "{name}");
+            assert_eq!(
+                serde_json::to_value(&parts).unwrap(),
+                case["parts"],
+                "{name}"
+            );
+            digests += 1;
+        }
+    }
+    assert_eq!(
+        (salted, digests),
+        (2, 2),
+        "salted hash and tool digest fixtures"
+    );
 }

@@ -86,11 +86,8 @@ struct ConsistencyCase {
 fn rfc9162_inclusion_vectors() {
     let mut files = Vec::new();
     json_files(&vectors().join("rfc9162/inclusion"), &mut files);
-    assert!(
-        files.len() >= 50,
-        "only {} inclusion vectors found",
-        files.len()
-    );
+    // Exact, so that a lost or added file is noticed.
+    assert_eq!(files.len(), 59, "inclusion vectors found");
     let mut failures = Vec::new();
     for f in &files {
         let c: InclusionCase = serde_json::from_slice(&fs::read(f).unwrap()).unwrap();
@@ -120,11 +117,7 @@ fn rfc9162_inclusion_vectors() {
 fn rfc9162_consistency_vectors() {
     let mut files = Vec::new();
     json_files(&vectors().join("rfc9162/consistency"), &mut files);
-    assert!(
-        files.len() >= 50,
-        "only {} consistency vectors found",
-        files.len()
-    );
+    assert_eq!(files.len(), 57, "consistency vectors found");
     let mut failures = Vec::new();
     for f in &files {
         let c: ConsistencyCase = serde_json::from_slice(&fs::read(f).unwrap()).unwrap();
@@ -192,7 +185,7 @@ fn signed_note_vectors_byte_for_byte() {
     let cases: Vec<NoteCase> =
         serde_json::from_slice(&fs::read(vectors().join("signed-note/checkpoints.json")).unwrap())
             .unwrap();
-    assert!(cases.len() >= 4);
+    assert_eq!(cases.len(), 4, "signed-note vectors found");
     for c in cases {
         let signer = NoteSigner::from_skey(&c.skey).unwrap_or_else(|e| panic!("{}: {e}", c.desc));
         assert_eq!(signer.skey(), c.skey, "{}: skey round trip", c.desc);

@@ -253,25 +253,33 @@ fn agent_range(
     let (from, last) = match range {
         ExportRange::All => (Seq::GENESIS, None),
         ExportRange::Seq { from, to } => (from.unwrap_or(Seq::GENESIS), to),
-        ExportRange::Time { .. } => (Seq::GENESIS, None),
+        ExportRange::Time { since, until } => {
+            // Receive times never decrease along a chain: binary search for
+            // the range's ends instead of reading every entry.
+            let Some(head) = log.chain_head(agent)? else {
+                return Ok(None);
+            };
+            let len = head.seq.get() + 1;
+            let first = match since {
+                Some(t) => log.chain_seq_received_from(agent, len, t)?,
+                None => 0,
+            };
+            let end = match until {
+                Some(t) => log.chain_seq_received_from(agent, len, t)?,
+                None => len,
+            };
+            if end <= first {
+                return Ok(None);
+            }
+            let seq = |n: u64| Seq::new(n).map_err(|e| WitnessError::internal(&e));
+            (seq(first)?, Some(seq(end - 1)?))
+        }
     };
     let mut cursor = ChainCursor::new(agent.clone(), from, last, size);
     let mut first: Option<Seq> = None;
     let mut end: Option<Seq> = None;
     let mut n = 0u64;
-    while let Some((seq, index)) = cursor.next(log)? {
-        if let ExportRange::Time { since, until } = range {
-            let entry = log.entry(index)?.ok_or_else(|| {
-                WitnessError::internal(&format!("entry {index} is indexed but not readable"))
-            })?;
-            let received = entry.received();
-            if until.is_some_and(|u| received >= u) {
-                break;
-            }
-            if first.is_none() && since.is_some_and(|s| received < s) {
-                continue;
-            }
-        }
+    while let Some((seq, _)) = cursor.next(log)? {
         first.get_or_insert(seq);
         end = Some(seq);
         n += 1;

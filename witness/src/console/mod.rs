@@ -83,6 +83,8 @@ pub enum Report {
     },
     /// None yet: another verification is running; reload shortly.
     Busy,
+    /// The last verification failed (the witness's log has why).
+    Failed,
 }
 
 #[derive(Default)]
@@ -91,6 +93,8 @@ struct ReportSlot {
     done: Option<(u64, Arc<Verification>)>,
     /// Whether a verification for this slot is running.
     running: bool,
+    /// Whether the last one failed.
+    failed: bool,
     /// Last use, for eviction.
     used: u64,
 }
@@ -216,11 +220,10 @@ impl Console {
 
     /// The verifier's report over `summary`'s records (an agent within
     /// `range`, which must have a record in range), exported as a pack of
-    /// seqs `first_seq..=head`. A report is computed once per head: pages
-    /// asking while it runs get the previous report, or wait up to
-    /// [`REPORT_WAIT`] for the first; at most [`MAX_RUNNING_VERIFICATIONS`]
-    /// run at once. A page whose report is older starts the new one in the
-    /// background.
+    /// seqs `first_seq..=head`. A report is computed once per head, on a
+    /// thread of its own, at most [`MAX_RUNNING_VERIFICATIONS`] at once:
+    /// while it runs, pages get the previous report, or wait up to
+    /// [`REPORT_WAIT`] for the first and then [`Report::Busy`].
     ///
     /// # Errors
     /// Storage failures, or a verifier that refuses the export (a bug).
@@ -265,13 +268,15 @@ impl Console {
                     }
                     return Ok(Report::Older { report, as_of });
                 }
+                None if waited && slot.failed && !slot.running => return Ok(Report::Failed),
+                None if waited => return Ok(Report::Busy),
                 None if start => {
                     slot.running = true;
                     reports.running += 1;
                     drop(reports);
-                    return self.compute_report(summary, range).map(Report::Current);
+                    self.spawn_report(summary, range);
+                    reports = locked(&self.reports);
                 }
-                None if waited => return Ok(Report::Busy),
                 None => {}
             }
             // Nothing to show yet and verifications are running: wait for
@@ -351,6 +356,7 @@ impl Console {
             .entry((summary.agent.clone(), range))
             .or_default();
         slot.running = false;
+        slot.failed = done.is_none();
         if let Some((seq, v)) = done {
             if slot.done.as_ref().is_none_or(|(s, _)| *s < seq) {
                 slot.done = Some((seq, v));

@@ -401,7 +401,7 @@ pub fn agent(view: &View, p: &AgentPage<'_>) -> Markup {
     let errors = calls.iter().filter(|c| c.is_error()).count();
     let verification = match p.report {
         Some(Report::Current(v) | Report::Older { report: v, .. }) => Some(v.as_ref()),
-        Some(Report::Busy) | None => None,
+        Some(Report::Busy | Report::Failed) | None => None,
     };
     // The verifier's coverage lines about tool definitions that changed
     // (docs/protocol.md §11.2), and its note when it listed only some.
@@ -468,6 +468,7 @@ pub fn agent(view: &View, p: &AgentPage<'_>) -> Markup {
                     (report(v, false))
                 }
                 Some(Report::Busy) => { p.small.warn #no-report { "The verification of this agent's records is still running. Reload in a moment." } }
+                Some(Report::Failed) => { p.small.error #no-report { "The verification of this agent's records failed; the detail is in the witness's log. Reload to try again." } }
                 None => { p.small #no-report { "No witnessed records in range, so there is no pack to verify yet." } }
             }
             h2 { "Tool-definition changes" }

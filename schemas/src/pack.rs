@@ -192,8 +192,21 @@ pub struct PackRecord {
 #[serde(deny_unknown_fields)]
 struct PackRecordIn {
     record: Value,
+    #[serde(deserialize_with = "present")]
     witnessed: Option<Witnessed>,
+    #[serde(deserialize_with = "present")]
     receipt: Option<PackReceipt>,
+}
+
+/// Reads a member that may be `null` but must be there (docs/protocol.md
+/// §9: `null`, never omitted); serde alone reads a missing `Option` member
+/// as `None`.
+fn present<'de, D, T>(d: D) -> Result<Option<T>, D::Error>
+where
+    D: serde::Deserializer<'de>,
+    T: Deserialize<'de>,
+{
+    Option::<T>::deserialize(d)
 }
 
 /// A record line as the fast road reads it (see [`Record::from_json`]).
@@ -447,7 +460,9 @@ pub struct AgentKey {
     pub public_key: PublicKey,
     /// First instant the key may sign.
     pub not_before: UnixMillis,
-    /// First instant the key may no longer sign; `None` while it is active.
+    /// First instant the key may no longer sign; `None` (`null`, never
+    /// omitted) while it is active.
+    #[serde(deserialize_with = "present")]
     pub not_after: Option<UnixMillis>,
 }
 
@@ -684,6 +699,29 @@ mod tests {
     }
 
     #[test]
+    fn agent_keys_spell_an_open_key_with_null_never_an_omission() {
+        let key = SecretKey::from_seed(&[4; 32]).public_key();
+        let doc = AgentKeys {
+            v: 1,
+            origin: "tally.local/log".into(),
+            agents: vec![AgentKeyList {
+                agent: AgentName::new("a").unwrap(),
+                keys: vec![AgentKey {
+                    key_id: key.key_id(),
+                    public_key: key,
+                    not_before: UnixMillis::new(1_795_000_000_000),
+                    not_after: None,
+                }],
+            }],
+        };
+        let text = String::from_utf8(canonical::canonicalize(&doc).unwrap()).unwrap();
+        assert_eq!(AgentKeys::from_json(text.as_bytes()), Ok(doc));
+        let omitted = text.replace(",\"not_after\":null", "");
+        assert_ne!(omitted, text);
+        assert!(AgentKeys::from_json(omitted.as_bytes()).is_err());
+    }
+
+    #[test]
     fn canonical_record_lines_take_the_fast_road_to_the_same_line() {
         for l in lines() {
             let bytes = l.to_json().unwrap();
@@ -731,6 +769,19 @@ mod tests {
                 Ok(()),
             ),
             (text.replace(",\"witnessed\":{", ",\"x\":{"), Err("schema")),
+            // `null`, never omitted.
+            (
+                String::from_utf8(line(0, false, false).to_json().unwrap())
+                    .unwrap()
+                    .replace("\"receipt\":null,", ""),
+                Err("schema"),
+            ),
+            (
+                String::from_utf8(line(0, false, false).to_json().unwrap())
+                    .unwrap()
+                    .replace(",\"witnessed\":null", ""),
+                Err("schema"),
+            ),
             (text.replace("{\"receipt\":", "{ \"receipt\":"), Ok(())),
             (big_proof, Err("too_large")),
         ];
@@ -746,14 +797,6 @@ mod tests {
             });
             assert_eq!(code, expect, "{bytes}");
         }
-        // A line without its witnessed member reads as witnessed: null.
-        let pending = String::from_utf8(line(0, false, false).to_json().unwrap()).unwrap();
-        let short = pending.replace(",\"witnessed\":null", "");
-        assert!(fast_record_line(short.as_bytes()).is_none());
-        assert_eq!(
-            PackLine::from_json(short.as_bytes()),
-            PackLine::from_json(pending.as_bytes())
-        );
     }
 
     #[test]

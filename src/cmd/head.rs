@@ -2,7 +2,7 @@
 //! witness (`GET /v1/head`): its latest checkpoint, a consistency proof from
 //! the pack checkpoint's size, and each agent's latest record.
 
-use std::io::BufRead as _;
+use std::io::{BufRead as _, Read as _};
 use std::path::PathBuf;
 use std::process::ExitCode;
 
@@ -44,10 +44,21 @@ pub fn run(args: &Args) -> anyhow::Result<ExitCode> {
         (None, Some(pack)) => {
             let f =
                 std::fs::File::open(pack).with_context(|| format!("opening {}", pack.display()))?;
+            // The header is at most MAX_PACK_HEADER_BYTES (and its newline):
+            // read no more than that, whatever the file holds.
+            let bound = tally_schemas::limits::MAX_PACK_HEADER_BYTES as u64 + 1;
             let mut first = Vec::new();
             std::io::BufReader::new(f)
+                .take(bound)
                 .read_until(b'\n', &mut first)
                 .with_context(|| format!("reading {}", pack.display()))?;
+            if !first.ends_with(b"\n") && first.len() as u64 == bound {
+                bail!(
+                    "{}: the first line is longer than a pack header may be ({} bytes)",
+                    pack.display(),
+                    tally_schemas::limits::MAX_PACK_HEADER_BYTES
+                );
+            }
             let PackLine::Header(h) =
                 PackLine::from_json(first.trim_ascii_end()).context("the pack's first line")?
             else {

@@ -1,5 +1,5 @@
 //! Reading a pack as JSON Lines with a bound on each line, docs/protocol.md
-//! §9.1 ("each line is at most 131,072 bytes"). A longer line is skipped up
+//! §9.1 (131,072 bytes; the header line 1,048,576). A longer line is skipped up
 //! to its newline without being buffered, so a hostile pack cannot make the
 //! verifier hold more than one line.
 

@@ -20,21 +20,33 @@ pub struct WitnessHead {
     pub hash: Hash,
 }
 
-/// One key of the witness's key directory.
+/// One key of the witness's key directory (docs/protocol.md §4.5: exactly
+/// these members, all present).
 #[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields)]
 pub struct DirectoryKey {
     /// The C2SP vkey.
     pub vkey: String,
-    /// Validity start.
-    #[serde(default)]
+    /// Validity start (always given by the directory; `Option` because
+    /// pins written before it was are read into the same shape).
+    #[serde(deserialize_with = "required_time")]
     pub not_before: Option<UnixMillis>,
     /// Retirement, `null` while current.
-    #[serde(default)]
+    #[serde(deserialize_with = "present")]
     pub not_after: Option<UnixMillis>,
+}
+
+fn required_time<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Option<UnixMillis>, D::Error> {
+    UnixMillis::deserialize(d).map(Some)
+}
+
+fn present<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Option<UnixMillis>, D::Error> {
+    Option::<UnixMillis>::deserialize(d)
 }
 
 /// `/.well-known/tally/keys`.
 #[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields)]
 pub struct KeyDirectory {
     /// Version, 1.
     pub v: u64,
@@ -252,14 +264,67 @@ impl WitnessClient {
         if status != 200 {
             return Err(Self::refusal(status, &body));
         }
-        let dir: KeyDirectory = serde_json::from_slice(&body)
-            .map_err(|e| WitnessError::BadResponse(format!("key directory: {e}")))?;
-        if dir.v != 1 {
+        Self::parse_key_directory(&body)
+    }
+
+    /// Reads a key directory strictly: its version first, then exactly the
+    /// members of docs/protocol.md §4.5 (no unknown or repeated ones, every
+    /// one present).
+    ///
+    /// # Errors
+    /// [`WitnessError::BadResponse`] naming what is wrong.
+    pub fn parse_key_directory(body: &[u8]) -> Result<KeyDirectory, WitnessError> {
+        #[derive(Deserialize)]
+        struct Version {
+            v: u64,
+        }
+        let bad = |e: serde_json::Error| WitnessError::BadResponse(format!("key directory: {e}"));
+        let Version { v } = serde_json::from_slice(body).map_err(bad)?;
+        if v != 1 {
             return Err(WitnessError::BadResponse(format!(
-                "key directory version {} is not supported (this build reads 1)",
-                dir.v
+                "key directory version {v} is not supported (this build reads 1)"
             )));
         }
-        Ok(dir)
+        serde_json::from_slice(body).map_err(bad)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const GOOD: &str = r#"{"v": 1, "origin": "tally.local/log",
+ "keys": [{"vkey": "k1", "not_before": "2026-11-01T08:00:00.000Z", "not_after": "2026-11-30T08:00:00.000Z"},
+          {"vkey": "k2", "not_before": "2026-11-30T08:00:00.000Z", "not_after": null}]}"#;
+
+    #[test]
+    fn key_directory_is_read_strictly() {
+        let dir = WitnessClient::parse_key_directory(GOOD.as_bytes()).unwrap();
+        assert_eq!(dir.keys.len(), 2);
+        assert!(dir.keys[0].not_after.is_some() && dir.keys[1].not_after.is_none());
+        for (bad, why) in [
+            (GOOD.replace(", \"not_after\": null", ""), "not_after"),
+            (
+                GOOD.replace("\"not_before\": \"2026-11-01T08:00:00.000Z\", ", ""),
+                "not_before",
+            ),
+            (
+                GOOD.replace("\"vkey\": \"k1\"", "\"vkey\": \"k1\", \"extra\": 1"),
+                "unknown",
+            ),
+            (
+                GOOD.replace("\"origin\"", "\"v\": 1, \"origin\""),
+                "duplicate",
+            ),
+            (GOOD.replace("\"v\": 1", "\"v\": 2"), "version 2"),
+            (
+                GOOD.replace("\"v\": 1", "\"v\": 2, \"new\": true"),
+                "version 2",
+            ),
+        ] {
+            assert_ne!(bad, GOOD);
+            let err = WitnessClient::parse_key_directory(bad.as_bytes()).unwrap_err();
+            assert!(err.to_string().contains(why), "{why}: {err}");
+        }
     }
 }

@@ -154,7 +154,7 @@ async fn keys(State(f): State<Fake>) -> Json<Value> {
         return Json(k);
     }
     Json(
-        json!({"v": 1, "origin": ORIGIN, "keys": [{"vkey": f.signer().verifier().vkey(), "not_before": null, "not_after": null}]}),
+        json!({"v": 1, "origin": ORIGIN, "keys": [{"vkey": f.signer().verifier().vkey(), "not_before": KEYS_FROM, "not_after": null}]}),
     )
 }
 
@@ -417,11 +417,14 @@ async fn a_strict_call_is_forwarded_once_its_decision_is_receipted() {
 
 // ---- log keys retired after they were pinned ----
 
+/// When the fake's log keys start (docs/protocol.md §4.5: always a time).
+const KEYS_FROM: &str = "2020-01-01T00:00:00.000Z";
+
 fn directory(entries: &[(&NoteSigner, Option<UnixMillis>)]) -> Value {
     let keys: Vec<Value> = entries
         .iter()
         .map(|(k, not_after)| {
-            json!({"vkey": k.verifier().vkey(), "not_before": null, "not_after": not_after})
+            json!({"vkey": k.verifier().vkey(), "not_before": KEYS_FROM, "not_after": not_after})
         })
         .collect();
     json!({"v": 1, "origin": ORIGIN, "keys": keys})

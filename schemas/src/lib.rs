@@ -13,8 +13,9 @@
 //! - [`pack`], [`report`]: packs, agent-keys.json, head.json, the report.
 //! - [`limits`]: every numeric limit.
 //!
-//! It does no I/O: no files, no sockets, no clocks except through the
-//! injected [`time::Clock`]. `cargo tree -p tally-schemas -e normal` shows no
+//! It does no I/O: no files, no sockets. Time comes from an injected
+//! [`time::Clock`]; the one direct read of the system clock is
+//! [`time::UnixMillis::now`], for callers without one (the CLI). `cargo tree -p tally-schemas -e normal` shows no
 //! tokio, axum or redb.
 
 pub mod canonical;

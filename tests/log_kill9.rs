@@ -104,12 +104,7 @@ async fn load(
 ) -> Agent {
     loop {
         let record = agent.next();
-        let sent = http
-            .post(format!("{url}/v1/records"))
-            .bearer_auth(&api_key)
-            .body(record.canonical_bytes().to_vec())
-            .send()
-            .await;
+        let sent = common::post_record(&http, &url, &api_key, &record).await;
         let resp = match sent {
             Ok(r) => r,
             Err(_) => {
@@ -278,11 +273,7 @@ async fn kill9_loop_loses_no_receipt_and_signs_no_inconsistent_checkpoint() {
                 .collect()
         };
         for (record, raw) in recent {
-            let resp = http
-                .post(format!("{url}/v1/records"))
-                .bearer_auth(&api_key)
-                .body(record.canonical_bytes().to_vec())
-                .send()
+            let resp = common::post_record(&http, &url, &api_key, &record)
                 .await
                 .unwrap();
             assert_eq!(

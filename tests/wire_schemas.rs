@@ -84,11 +84,7 @@ async fn real_answers_validate_against_their_schemas() {
         }
         .sign(&key)
         .unwrap();
-        let resp = http
-            .post(format!("{url}/v1/records"))
-            .bearer_auth(&api_key)
-            .body(record.canonical_bytes().to_vec())
-            .send()
+        let resp = common::post_record(&http, &url, &api_key, &record)
             .await
             .unwrap();
         assert_eq!(

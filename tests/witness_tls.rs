@@ -80,11 +80,7 @@ async fn serve_over_tls_admits_records_and_refuses_untrusted_and_plain_clients()
     }
     .sign(&secret)
     .unwrap();
-    let resp = http
-        .post(format!("{url}/v1/records"))
-        .bearer_auth(&api_key)
-        .body(record.canonical_bytes().to_vec())
-        .send()
+    let resp = common::post_record(&http, &url, &api_key, &record)
         .await
         .unwrap();
     assert_eq!(resp.status().as_u16(), 200);

@@ -12,6 +12,20 @@ use std::time::{Duration, Instant};
 
 pub const TALLY: &str = env!("CARGO_BIN_EXE_tally");
 
+/// `POST /v1/records` of `record`, as an agent posts it.
+pub async fn post_record(
+    http: &reqwest::Client,
+    url: &str,
+    api_key: &str,
+    record: &tally_schemas::Record,
+) -> reqwest::Result<reqwest::Response> {
+    http.post(format!("{url}/v1/records"))
+        .bearer_auth(api_key)
+        .body(record.canonical_bytes().to_vec())
+        .send()
+        .await
+}
+
 /// A running `tally serve`, killed on drop.
 pub struct Server {
     pub child: Child,

@@ -605,15 +605,25 @@ pub(crate) struct AuditorIndexPath {
     index: String,
 }
 
+/// The scope of an auditor link and the index of a
+/// `/console/a/{token}/records/{index}…` path.
+fn auditor_index(
+    c: &Console,
+    path: Result<Path<AuditorIndexPath>, PathRejection>,
+) -> Result<(Scope, Result<Path<String>, PathRejection>), PageError> {
+    let Ok(Path(p)) = path else {
+        return Err(PageError::not_found());
+    };
+    let (_, scope) = auditor_scope(c, &Ok(Path(p.token)))?;
+    Ok((scope, Ok(Path(p.index))))
+}
+
 pub(crate) async fn auditor_record(
     State(c): S,
     path: Result<Path<AuditorIndexPath>, PathRejection>,
 ) -> Response {
-    let Ok(Path(p)) = path else {
-        return PageError::not_found().into_response();
-    };
-    match auditor_scope(&c, &Ok(Path(p.token))) {
-        Ok((_, scope)) => record_common(c, scope, Ok(Path(p.index))).await,
+    match auditor_index(&c, path) {
+        Ok((scope, index)) => record_common(c, scope, index).await,
         Err(e) => e.into_response(),
     }
 }
@@ -744,11 +754,8 @@ pub(crate) async fn auditor_record_pack(
     State(c): S,
     path: Result<Path<AuditorIndexPath>, PathRejection>,
 ) -> Response {
-    let Ok(Path(p)) = path else {
-        return PageError::not_found().into_response();
-    };
-    match auditor_scope(&c, &Ok(Path(p.token))) {
-        Ok((_, scope)) => record_pack_common(c, scope, Ok(Path(p.index))).await,
+    match auditor_index(&c, path) {
+        Ok((scope, index)) => record_pack_common(c, scope, index).await,
         Err(e) => e.into_response(),
     }
 }

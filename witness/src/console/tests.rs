@@ -322,6 +322,17 @@ async fn hostile_chain(h: &H, bot: &mut Agent) -> Vec<u64> {
     idx
 }
 
+/// A witness whose project has the agent `bot` with [`hostile_chain`]
+/// posted, and the log indexes of that chain.
+async fn hostile_bot() -> (H, Agent, Vec<u64>) {
+    let h = harness();
+    let mut bot = Agent::new("bot");
+    h.register(&bot, "default");
+    h.clock.0.store(T0 + 10, Ordering::SeqCst);
+    let idx = hostile_chain(&h, &mut bot).await;
+    (h, bot, idx)
+}
+
 fn assert_escaped(body: &str) {
     assert!(!body.contains("<script>alert"), "raw script in page");
     assert!(!body.contains("<img src=x"), "raw img in page");
@@ -455,11 +466,7 @@ async fn console_login_cookie_headers_and_overview() {
 
 #[tokio::test]
 async fn console_escapes_hostile_names_and_notes() {
-    let h = harness();
-    let mut bot = Agent::new("bot");
-    h.register(&bot, "default");
-    h.clock.0.store(T0 + 10, Ordering::SeqCst);
-    let idx = hostile_chain(&h, &mut bot).await;
+    let (h, _, idx) = hostile_bot().await;
     let (cookie, _) = h.login(&h.api_key).await;
     let (s, _, body) = h.get("/console/agents/bot", Some(&cookie)).await;
     assert_eq!(s, StatusCode::OK);
@@ -498,11 +505,7 @@ async fn console_escapes_hostile_names_and_notes() {
 
 #[tokio::test]
 async fn console_agent_page_coverage_pairs_and_search() {
-    let h = harness();
-    let mut bot = Agent::new("bot");
-    h.register(&bot, "default");
-    h.clock.0.store(T0 + 10, Ordering::SeqCst);
-    hostile_chain(&h, &mut bot).await;
+    let (h, mut bot, _) = hostile_bot().await;
     // Many answered calls, for paging.
     for i in 0..60 {
         let d = bot.sign(T0 + 100 + i * 2, decision(&format!("p{i}"), "lookup"));
@@ -599,11 +602,7 @@ async fn console_agent_page_coverage_pairs_and_search() {
 
 #[tokio::test]
 async fn console_pages_follow_new_records() {
-    let h = harness();
-    let mut bot = Agent::new("bot");
-    h.register(&bot, "default");
-    h.clock.0.store(T0 + 10, Ordering::SeqCst);
-    hostile_chain(&h, &mut bot).await;
+    let (h, mut bot, _) = hostile_bot().await;
     let (cookie, _) = h.login(&h.api_key).await;
     let (_, _, over) = h.get("/console", Some(&cookie)).await;
     assert_eq!(between(&over, "id=\"records-24h\">", "<"), "8");
@@ -689,11 +688,7 @@ async fn verify_pack(h: &H, pack: &[u8]) -> tally_verifier::Verification {
 
 #[tokio::test]
 async fn console_record_page_and_its_pack_verify() {
-    let h = harness();
-    let mut bot = Agent::new("bot");
-    h.register(&bot, "default");
-    h.clock.0.store(T0 + 10, Ordering::SeqCst);
-    let idx = hostile_chain(&h, &mut bot).await;
+    let (h, _, idx) = hostile_bot().await;
     // Far past the grace window: a pack ending on an answered decision
     // would fail check 10, so the download runs through the outcome.
     h.clock.0.store(T0 + 3_600_000, Ordering::SeqCst);
@@ -781,11 +776,7 @@ async fn upload(
 
 #[tokio::test]
 async fn console_verify_page_prints_what_tally_verify_prints() {
-    let h = harness();
-    let mut bot = Agent::new("bot");
-    h.register(&bot, "default");
-    h.clock.0.store(T0 + 10, Ordering::SeqCst);
-    hostile_chain(&h, &mut bot).await;
+    let (h, _, _) = hostile_bot().await;
     let (cookie, csrf) = h.login(&h.api_key).await;
     let (_, _, pack) = h.get("/console/agents/bot/pack", Some(&cookie)).await;
     let keys = crate::export::to_canonical(
@@ -1272,11 +1263,7 @@ async fn console_auditor_record_links_stay_in_range() {
 
 #[tokio::test]
 async fn console_bad_input_gets_a_page_not_a_panic() {
-    let h = harness();
-    let mut bot = Agent::new("bot");
-    h.register(&bot, "default");
-    h.clock.0.store(T0 + 10, Ordering::SeqCst);
-    hostile_chain(&h, &mut bot).await;
+    let (h, _, _) = hostile_bot().await;
     let (cookie, _) = h.login(&h.api_key).await;
     for (uri, want) in [
         ("/console/records/abc", StatusCode::NOT_FOUND),

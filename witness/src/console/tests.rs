@@ -188,6 +188,20 @@ impl H {
         .await
     }
 
+    /// Makes an auditor link with the form fields `fields` (after the CSRF
+    /// token) and returns its URL.
+    async fn make_link(&self, cookie: &str, csrf: &str, fields: &str) -> String {
+        let (s, _, body) = self
+            .post_form(
+                "/console/links",
+                Some(cookie),
+                &format!("csrf={csrf}&{fields}"),
+            )
+            .await;
+        assert_eq!(s, StatusCode::OK, "{body}");
+        between(&body, "id=\"new-link-url\" href=\"", "\"").to_owned()
+    }
+
     async fn login(&self, key: &str) -> (String, String) {
         let (s, h, _) = self.post_login(key).await;
         assert_eq!(s, StatusCode::SEE_OTHER);
@@ -1132,14 +1146,9 @@ async fn console_auditor_link_is_scoped_read_only_and_revocable() {
         .await;
     assert_eq!(s, StatusCode::NOT_FOUND);
     // Expiry.
-    let (_, _, body) = h
-        .post_form(
-            "/console/links",
-            Some(&cookie),
-            &format!("csrf={csrf}&agent=bot&expires_hours=1"),
-        )
+    let url2 = h
+        .make_link(&cookie, &csrf, "agent=bot&expires_hours=1")
         .await;
-    let url2 = between(&body, "id=\"new-link-url\" href=\"", "\"").to_owned();
     assert_eq!(h.get(&url2, None).await.0, StatusCode::OK);
     h.clock.0.store(T0 + 10 + 3_600_000, Ordering::SeqCst);
     assert_eq!(h.get(&url2, None).await.0, StatusCode::NOT_FOUND);
@@ -1165,14 +1174,13 @@ async fn console_time_range_limits_the_auditor_view() {
     let (cookie, csrf) = h.login(&h.api_key).await;
     let since = UnixMillis::new(T0 + 60_000).to_string();
     let until = UnixMillis::new(T0 + 180_000).to_string();
-    let (_, _, body) = h
-        .post_form(
-            "/console/links",
-            Some(&cookie),
-            &format!("csrf={csrf}&agent=bot&since={since}&until={until}"),
+    let url = h
+        .make_link(
+            &cookie,
+            &csrf,
+            &format!("agent=bot&since={since}&until={until}"),
         )
         .await;
-    let url = between(&body, "id=\"new-link-url\" href=\"", "\"").to_owned();
     let (_, _, page) = h.get(&format!("{url}/agents/bot"), None).await;
     assert!(page.contains("note 1") && page.contains("note 2"));
     assert!(!page.contains("note 0") && !page.contains("note 3"));
@@ -1233,14 +1241,9 @@ async fn console_auditor_record_links_stay_in_range() {
     let o_idx = h.post(&h.api_key, &o).await;
     let (cookie, csrf) = h.login(&h.api_key).await;
     let until = UnixMillis::new(T0 + 60_000).to_string();
-    let (_, _, body) = h
-        .post_form(
-            "/console/links",
-            Some(&cookie),
-            &format!("csrf={csrf}&agent=bot&until={until}"),
-        )
+    let url = h
+        .make_link(&cookie, &csrf, &format!("agent=bot&until={until}"))
         .await;
-    let url = between(&body, "id=\"new-link-url\" href=\"", "\"").to_owned();
     // The operator's record page links the outcome; the auditor's, whose
     // range ends before it, does not, and the record's pack stops at the
     // decision.

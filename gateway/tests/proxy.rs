@@ -170,6 +170,26 @@ fn js(line: &[u8]) -> Value {
 }
 
 impl Harness {
+    /// Call 1 goes through; call 2 must come back refused with -32001,
+    /// never forwarded (fail closed). Returns the refusal's message.
+    async fn second_call_refused(&mut self) -> String {
+        self.client_sends(&call("1", "echo")).await;
+        self.server_gets().await;
+        self.client_sends(&call("2", "delete_everything")).await;
+        let err = js(&self.client_gets().await);
+        assert_eq!(err["id"], 2);
+        assert_eq!(err["error"]["code"], -32001);
+        err["error"]["message"].as_str().unwrap().to_owned()
+    }
+
+    /// The server never saw the refused call: the next thing it gets is a
+    /// ping sent after it.
+    async fn server_gets_the_ping_next(&mut self) {
+        self.client_sends(r#"{"jsonrpc":"2.0","id":3,"method":"ping"}"#)
+            .await;
+        assert_eq!(js(&self.server_gets().await)["method"], "ping");
+    }
+
     async fn client_sends(&mut self, line: &str) {
         self.client.write_all(line.as_bytes()).await.unwrap();
         self.client.write_all(b"\n").await.unwrap();
@@ -238,23 +258,14 @@ async fn decision_is_durable_before_the_call_is_forwarded_and_bytes_pass_unchang
 async fn fail_closed_when_the_decision_cannot_be_committed() {
     // The first commit (a decision) succeeds, the next fails.
     let mut h = setup(ProxyConfig::default(), Some(1), None);
-    h.client_sends(&call("1", "echo")).await;
-    h.server_gets().await;
-    h.client_sends(&call("2", "delete_everything")).await;
-    let err = js(&h.client_gets().await);
-    assert_eq!(err["id"], 2);
-    assert_eq!(err["error"]["code"], -32001);
-    let msg = err["error"]["message"].as_str().unwrap();
+    let msg = h.second_call_refused().await;
     assert!(
         msg.contains("not forwarded")
             && msg.contains("could not be recorded")
             && msg.contains("No space left"),
         "{msg}"
     );
-    // The server never saw call 2: the next thing it gets is the ping.
-    h.client_sends(r#"{"jsonrpc":"2.0","id":3,"method":"ping"}"#)
-        .await;
-    assert_eq!(js(&h.server_gets().await)["method"], "ping");
+    h.server_gets_the_ping_next().await;
     assert_eq!(h.store.records(0, 10).unwrap().len(), 1);
 }
 
@@ -724,20 +735,12 @@ async fn with_the_journal_fail_closed_when_the_decision_cannot_be_journaled() {
         };
         Recorder::start_journaled(agent(), key(), Arc::new(SystemClock), store, j).unwrap()
     });
-    h.client_sends(&call("1", "echo")).await;
-    h.server_gets().await;
-    h.client_sends(&call("2", "delete_everything")).await;
-    let err = js(&h.client_gets().await);
-    assert_eq!(err["id"], 2);
-    assert_eq!(err["error"]["code"], -32001);
-    let msg = err["error"]["message"].as_str().unwrap();
+    let msg = h.second_call_refused().await;
     assert!(
         msg.contains("not forwarded") && msg.contains("Input/output error"),
         "{msg}"
     );
-    h.client_sends(r#"{"jsonrpc":"2.0","id":3,"method":"ping"}"#)
-        .await;
-    assert_eq!(js(&h.server_gets().await)["method"], "ping");
+    h.server_gets_the_ping_next().await;
     assert_eq!(h.records(1).await.len(), 1);
     assert_eq!(
         journal::read(&journal_path(&path)).unwrap().records.len(),

@@ -4,11 +4,11 @@
 //! nonces, second outcomes and orphans, gives the same report with a budget
 //! of one item as with the default.
 
-use std::collections::BTreeMap;
-use std::path::{Path, PathBuf};
+mod common;
 
-use tally_schemas::note::NoteVerifier;
-use tally_schemas::pack::{AgentKeys, Head};
+use std::collections::BTreeMap;
+use std::path::Path;
+
 use tally_schemas::record::OutcomeStatus;
 use tally_schemas::report::{CheckId, CheckStatus};
 use tally_verifier::fixture::{self, decision, outcome, Fixture, PackSpec};
@@ -16,28 +16,12 @@ use tally_verifier::{verify, verify_with_budget, Verification, VerifyOptions};
 
 const TINY: usize = 1;
 
-fn corpus_dir() -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../testdata/tampered")
-}
-
-fn read(dir: &Path, name: &str) -> Option<Vec<u8>> {
-    std::fs::read(dir.join(name)).ok()
-}
-
 fn run_case(dir: &Path, budget: Option<usize>) -> Option<Verification> {
-    let valid = corpus_dir().join("valid");
-    let keys =
-        read(dir, "agent-keys.json").unwrap_or_else(|| read(&valid, "agent-keys.json").unwrap());
-    let head = read(dir, "head.json").unwrap_or_else(|| read(&valid, "head.json").unwrap());
-    let vkey = String::from_utf8(read(&valid, "log.vkey").unwrap()).unwrap();
-    let keys = AgentKeys::from_json(&keys).unwrap();
-    let head = Head::from_json(&head).unwrap();
-    let log_key = NoteVerifier::from_vkey(vkey.trim()).unwrap();
-    let pack = read(dir, "pack.jsonl").unwrap();
+    let c = common::load(dir);
     let options = VerifyOptions::default();
     match budget {
-        None => verify(&pack[..], &keys, &log_key, Some(&head), options),
-        Some(b) => verify_with_budget(&pack[..], &keys, &log_key, Some(&head), options, b),
+        None => verify(&c.pack[..], &c.keys, &c.log_key, Some(&c.head), options),
+        Some(b) => verify_with_budget(&c.pack[..], &c.keys, &c.log_key, Some(&c.head), options, b),
     }
     .ok()
 }
@@ -45,7 +29,7 @@ fn run_case(dir: &Path, budget: Option<usize>) -> Option<Verification> {
 #[test]
 fn every_tampered_case_reports_the_same_with_a_tiny_budget() {
     let mut cases = 0;
-    for entry in std::fs::read_dir(corpus_dir()).unwrap() {
+    for entry in std::fs::read_dir(common::corpus_dir()).unwrap() {
         let dir = entry.unwrap().path();
         if !dir.join("pack.jsonl").exists() {
             continue;

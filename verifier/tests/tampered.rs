@@ -2,40 +2,23 @@
 //! valid pack passes every check; every case fails exactly the checks its
 //! case.json names; regenerating the corpus gives the checked-in bytes.
 
+mod common;
 #[path = "../corpus/tampered.rs"]
 mod tampered;
 
 use std::collections::BTreeSet;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 
-use tally_schemas::note::NoteVerifier;
-use tally_schemas::pack::{AgentKeys, Head};
 use tally_schemas::report::{CheckStatus, Verdict};
 use tally_verifier::{verify, Verification, VerifyError, VerifyOptions};
 
-fn corpus_dir() -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../testdata/tampered")
-}
-
-fn read(dir: &Path, name: &str) -> Option<Vec<u8>> {
-    std::fs::read(dir.join(name)).ok()
-}
-
 fn run(dir: &Path) -> Result<Verification, VerifyError> {
-    let valid = corpus_dir().join("valid");
-    let keys =
-        read(dir, "agent-keys.json").unwrap_or_else(|| read(&valid, "agent-keys.json").unwrap());
-    let head = read(dir, "head.json").unwrap_or_else(|| read(&valid, "head.json").unwrap());
-    let vkey = String::from_utf8(read(&valid, "log.vkey").unwrap()).unwrap();
-    let keys = AgentKeys::from_json(&keys).unwrap();
-    let head = Head::from_json(&head).unwrap();
-    let log_key = NoteVerifier::from_vkey(vkey.trim()).unwrap();
-    let pack = read(dir, "pack.jsonl").unwrap();
+    let c = common::load(dir);
     verify(
-        &pack[..],
-        &keys,
-        &log_key,
-        Some(&head),
+        &c.pack[..],
+        &c.keys,
+        &c.log_key,
+        Some(&c.head),
         VerifyOptions::default(),
     )
 }
@@ -51,7 +34,7 @@ fn failing(v: &Verification) -> BTreeSet<String> {
 
 #[test]
 fn the_valid_pack_passes_all_twelve() {
-    let v = run(&corpus_dir().join("valid")).unwrap();
+    let v = run(&common::corpus_dir().join("valid")).unwrap();
     let text = v.to_text();
     assert_eq!(v.report.result, Verdict::Pass, "{text}");
     for c in &v.report.checks {
@@ -78,7 +61,7 @@ fn the_valid_pack_passes_all_twelve() {
 fn every_tampered_case_fails_exactly_the_checks_it_names() {
     let mut seen = 0;
     let mut problems = Vec::new();
-    let mut dirs: Vec<_> = std::fs::read_dir(corpus_dir())
+    let mut dirs: Vec<_> = std::fs::read_dir(common::corpus_dir())
         .unwrap()
         .map(|e| e.unwrap().path())
         .filter(|p| p.join("case.json").exists())
@@ -87,7 +70,7 @@ fn every_tampered_case_fails_exactly_the_checks_it_names() {
     for dir in dirs {
         seen += 1;
         let case: serde_json::Value =
-            serde_json::from_slice(&read(&dir, "case.json").unwrap()).unwrap();
+            serde_json::from_slice(&common::read(&dir, "case.json").unwrap()).unwrap();
         let name = dir.file_name().unwrap().to_string_lossy().into_owned();
         let result = run(&dir);
         if let Some(err) = case.get("expect_error") {
@@ -127,13 +110,13 @@ fn every_tampered_case_fails_exactly_the_checks_it_names() {
 
 #[test]
 fn regenerating_the_corpus_gives_the_checked_in_bytes() {
-    let dir = corpus_dir();
+    let dir = common::corpus_dir();
     let (valid, cases) = tampered::corpus();
     let mut expected_dirs: BTreeSet<String> = BTreeSet::new();
     expected_dirs.insert("valid".into());
     for (name, bytes) in &valid {
         assert_eq!(
-            read(&dir.join("valid"), name).as_ref(),
+            common::read(&dir.join("valid"), name).as_ref(),
             Some(bytes),
             "valid/{name} differs: run gen_tampered"
         );
@@ -142,14 +125,14 @@ fn regenerating_the_corpus_gives_the_checked_in_bytes() {
         expected_dirs.insert(c.name.clone());
         let d = dir.join(&c.name);
         assert_eq!(
-            read(&d, "case.json"),
+            common::read(&d, "case.json"),
             Some(tampered::case_json(c)),
             "{}/case.json differs",
             c.name
         );
         for (name, bytes) in &c.files {
             assert_eq!(
-                read(&d, name).as_ref(),
+                common::read(&d, name).as_ref(),
                 Some(bytes),
                 "{}/{name} differs: run gen_tampered",
                 c.name

@@ -115,36 +115,7 @@ pub fn agent_summaries(
     let mut out = Vec::with_capacity(agents.len());
     for agent in agents {
         let row = w.registry().agent(agent);
-        let mut first_seq = 0;
-        let mut head = w.log().chain_head(agent)?;
-        if let Some(h) = &head {
-            let len = h.seq.get() + 1;
-            if let Some(s) = range.since {
-                first_seq = w.log().chain_seq_received_from(agent, len, s)?;
-            }
-            let end = match range.until {
-                Some(u) => w.log().chain_seq_received_from(agent, len, u)?,
-                None => len,
-            };
-            head = if end <= first_seq {
-                None
-            } else if end == len {
-                head
-            } else {
-                let entry = w.log().chain_entry(agent, end - 1)?.ok_or_else(|| {
-                    WitnessError::internal(&format!("{agent} record {} is not readable", end - 1))
-                })?;
-                Some(ChainHead {
-                    seq: entry.record().seq,
-                    record_hash: entry.record().hash(),
-                    index: entry.index(),
-                })
-            };
-        }
-        let last_received = match &head {
-            Some(h) => w.log().entry(h.index)?.map(|e| e.received()),
-            None => None,
-        };
+        let (first_seq, head, last_received) = in_range(w, agent, range)?;
         out.push(AgentSummary {
             agent: agent.clone(),
             first_seq,
@@ -157,6 +128,43 @@ pub fn agent_summaries(
         });
     }
     Ok(out)
+}
+
+/// `agent`'s first seq in `range`, its last record in range, and that
+/// record's receive time (while the latest checkpoint covers it).
+fn in_range(
+    w: &Witness,
+    agent: &AgentName,
+    range: TimeRange,
+) -> Result<(u64, Option<ChainHead>, Option<UnixMillis>), WitnessError> {
+    let Some(head) = w.log().chain_head(agent)? else {
+        return Ok((0, None, None));
+    };
+    let len = head.seq.get() + 1;
+    let first = match range.since {
+        Some(s) => w.log().chain_seq_received_from(agent, len, s)?,
+        None => 0,
+    };
+    let end = match range.until {
+        Some(u) => w.log().chain_seq_received_from(agent, len, u)?,
+        None => len,
+    };
+    if end <= first {
+        return Ok((first, None, None));
+    }
+    if end == len {
+        let received = w.log().entry(head.index)?.map(|e| e.received());
+        return Ok((first, Some(head), received));
+    }
+    let entry = w.log().chain_entry(agent, end - 1)?.ok_or_else(|| {
+        WitnessError::internal(&format!("{agent} record {} is not readable", end - 1))
+    })?;
+    let last = ChainHead {
+        seq: entry.record().seq,
+        record_hash: entry.record().hash(),
+        index: entry.index(),
+    };
+    Ok((first, Some(last), Some(entry.received())))
 }
 
 const HOUR_MS: i64 = 3_600_000;
@@ -521,12 +529,6 @@ impl ChainView {
     pub fn others(&self) -> impl ExactSizeIterator<Item = &OtherRow> {
         self.others.iter().rev()
     }
-
-    /// Records read.
-    #[must_use]
-    pub fn scanned(&self) -> u64 {
-        self.next_seq - self.first_seq
-    }
 }
 
 fn placed(seq: Seq, entry: &Entry, receipt_size: TreeSize) -> Placed {
@@ -537,21 +539,6 @@ fn placed(seq: Seq, entry: &Entry, receipt_size: TreeSize) -> Placed {
         received: entry.received(),
         receipt_size: receipt_size.get(),
     }
-}
-
-/// `agent`'s chain as `summary` (the agent within a range) shows it: its
-/// newest [`MAX_SCAN_RECORDS`] records in range, read into pairs, tool lists
-/// and notes.
-///
-/// # Errors
-/// Storage failures.
-pub fn chain_view(w: &Witness, summary: &AgentSummary) -> Result<ChainView, WitnessError> {
-    let (first, not_scanned) = ChainView::start_of(summary);
-    let mut view = ChainView::starting_at(first, not_scanned);
-    if let Some(h) = &summary.head {
-        view.extend(w, &summary.agent, h.seq.get())?;
-    }
-    Ok(view)
 }
 
 /// One record with its entry, proof and checkpoints.

@@ -548,6 +548,9 @@ fn scoped_detail(
             scope.allows(&d.entry.record().agent) && scope.range.contains(d.entry.received())
         })
         .ok_or_else(PageError::not_found)?;
+    if scope.range == TimeRange::default() {
+        return Ok(detail);
+    }
     let in_range = |i: LeafIndex| -> Result<bool, PageError> {
         Ok(w.log()
             .entry(i)
@@ -1036,7 +1039,8 @@ pub(crate) async fn verify_upload(
             .with_view(&view)
             .into_response();
     }
-    let Some(_turn) = upload_turn(&c, &view) else {
+    // At most MAX_VERIFY_UPLOADS run at once.
+    let Ok(_turn) = c.uploads.try_acquire() else {
         return busy(&view);
     };
     let mut settings = pages::VerifySettings::default();
@@ -1045,11 +1049,6 @@ pub(crate) async fn verify_upload(
         Err(e) => Err(format!("the upload could not be read: {}", e.body_text())),
     };
     verify_result(&c, &view, &settings, result)
-}
-
-/// A turn to verify an upload: at most [`super::MAX_VERIFY_UPLOADS`] run at once.
-fn upload_turn<'a>(c: &'a Console, _view: &View) -> Option<tokio::sync::SemaphorePermit<'a>> {
-    c.uploads.try_acquire().ok()
 }
 
 fn busy(view: &View) -> Response {
@@ -1076,7 +1075,7 @@ pub(crate) async fn auditor_verify_upload(
             .with_view(&scope.view)
             .into_response();
     }
-    let Some(_turn) = upload_turn(&c, &scope.view) else {
+    let Ok(_turn) = c.uploads.try_acquire() else {
         return busy(&scope.view);
     };
     let mut settings = pages::VerifySettings::default();

@@ -139,6 +139,27 @@ fn locked<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
     m.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
 }
 
+/// Before `key` goes into a `map` of at most `cap` entries: drops the
+/// entry with the oldest `last_use` (`None`: not to be dropped).
+fn make_room<K: Clone + Eq + std::hash::Hash, V>(
+    map: &mut HashMap<K, V>,
+    key: &K,
+    cap: usize,
+    last_use: impl Fn(&V) -> Option<u64>,
+) {
+    if map.len() < cap || map.contains_key(key) {
+        return;
+    }
+    if let Some(old) = map
+        .iter()
+        .filter_map(|(k, v)| last_use(v).map(|u| (u, k)))
+        .min_by_key(|(u, _)| *u)
+        .map(|(_, k)| k.clone())
+    {
+        map.remove(&old);
+    }
+}
+
 impl Console {
     /// The console over `witness`, with its auditor links in
     /// `data_dir/console.redb`. `secure_cookies` adds `Secure` to the session
@@ -194,15 +215,7 @@ impl Console {
             *tick += 1;
             let now = *tick;
             let key = (summary.agent.clone(), range);
-            if !map.contains_key(&key) && map.len() >= MAX_CACHED_VIEWS {
-                if let Some(old) = map
-                    .iter()
-                    .min_by_key(|(_, (u, _))| *u)
-                    .map(|(k, _)| k.clone())
-                {
-                    map.remove(&old);
-                }
-            }
+            make_room(map, &key, MAX_CACHED_VIEWS, |(used, _)| Some(*used));
             let slot = map.entry(key).or_default();
             slot.0 = now;
             Arc::clone(&slot.1)
@@ -240,17 +253,9 @@ impl Console {
         let mut reports = locked(&self.reports);
         reports.tick += 1;
         let tick = reports.tick;
-        if !reports.slots.contains_key(&key) && reports.slots.len() >= MAX_CACHED_REPORTS {
-            if let Some(old) = reports
-                .slots
-                .iter()
-                .filter(|(_, s)| !s.running)
-                .min_by_key(|(_, s)| s.used)
-                .map(|(k, _)| k.clone())
-            {
-                reports.slots.remove(&old);
-            }
-        }
+        make_room(&mut reports.slots, &key, MAX_CACHED_REPORTS, |s| {
+            (!s.running).then_some(s.used)
+        });
         let mut waited = false;
         loop {
             let can_start = reports.running < MAX_RUNNING_VERIFICATIONS;
@@ -261,20 +266,14 @@ impl Console {
                 Some((seq, v)) if seq >= last => return Ok(Report::Current(v)),
                 Some((as_of, report)) => {
                     if start {
-                        slot.running = true;
-                        reports.running += 1;
-                        drop(reports);
-                        self.spawn_report(summary, range);
+                        self.start_report(reports, summary, range);
                     }
                     return Ok(Report::Older { report, as_of });
                 }
                 None if waited && slot.failed && !slot.running => return Ok(Report::Failed),
                 None if waited => return Ok(Report::Busy),
                 None if start => {
-                    slot.running = true;
-                    reports.running += 1;
-                    drop(reports);
-                    self.spawn_report(summary, range);
+                    self.start_report(reports, summary, range);
                     reports = locked(&self.reports);
                 }
                 None => {}
@@ -294,9 +293,21 @@ impl Console {
         }
     }
 
-    /// Runs [`Self::compute_report`] on a thread of its own (the slot is
-    /// marked running).
-    fn spawn_report(self: &Arc<Self>, summary: &AgentSummary, range: TimeRange) {
+    /// Marks `summary`'s slot running and runs [`Self::compute_report`] on
+    /// a thread of its own.
+    fn start_report(
+        self: &Arc<Self>,
+        mut reports: MutexGuard<'_, Reports>,
+        summary: &AgentSummary,
+        range: TimeRange,
+    ) {
+        reports.running += 1;
+        reports
+            .slots
+            .entry((summary.agent.clone(), range))
+            .or_default()
+            .running = true;
+        drop(reports);
         let this = Arc::clone(self);
         let job = summary.clone();
         let spawned = std::thread::Builder::new()

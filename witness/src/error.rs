@@ -284,11 +284,26 @@ impl WitnessError {
 
 impl IntoResponse for WitnessError {
     fn into_response(self) -> Response {
-        let (status, _) = self.status_and_code();
+        let (status, code) = self.status_and_code();
         let body = serde_json::to_vec(&self.body()).unwrap_or_else(|_| {
             b"{\"error\":{\"code\":\"internal\",\"message\":\"internal error\"}}".to_vec()
         });
         let mut r = (status, body).into_response();
+        if matches!(status, StatusCode::UNAUTHORIZED | StatusCode::FORBIDDEN) {
+            // For the log line of crate::refusal_log.
+            let (agent, key_id) = match &self {
+                Self::AgentNotAllowed { agent } => (Some(agent.to_string()), None),
+                Self::KeyNotAllowed { agent, key_id } => {
+                    (Some(agent.to_string()), Some(key_id.to_string()))
+                }
+                _ => (None, None),
+            };
+            r.extensions_mut().insert(crate::refusal_log::Refusal {
+                code,
+                agent,
+                key_id,
+            });
+        }
         let h = r.headers_mut();
         h.insert(
             header::CONTENT_TYPE,

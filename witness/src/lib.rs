@@ -10,7 +10,7 @@
 //! - [`export`]: packs, agent-keys.json, head.json (protocol.md §9).
 //! - [`http`]: the routes; [`error`]: the one error → status/code table.
 //! - [`server`]: data folder, TLS, graceful drain; [`config`]: settings.
-//! - [`keydir`], [`metrics`], [`ratelimit`]: the smaller parts.
+//! - [`keydir`], [`metrics`], [`ratelimit`], [`refusal_log`]: the smaller parts.
 
 pub mod config;
 pub mod console;
@@ -20,6 +20,7 @@ pub mod http;
 pub mod keydir;
 pub mod metrics;
 pub mod ratelimit;
+pub mod refusal_log;
 pub mod registry;
 pub mod server;
 pub mod witness;

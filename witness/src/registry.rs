@@ -127,7 +127,7 @@ fn sha256(s: &str) -> [u8; 32] {
 }
 
 /// Splits `tally_<id>_<secret>` into its id, if it has that shape.
-fn key_id_of<'a>(token: &'a str, prefix: &str) -> Option<&'a str> {
+pub(crate) fn key_id_of<'a>(token: &'a str, prefix: &str) -> Option<&'a str> {
     let rest = token.strip_prefix(prefix)?;
     let (id, secret) = rest.split_once('_')?;
     let hex_ok = |s: &str, n: usize| {

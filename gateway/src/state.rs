@@ -13,6 +13,15 @@
 //!                                     to chain.redb (crate::journal), mode 0600
 //! ```
 //!
+//! A new agent's folder is made whole or not at all: its files are written
+//! into a hidden temporary folder beside it, which is then renamed
+//! ([`StateDir::create_agent_with`]).
+//!
+//! Where the state directory is (`--state-dir`, `TALLY_STATE_DIR` or
+//! `.tally` in the current folder) is the CLI's choice; it says which with
+//! [`StateDir::with_lookup`], so that an agent that is not found names the
+//! folder looked in and why, and how to point at another one.
+//!
 //! The witness API key can also come from `TALLY_API_KEY` and the URL from
 //! `TALLY_WITNESS_URL`; the pinned keys only ever come from `config.json`,
 //! written by `tally agent init --witness`. Syncing refetches the witness's
@@ -48,13 +57,19 @@ pub enum StateError {
         /// The OS error.
         source: std::io::Error,
     },
-    /// The agent has no key in this state directory.
-    #[error("agent {agent} is not initialised in {dir} (run `tally agent init {agent}`)")]
+    /// The agent has no key in this state directory. The message never
+    /// advises `tally agent init`: run in another folder than the agent's,
+    /// that would make a second key for an agent the witness already knows.
+    #[error("agent {agent} has no key in {} ({lookup}; {found}); if {agent} was set up in another folder, run the command there, or give that folder's state directory with --state-dir DIR or TALLY_STATE_DIR=DIR", dir.display())]
     NotInitialised {
         /// The agent.
         agent: String,
-        /// The state directory.
+        /// The state directory, absolute.
         dir: PathBuf,
+        /// How that directory was chosen.
+        lookup: String,
+        /// What the directory holds: no such folder, or which agents.
+        found: String,
     },
     /// The agent already has a key; keys are never overwritten.
     #[error("agent {agent} already has a key at {path}; it is never overwritten")]
@@ -156,6 +171,8 @@ struct KeyFile {
 #[derive(Debug, Clone)]
 pub struct StateDir {
     root: PathBuf,
+    /// How `root` was chosen, for messages.
+    lookup: String,
 }
 
 /// One agent's files in the state directory.
@@ -211,11 +228,81 @@ fn write_atomic(path: &Path, bytes: &[u8], mode: u32) -> Result<(), StateError> 
     fs::rename(&tmp, path).map_err(io_err(path))
 }
 
+/// Writes a new file (never an existing one) with `mode`, durably.
+fn write_new(path: &Path, bytes: &[u8], mode: u32) -> Result<(), StateError> {
+    let mut f = OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .mode(mode)
+        .open(path)
+        .map_err(io_err(path))?;
+    f.write_all(bytes).map_err(io_err(path))?;
+    f.sync_all().map_err(io_err(path))
+}
+
+/// `config.json`'s bytes: pretty JSON and a final newline.
+fn config_bytes(config: &AgentConfig, path: &Path) -> Result<Vec<u8>, StateError> {
+    let mut text = serde_json::to_vec_pretty(config).map_err(|e| StateError::Corrupt {
+        path: path.to_owned(),
+        reason: e.to_string(),
+    })?;
+    text.push(b'\n');
+    Ok(text)
+}
+
 impl StateDir {
     /// The state directory at `root` (not created until something is written).
     #[must_use]
     pub fn new(root: impl Into<PathBuf>) -> Self {
-        Self { root: root.into() }
+        Self::with_lookup(root, "the state directory given")
+    }
+
+    /// The state directory at `root`, chosen as `lookup` says (e.g. "given
+    /// with --state-dir"); messages about a missing agent quote it.
+    #[must_use]
+    pub fn with_lookup(root: impl Into<PathBuf>, lookup: impl Into<String>) -> Self {
+        Self {
+            root: root.into(),
+            lookup: lookup.into(),
+        }
+    }
+
+    /// The root folder as an absolute path, for messages.
+    #[must_use]
+    pub fn absolute(&self) -> PathBuf {
+        std::path::absolute(&self.root).unwrap_or_else(|_| self.root.clone())
+    }
+
+    /// How the root folder was chosen (see [`StateDir::with_lookup`]).
+    #[must_use]
+    pub fn lookup(&self) -> &str {
+        &self.lookup
+    }
+
+    /// The error for an agent without a key here: where it was looked for,
+    /// why there, and what is there instead.
+    fn not_initialised(&self, agent: &AgentName) -> StateError {
+        let found = if self.root.is_dir() {
+            match self.agents() {
+                Ok(a) if a.is_empty() => "it holds no agent".to_owned(),
+                Ok(a) => format!(
+                    "it holds {}",
+                    a.iter()
+                        .map(AgentName::as_str)
+                        .collect::<Vec<_>>()
+                        .join(", ")
+                ),
+                Err(e) => format!("it cannot be listed: {e}"),
+            }
+        } else {
+            "there is no such folder".to_owned()
+        };
+        StateError::NotInitialised {
+            agent: agent.to_string(),
+            dir: self.absolute(),
+            lookup: self.lookup.clone(),
+            found,
+        }
     }
 
     /// The root folder.
@@ -265,19 +352,81 @@ impl StateDir {
     /// configuration.
     ///
     /// # Errors
-    /// [`StateError::KeyExists`] when the agent already has a key;
-    /// [`StateError::Io`] when the files cannot be written.
+    /// As [`StateDir::create_agent_with`].
     pub fn create_agent(
         &self,
         agent: &AgentName,
         key: &SecretKey,
     ) -> Result<AgentPaths, StateError> {
+        self.create_agent_with(agent, key, None, None)
+    }
+
+    /// Makes a new agent's folder whole or not at all: its key (mode 0600),
+    /// its configuration with `witness`, and `api_key` (mode 0600) when
+    /// given are written into a hidden temporary folder beside it, which is
+    /// then renamed into place. A failure, or a crash, leaves no agent
+    /// folder (at most a hidden `.NAME.new-…` folder, which is not an agent).
+    ///
+    /// # Errors
+    /// [`StateError::KeyExists`] when the agent already has a folder with a
+    /// key (a key is never overwritten, even by a racing init);
+    /// [`StateError::Io`] when the files cannot be written.
+    pub fn create_agent_with(
+        &self,
+        agent: &AgentName,
+        key: &SecretKey,
+        witness: Option<WitnessConfig>,
+        api_key: Option<&str>,
+    ) -> Result<AgentPaths, StateError> {
         let paths = self.agent(agent);
-        fs::create_dir_all(&paths.dir).map_err(io_err(&paths.dir))?;
+        if paths.key().exists() {
+            return Err(StateError::KeyExists {
+                agent: agent.to_string(),
+                path: paths.key(),
+            });
+        }
+        let parent = self.root.join("agents");
+        fs::create_dir_all(&parent).map_err(io_err(&parent))?;
+        let mut nonce = [0u8; 8];
+        rand_core::RngCore::fill_bytes(&mut rand_core::OsRng, &mut nonce);
+        let staging = AgentPaths {
+            agent: agent.clone(),
+            dir: parent.join(format!(".{agent}.new-{}", hex::encode(nonce))),
+        };
+        let made = Self::write_agent_files(&staging, key, witness, api_key).and_then(|()| {
+            // rename(2) replaces an empty folder but never one with files.
+            fs::rename(&staging.dir, &paths.dir).map_err(|e| {
+                if paths.key().exists() {
+                    StateError::KeyExists {
+                        agent: agent.to_string(),
+                        path: paths.key(),
+                    }
+                } else {
+                    io_err(&paths.dir)(e)
+                }
+            })
+        });
+        if let Err(e) = made {
+            let _ = fs::remove_dir_all(&staging.dir);
+            return Err(e);
+        }
+        fs::File::open(&parent)
+            .and_then(|d| d.sync_all())
+            .map_err(io_err(&parent))?;
+        Ok(paths)
+    }
+
+    fn write_agent_files(
+        paths: &AgentPaths,
+        key: &SecretKey,
+        witness: Option<WitnessConfig>,
+        api_key: Option<&str>,
+    ) -> Result<(), StateError> {
+        fs::create_dir(&paths.dir).map_err(io_err(&paths.dir))?;
         let key_path = paths.key();
         let file = KeyFile {
             v: 1,
-            agent: agent.clone(),
+            agent: paths.agent.clone(),
             seed: BASE64.encode(key.seed()),
         };
         let mut text = serde_json::to_vec(&file).map_err(|e| StateError::Corrupt {
@@ -285,32 +434,21 @@ impl StateDir {
             reason: e.to_string(),
         })?;
         text.push(b'\n');
-        // create_new: a key is never overwritten, even by a racing init.
-        let mut f = match OpenOptions::new()
-            .write(true)
-            .create_new(true)
-            .mode(0o600)
-            .open(&key_path)
-        {
-            Ok(f) => f,
-            Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {
-                return Err(StateError::KeyExists {
-                    agent: agent.to_string(),
-                    path: key_path,
-                })
-            }
-            Err(e) => return Err(io_err(&key_path)(e)),
+        write_new(&key_path, &text, 0o600)?;
+        let config = AgentConfig {
+            v: 1,
+            agent: paths.agent.clone(),
+            witness,
         };
-        f.write_all(&text).map_err(io_err(&key_path))?;
-        f.sync_all().map_err(io_err(&key_path))?;
-        if !paths.config().exists() {
-            self.save_config(&AgentConfig {
-                v: 1,
-                agent: agent.clone(),
-                witness: None,
-            })?;
+        write_new(
+            &paths.config(),
+            &config_bytes(&config, &paths.config())?,
+            0o644,
+        )?;
+        if let Some(k) = api_key {
+            write_new(&paths.api_key(), format!("{k}\n").as_bytes(), 0o600)?;
         }
-        Ok(paths)
+        Ok(())
     }
 
     /// Reads the agent's key.
@@ -323,10 +461,7 @@ impl StateDir {
         let bytes = match fs::read(&path) {
             Ok(b) => b,
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
-                return Err(StateError::NotInitialised {
-                    agent: agent.to_string(),
-                    dir: self.root.clone(),
-                })
+                return Err(self.not_initialised(agent))
             }
             Err(e) => return Err(io_err(&path)(e)),
         };
@@ -358,10 +493,7 @@ impl StateDir {
         let bytes = match fs::read(&path) {
             Ok(b) => b,
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
-                return Err(StateError::NotInitialised {
-                    agent: agent.to_string(),
-                    dir: self.root.clone(),
-                })
+                return Err(self.not_initialised(agent))
             }
             Err(e) => return Err(io_err(&path)(e)),
         };
@@ -389,12 +521,11 @@ impl StateDir {
     pub fn save_config(&self, config: &AgentConfig) -> Result<(), StateError> {
         let paths = self.agent(&config.agent);
         fs::create_dir_all(&paths.dir).map_err(io_err(&paths.dir))?;
-        let mut text = serde_json::to_vec_pretty(config).map_err(|e| StateError::Corrupt {
-            path: paths.config(),
-            reason: e.to_string(),
-        })?;
-        text.push(b'\n');
-        write_atomic(&paths.config(), &text, 0o644)
+        write_atomic(
+            &paths.config(),
+            &config_bytes(config, &paths.config())?,
+            0o644,
+        )
     }
 
     /// Writes the retirement times of `trust`'s keys into the agent's
@@ -495,6 +626,70 @@ mod tests {
         assert_eq!(state.load_key(&agent).unwrap().seed(), key.seed());
         assert_eq!(state.agents().unwrap(), vec![agent.clone()]);
         assert_eq!(state.load_config(&agent).unwrap().witness, None);
+    }
+
+    #[test]
+    fn a_new_agent_is_made_whole_and_never_over_an_existing_one() {
+        let dir = tempfile::tempdir().unwrap();
+        let state = StateDir::new(dir.path());
+        let agent = AgentName::new("bot").unwrap();
+        let witness = WitnessConfig {
+            url: "http://127.0.0.1:1".into(),
+            origin: "tally.local/log".into(),
+            keys: Vec::new(),
+        };
+        let key = SecretKey::from_seed(&[3; 32]);
+        let paths = state
+            .create_agent_with(&agent, &key, Some(witness.clone()), Some("tally_k"))
+            .unwrap();
+        assert_eq!(state.load_key(&agent).unwrap().seed(), key.seed());
+        assert_eq!(state.load_config(&agent).unwrap().witness, Some(witness));
+        assert_eq!(fs::read_to_string(paths.api_key()).unwrap(), "tally_k\n");
+        for f in [paths.key(), paths.api_key()] {
+            let mode = fs::metadata(&f).unwrap().permissions().mode() & 0o777;
+            assert_eq!(mode, 0o600, "{}", f.display());
+        }
+        // Nothing but the agent's folder is left beside it.
+        let names: Vec<_> = fs::read_dir(dir.path().join("agents"))
+            .unwrap()
+            .map(|e| e.unwrap().file_name())
+            .collect();
+        assert_eq!(names, vec![std::ffi::OsString::from("bot")]);
+        assert!(matches!(
+            state.create_agent_with(&agent, &SecretKey::from_seed(&[4; 32]), None, None),
+            Err(StateError::KeyExists { .. })
+        ));
+        assert_eq!(state.load_key(&agent).unwrap().seed(), key.seed());
+        // A staging folder a crash left behind is not an agent.
+        let stale = dir.path().join("agents/.other.new-0011223344556677");
+        fs::create_dir_all(&stale).unwrap();
+        fs::write(stale.join("agent.key"), b"{}").unwrap();
+        assert_eq!(state.agents().unwrap(), vec![agent]);
+    }
+
+    #[test]
+    fn a_missing_agent_names_where_it_was_looked_for_and_never_advises_init() {
+        let dir = tempfile::tempdir().unwrap();
+        let state = StateDir::with_lookup(dir.path().join(".tally"), "from TALLY_STATE_DIR");
+        let agent = AgentName::new("bot").unwrap();
+        let e = state.load_key(&agent).unwrap_err().to_string();
+        for says in [
+            dir.path().join(".tally").to_str().unwrap(),
+            "from TALLY_STATE_DIR",
+            "there is no such folder",
+            "--state-dir",
+        ] {
+            assert!(e.contains(says), "{says}: {e}");
+        }
+        state
+            .create_agent(
+                &AgentName::new("other").unwrap(),
+                &SecretKey::from_seed(&[5; 32]),
+            )
+            .unwrap();
+        let e = state.load_config(&agent).unwrap_err().to_string();
+        assert!(e.contains("it holds other"), "{e}");
+        assert!(!e.contains("agent init"), "{e}");
     }
 
     #[test]

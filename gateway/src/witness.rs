@@ -80,6 +80,22 @@ pub enum WitnessError {
     BadResponse(String),
 }
 
+/// A transport failure with its first and last cause: reqwest's own
+/// message names only the URL ("error sending request for url (…)"); the
+/// last cause says why ("Connection refused", "timed out").
+fn transport(e: reqwest::Error) -> WitnessError {
+    let mut cause: &dyn std::error::Error = &e;
+    while let Some(next) = cause.source() {
+        cause = next;
+    }
+    let (first, last) = (e.to_string(), cause.to_string());
+    WitnessError::Transport(if first == last {
+        first
+    } else {
+        format!("{first}: {last}")
+    })
+}
+
 impl WitnessError {
     /// Whether retrying the same request later can succeed.
     #[must_use]
@@ -129,7 +145,7 @@ impl WitnessClient {
             .connect_timeout(Duration::from_secs(5))
             .timeout(Duration::from_secs(30))
             .build()
-            .map_err(|e| WitnessError::Transport(e.to_string()))?;
+            .map_err(transport)?;
         Ok(Self {
             http,
             base: base_url.trim_end_matches('/').to_owned(),
@@ -146,11 +162,7 @@ impl WitnessClient {
     async fn read_body(mut resp: reqwest::Response) -> Result<(u16, Vec<u8>), WitnessError> {
         let status = resp.status().as_u16();
         let mut body = Vec::new();
-        while let Some(chunk) = resp
-            .chunk()
-            .await
-            .map_err(|e| WitnessError::Transport(e.to_string()))?
-        {
+        while let Some(chunk) = resp.chunk().await.map_err(transport)? {
             if body.len() + chunk.len() > MAX_WIRE_OBJECT_BYTES {
                 return Err(WitnessError::BadResponse(format!(
                     "answer larger than {MAX_WIRE_OBJECT_BYTES} bytes"
@@ -209,10 +221,7 @@ impl WitnessClient {
         if let Some(k) = &self.api_key {
             req = req.bearer_auth(k);
         }
-        let resp = req
-            .send()
-            .await
-            .map_err(|e| WitnessError::Transport(e.to_string()))?;
+        let resp = req.send().await.map_err(transport)?;
         let (status, body) = Self::read_body(resp).await?;
         if status == 200 {
             Ok(body)
@@ -232,10 +241,7 @@ impl WitnessClient {
         if let Some(k) = &self.api_key {
             req = req.bearer_auth(k);
         }
-        let resp = req
-            .send()
-            .await
-            .map_err(|e| WitnessError::Transport(e.to_string()))?;
+        let resp = req.send().await.map_err(transport)?;
         let (status, body) = Self::read_body(resp).await?;
         match status {
             200 => serde_json::from_slice(&body)
@@ -259,7 +265,7 @@ impl WitnessClient {
             .get(format!("{}/.well-known/tally/keys", self.base))
             .send()
             .await
-            .map_err(|e| WitnessError::Transport(e.to_string()))?;
+            .map_err(transport)?;
         let (status, body) = Self::read_body(resp).await?;
         if status != 200 {
             return Err(Self::refusal(status, &body));

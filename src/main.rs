@@ -1,11 +1,17 @@
 //! `tally`: the command-line entry point. It wires the crates together and
 //! nothing else; each subcommand's arguments and work live in `cmd/`.
+//! Output goes through `cmd::out` (a closed standard output is a quiet exit
+//! with status 141, never a panic), so the print macros are denied here.
+
+#![deny(clippy::print_stdout, clippy::print_stderr)]
 
 mod cmd;
 
 use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
+
+use cmd::out::errln;
 
 /// tally: a transparency log for what AI agents do.
 ///
@@ -75,8 +81,9 @@ fn main() -> ExitCode {
     };
     match result {
         Ok(code) => code,
+        Err(e) if cmd::out::is_stdout_closed(&e) => ExitCode::from(cmd::out::STDOUT_CLOSED_EXIT),
         Err(e) => {
-            eprintln!("tally: error: {e:#}");
+            errln!("tally: error: {e:#}");
             ExitCode::from(2)
         }
     }

@@ -586,7 +586,7 @@ async fn ordered_walk_through_the_real_binary() {
             "--agent",
             "claims-bot",
             "-o",
-            pack_f.to_str().unwrap(),
+            dir.join("refused.jsonl").to_str().unwrap(),
         ],
         &[
             ("TALLY_WITNESS_URL", url.as_str()),

@@ -4,6 +4,7 @@
 //! `rotate`, `retire`) belongs in this group too: add a variant to
 //! [`AgentCommand`] and an arm to [`run`].
 
+use super::out::{errln, outln};
 use std::path::PathBuf;
 use std::process::ExitCode;
 use std::sync::Arc;
@@ -21,16 +22,30 @@ use tally_schemas::{AgentName, SecretKey};
 /// Where the agent's local state lives; shared by every agent-side command.
 #[derive(Debug, Clone, clap::Args)]
 pub struct StateArgs {
-    /// The local state directory (keys, chain store, witness config).
-    #[arg(long, env = "TALLY_STATE_DIR", default_value = ".tally")]
-    pub state_dir: PathBuf,
+    /// The local state directory (keys, chain stores, witness config)
+    /// [default: $TALLY_STATE_DIR, else .tally in the current folder].
+    #[arg(long, value_name = "DIR")]
+    pub state_dir: Option<PathBuf>,
 }
 
+/// The environment variable that names the state directory.
+pub const STATE_DIR_ENV: &str = "TALLY_STATE_DIR";
+
 impl StateArgs {
-    /// The state directory.
+    /// The state directory, and how it was chosen (quoted when an agent is
+    /// not found in it).
     #[must_use]
     pub fn dir(&self) -> StateDir {
-        StateDir::new(&self.state_dir)
+        if let Some(dir) = &self.state_dir {
+            return StateDir::with_lookup(dir, "given with --state-dir");
+        }
+        match std::env::var_os(STATE_DIR_ENV).filter(|v| !v.is_empty()) {
+            Some(dir) => StateDir::with_lookup(PathBuf::from(dir), "from TALLY_STATE_DIR"),
+            None => StateDir::with_lookup(
+                ".tally",
+                "the default, .tally in the current folder: neither --state-dir nor TALLY_STATE_DIR is set",
+            ),
+        }
     }
 }
 
@@ -40,6 +55,36 @@ impl StateArgs {
 /// The protocol's rule for agent names, as text.
 pub fn parse_agent(s: &str) -> Result<AgentName, String> {
     AgentName::new(s).map_err(|e| e.to_string())
+}
+
+/// The agent of an `agent` subcommand: a word (`tally agent sync NAME`) or
+/// `--agent NAME`, as every other command takes it.
+#[derive(Debug, Clone, clap::Args)]
+pub struct AgentArg {
+    /// The agent's name (or give it with --agent).
+    #[arg(
+        value_name = "AGENT",
+        value_parser = parse_agent,
+        required_unless_present = "agent_flag",
+        conflicts_with = "agent_flag"
+    )]
+    name: Option<AgentName>,
+    /// The agent's name (the same as giving it as a word).
+    #[arg(long = "agent", id = "agent_flag", value_name = "AGENT", value_parser = parse_agent)]
+    flag: Option<AgentName>,
+}
+
+impl AgentArg {
+    /// The agent.
+    ///
+    /// # Errors
+    /// When neither form was given (clap refuses that first).
+    pub fn get(&self) -> anyhow::Result<&AgentName> {
+        self.name
+            .as_ref()
+            .or(self.flag.as_ref())
+            .context("give the agent: NAME or --agent NAME")
+    }
 }
 
 /// Arguments of `tally agent`.
@@ -76,15 +121,16 @@ pub enum AgentCommand {
 #[derive(Debug, clap::Args)]
 pub struct InitArgs {
     /// The agent's name (its chain's name).
-    #[arg(value_parser = parse_agent)]
-    pub agent: AgentName,
+    #[command(flatten)]
+    pub agent: AgentArg,
     /// The witness's base URL; its key directory is fetched once and its
     /// current log key pinned.
     #[arg(long)]
     pub witness: Option<String>,
-    /// The API key for the witness (stored with mode 0600; TALLY_API_KEY
-    /// overrides it at run time).
-    #[arg(long, requires = "witness")]
+    /// The API key for the witness, checked with it before anything is
+    /// written (stored with mode 0600; TALLY_API_KEY overrides it at run
+    /// time, and is checked when this is not given).
+    #[arg(long, requires = "witness", hide_env_values = true)]
     pub api_key: Option<String>,
     #[command(flatten)]
     pub state: StateArgs,
@@ -94,8 +140,8 @@ pub struct InitArgs {
 #[derive(Debug, clap::Args)]
 pub struct SyncArgs {
     /// The agent.
-    #[arg(value_parser = parse_agent)]
-    pub agent: AgentName,
+    #[command(flatten)]
+    pub agent: AgentArg,
     /// Give up after this many seconds.
     #[arg(long, default_value_t = 30)]
     pub timeout: u64,
@@ -128,107 +174,278 @@ pub(crate) fn runtime() -> anyhow::Result<tokio::runtime::Runtime> {
         .context("starting the async runtime")
 }
 
+/// The witness as `agent init --witness` found it: its configuration to
+/// pin, and what it says about the agent.
+struct CheckedWitness {
+    config: WitnessConfig,
+    /// `None` without an API key to ask with.
+    registration: Option<Registration>,
+}
+
+/// The agent on the witness, as the project of the API key sees it.
+enum Registration {
+    /// Not registered in this project (maybe in another one, which the
+    /// witness does not reveal).
+    NotRegistered,
+    /// Registered, with these key ids (and their `not_after`).
+    Registered {
+        project: String,
+        keys: Vec<(String, Option<String>)>,
+    },
+}
+
+/// Fetches and pins the witness's log key and, with an API key, checks the
+/// key and asks whether `agent` is registered. Writes nothing.
+fn check_witness(
+    url: &str,
+    api_key: Option<(&str, &str)>,
+    agent: &AgentName,
+) -> anyhow::Result<CheckedWitness> {
+    let rt = runtime()?;
+    let dir = rt
+        .block_on(async { WitnessClient::new(url, None)?.key_directory().await })
+        .with_context(|| {
+            format!(
+                "fetching {url}/.well-known/tally/keys; nothing was written (is `tally serve` running there?)"
+            )
+        })?;
+    let mut pinned = Vec::new();
+    for k in dir.keys.iter().filter(|k| k.not_after.is_none()) {
+        let v = NoteVerifier::from_vkey(&k.vkey)
+            .with_context(|| format!("the witness's key {:?}", k.vkey))?;
+        if v.name() != dir.origin {
+            bail!(
+                "the witness's key {} is not named after its origin {}",
+                k.vkey,
+                dir.origin
+            );
+        }
+        pinned.push(PinnedKey {
+            vkey: v.vkey(),
+            not_before: k.not_before,
+            not_after: None,
+        });
+    }
+    if pinned.is_empty() {
+        bail!("the witness at {url} lists no current log key");
+    }
+    let registration = match api_key {
+        Some((key, from)) => Some(rt.block_on(registration(url, key, from, agent))?),
+        None => None,
+    };
+    Ok(CheckedWitness {
+        config: WitnessConfig {
+            url: url.trim_end_matches('/').to_owned(),
+            origin: dir.origin,
+            keys: pinned,
+        },
+        registration,
+    })
+}
+
+/// Asks the witness for the API key's project's agents (`GET /v1/agents`,
+/// docs/api.md): a refused key is an error here, not a sync error later.
+async fn registration(
+    url: &str,
+    api_key: &str,
+    from: &str,
+    agent: &AgentName,
+) -> anyhow::Result<Registration> {
+    let base = url.trim_end_matches('/');
+    let http = reqwest::Client::builder()
+        .connect_timeout(Duration::from_secs(10))
+        .timeout(Duration::from_secs(30))
+        .build()
+        .context("building the HTTP client")?;
+    let resp = http
+        .get(format!("{base}/v1/agents"))
+        .bearer_auth(api_key)
+        .send()
+        .await
+        .with_context(|| format!("checking the API key with the witness at {base}"))?;
+    let status = resp.status();
+    if status == reqwest::StatusCode::UNAUTHORIZED {
+        bail!(
+            "the witness at {base} refused the API key {from} (401 unauthorized: it is not a current key of any project); nothing was written. Give the key `tally serve` printed on its first start, or make one with `tally project new-key PROJECT`"
+        );
+    }
+    let body: serde_json::Value = resp
+        .json()
+        .await
+        .with_context(|| format!("reading the witness's answer to GET {base}/v1/agents"))?;
+    if !status.is_success() {
+        bail!(
+            "the witness at {base} answered GET /v1/agents with {status}: {}",
+            body["error"]["message"].as_str().unwrap_or("no message")
+        );
+    }
+    let found = body["agents"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .find(|a| a["agent"].as_str() == Some(agent.as_str()));
+    Ok(match found {
+        None => Registration::NotRegistered,
+        Some(a) => Registration::Registered {
+            project: a["project"].as_str().unwrap_or("?").to_owned(),
+            keys: a["keys"]
+                .as_array()
+                .into_iter()
+                .flatten()
+                .map(|k| {
+                    (
+                        k["key_id"].as_str().unwrap_or("?").to_owned(),
+                        k["not_after"].as_str().map(str::to_owned),
+                    )
+                })
+                .collect(),
+        },
+    })
+}
+
+/// `tally agent init`: everything the witness must confirm is checked
+/// first, then the files are written (a new agent's all at once), and only
+/// then is anything printed, so a failure or a closed standard output
+/// never leaves an agent half set up.
 fn init(args: &InitArgs) -> anyhow::Result<ExitCode> {
     let state = args.state.dir();
-    let agent = &args.agent;
-    let key = match state.load_key(agent) {
-        Ok(k) => {
-            println!(
-                "agent {agent} already has a key in {}; it is kept",
-                state.root().display()
-            );
-            k
-        }
-        Err(tally_gateway::state::StateError::NotInitialised { .. }) => {
-            let k = SecretKey::generate(&mut rand_core::OsRng);
-            state.create_agent(agent, &k)?;
-            println!("created agent {agent} in {}", state.root().display());
-            k
-        }
+    let agent = args.agent.get()?;
+    let existing = match state.load_key(agent) {
+        Ok(k) => Some(k),
+        Err(tally_gateway::state::StateError::NotInitialised { .. }) => None,
         Err(e) => return Err(e.into()),
     };
+    let env_key = std::env::var(tally_gateway::state::API_KEY_ENV)
+        .ok()
+        .filter(|k| !k.is_empty());
+    let api_key = match (&args.api_key, &env_key) {
+        (Some(k), _) => Some((k.as_str(), "given with --api-key")),
+        (None, Some(k)) => Some((k.as_str(), "from TALLY_API_KEY")),
+        (None, None) => None,
+    };
+    let checked = match &args.witness {
+        Some(url) => Some(check_witness(url, api_key, agent)?),
+        None => None,
+    };
+    let mut warning = None;
+    if let Some(Registration::Registered { project, keys }) =
+        checked.as_ref().and_then(|c| c.registration.as_ref())
+    {
+        let ids = keys
+            .iter()
+            .map(|(id, _)| id.as_str())
+            .collect::<Vec<_>>()
+            .join(", ");
+        match &existing {
+            None => bail!(
+                "agent {agent} is already registered with the witness (project {project}, key id {ids}), and its key is not in {}: it is in the state directory of the folder where {agent} was set up. Run the command there, or give that state directory with --state-dir DIR or TALLY_STATE_DIR=DIR. Nothing was written: a second key for {agent} would be refused by the witness",
+                state.absolute().display()
+            ),
+            Some(k) => {
+                let id = k.public_key().key_id().to_string();
+                match keys.iter().find(|(kid, _)| *kid == id) {
+                    Some((_, None)) => {}
+                    Some((_, Some(end))) => {
+                        warning = Some(format!(
+                            "agent {agent}'s key {id} was retired on the witness at {end}: records it signs later are refused"
+                        ));
+                    }
+                    None => {
+                        warning = Some(format!(
+                            "agent {agent} is registered with the witness (project {project}) under key id {ids}, not under this key ({id}): records it signs are refused (403 key_not_allowed) until the operator rotates to it with `tally agent rotate {agent} --public-key {}`",
+                            k.public_key().to_base64()
+                        ));
+                    }
+                }
+            }
+        }
+    }
+
+    // Write: a new agent whole or not at all; an existing one keeps its key.
+    let witness_config = checked.as_ref().map(|c| c.config.clone());
+    let stored_api_key = args.api_key.as_deref();
+    let (key, created) = match existing {
+        Some(k) => {
+            if let Some(config) = witness_config {
+                if let Some(k) = stored_api_key {
+                    state.save_api_key(agent, k)?;
+                }
+                state.save_config(&AgentConfig {
+                    v: 1,
+                    agent: agent.clone(),
+                    witness: Some(config),
+                })?;
+            }
+            (k, false)
+        }
+        None => {
+            let k = SecretKey::generate(&mut rand_core::OsRng);
+            state.create_agent_with(agent, &k, witness_config, stored_api_key)?;
+            (k, true)
+        }
+    };
+
+    // Print.
+    let root = state.root().display();
+    if created {
+        outln!("created agent {agent} in {root}")?;
+    } else {
+        outln!("agent {agent} already has a key in {root}; it is kept")?;
+    }
     let public = key.public_key();
-    println!("public key: {}", public.to_base64());
-    println!("key id:     {}", public.key_id());
-    println!(
+    outln!("public key: {}", public.to_base64())?;
+    outln!("key id:     {}", public.key_id())?;
+    outln!(
         "key file:   {} (mode 0600)",
         state.agent(agent).key().display()
-    );
-    println!();
-    println!("register it with the witness (operator):");
-    println!(
-        "  tally agent add {agent} --public-key {}",
-        public.to_base64()
-    );
-
-    if let Some(url) = &args.witness {
-        let dir = runtime()?
-            .block_on(async { WitnessClient::new(url, None)?.key_directory().await })
-            .with_context(|| format!("fetching {url}/.well-known/tally/keys"))?;
-        let mut pinned = Vec::new();
-        for k in dir.keys.iter().filter(|k| k.not_after.is_none()) {
-            let v = NoteVerifier::from_vkey(&k.vkey)
-                .with_context(|| format!("the witness's key {:?}", k.vkey))?;
-            if v.name() != dir.origin {
-                bail!(
-                    "the witness's key {} is not named after its origin {}",
-                    k.vkey,
-                    dir.origin
-                );
+    )?;
+    outln!()?;
+    match checked.as_ref().and_then(|c| c.registration.as_ref()) {
+        Some(Registration::Registered { project, .. }) if warning.is_none() => {
+            outln!("registered with the witness in project {project} under this key")?;
+        }
+        _ => {
+            outln!("register it with the witness (operator):")?;
+            outln!(
+                "  tally agent add {agent} --public-key {}",
+                public.to_base64()
+            )?;
+        }
+    }
+    match &checked {
+        Some(c) => {
+            outln!()?;
+            outln!("witness: {} (log {})", c.config.url, c.config.origin)?;
+            outln!(
+                "pinned log key (trust on first use: compare it with the one your operator published):"
+            )?;
+            for p in &c.config.keys {
+                outln!("  {}", p.vkey)?;
             }
-            pinned.push(PinnedKey {
-                vkey: v.vkey(),
-                not_before: k.not_before,
-                not_after: None,
-            });
+            if api_key.is_none() {
+                outln!("no API key: give --api-key, or TALLY_API_KEY when records are synced")?;
+            }
         }
-        if pinned.is_empty() {
-            bail!("the witness at {url} lists no current log key");
+        None => {
+            outln!()?;
+            outln!("no witness configured: records stay local until `tally agent init {agent} --witness URL`")?;
         }
-        let mut config = state.load_config(agent).unwrap_or(AgentConfig {
-            v: 1,
-            agent: agent.clone(),
-            witness: None,
-        });
-        config.witness = Some(WitnessConfig {
-            url: url.trim_end_matches('/').to_owned(),
-            origin: dir.origin.clone(),
-            keys: pinned.clone(),
-        });
-        state.save_config(&config)?;
-        if let Some(api_key) = &args.api_key {
-            state.save_api_key(agent, api_key)?;
-        }
-        println!();
-        println!("witness: {url} (log {})", dir.origin);
-        println!(
-            "pinned log key (trust on first use: compare it with the one your operator published):"
-        );
-        for p in &pinned {
-            println!("  {}", p.vkey);
-        }
-    } else {
-        println!();
-        println!("no witness configured: records stay local until `tally agent init {agent} --witness URL`");
+    }
+    if let Some(w) = warning {
+        errln!("tally: warning: {w}");
     }
     Ok(ExitCode::SUCCESS)
 }
 
 fn sync(args: &SyncArgs) -> anyhow::Result<ExitCode> {
     let state = args.state.dir();
-    let store = Arc::new(ChainStore::open(&state.agent(&args.agent).store())?);
-    let Some(syncer) = tally_gateway::open_syncer(
-        &state,
-        &args.agent,
-        Arc::clone(&store),
-        Arc::new(SystemClock),
-    )?
+    let agent = args.agent.get()?;
+    state.load_key(agent)?;
+    let store = Arc::new(ChainStore::open(&state.agent(agent).store())?);
+    let Some(syncer) =
+        tally_gateway::open_syncer(&state, agent, Arc::clone(&store), Arc::new(SystemClock))?
     else {
-        bail!(
-            "no witness configured for agent {} (tally agent init {} --witness URL)",
-            args.agent,
-            args.agent
-        );
+        bail!("no witness configured for agent {agent} (tally agent init {agent} --witness URL)");
     };
     let syncer = syncer.with_window(args.window);
     let step = runtime()?.block_on(async {
@@ -240,14 +457,16 @@ fn sync(args: &SyncArgs) -> anyhow::Result<ExitCode> {
     let pending = status.records.saturating_sub(status.sync_cursor);
     match step {
         Step::Idle | Step::Progress => {
-            println!("synced: {} records, all receipted", status.records);
+            outln!("synced: {} records, all receipted", status.records)?;
             Ok(ExitCode::SUCCESS)
         }
         Step::Retry(n) | Step::Halt(n) => {
-            println!(
+            outln!(
                 "{pending} of {} records not yet receipted: [{}] {}",
-                status.records, n.code, n.message
-            );
+                status.records,
+                n.code,
+                n.message
+            )?;
             Ok(ExitCode::from(1))
         }
     }

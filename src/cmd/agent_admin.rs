@@ -2,13 +2,14 @@
 //! §2), over the project routes of docs/api.md "Agents". The validity ranges
 //! set here are what `tally keys export` writes into agent-keys.json.
 
+use super::out::outln;
 use std::process::ExitCode;
 
 use anyhow::Context;
 use serde_json::{json, Value};
-use tally_schemas::{AgentName, PublicKey, UnixMillis};
+use tally_schemas::{PublicKey, UnixMillis};
 
-use super::agent::parse_agent;
+use super::agent::AgentArg;
 use super::project::RemoteArgs;
 
 fn parse_public_key(s: &str) -> Result<PublicKey, String> {
@@ -23,8 +24,8 @@ fn parse_time(s: &str) -> Result<UnixMillis, String> {
 #[derive(Debug, clap::Args)]
 pub struct AddArgs {
     /// The agent's name (unique on the witness).
-    #[arg(value_parser = parse_agent)]
-    pub agent: AgentName,
+    #[command(flatten)]
+    pub agent: AgentArg,
     /// Its Ed25519 public key, standard base64 (as `tally agent init` prints it).
     #[arg(long, value_parser = parse_public_key)]
     pub public_key: PublicKey,
@@ -41,8 +42,8 @@ pub struct AddArgs {
 #[derive(Debug, clap::Args)]
 pub struct RotateArgs {
     /// The agent.
-    #[arg(value_parser = parse_agent)]
-    pub agent: AgentName,
+    #[command(flatten)]
+    pub agent: AgentArg,
     /// The new public key, standard base64.
     #[arg(long, value_parser = parse_public_key)]
     pub public_key: PublicKey,
@@ -57,8 +58,8 @@ pub struct RotateArgs {
 #[derive(Debug, clap::Args)]
 pub struct RetireArgs {
     /// The agent.
-    #[arg(value_parser = parse_agent)]
-    pub agent: AgentName,
+    #[command(flatten)]
+    pub agent: AgentArg,
     /// When its keys end; default now.
     #[arg(long, value_parser = parse_time)]
     pub at: Option<UnixMillis>,
@@ -66,15 +67,16 @@ pub struct RetireArgs {
     pub remote: RemoteArgs,
 }
 
-fn print_keys(v: &Value) {
+fn print_keys(v: &Value) -> std::io::Result<()> {
     for k in v["keys"].as_array().into_iter().flatten() {
-        println!(
+        outln!(
             "  key {}  valid from {}  until {}",
             k["key_id"].as_str().unwrap_or_default(),
             k["not_before"].as_str().unwrap_or_default(),
             k["not_after"].as_str().unwrap_or("(open)")
-        );
+        )?;
     }
+    Ok(())
 }
 
 /// Runs `tally agent add`.
@@ -82,7 +84,8 @@ fn print_keys(v: &Value) {
 /// # Errors
 /// Transport errors and refusals (exit 2).
 pub fn add(a: &AddArgs) -> anyhow::Result<ExitCode> {
-    let mut body = json!({"agent": a.agent, "public_key": a.public_key});
+    let agent = a.agent.get()?;
+    let mut body = json!({"agent": agent, "public_key": a.public_key});
     if let Some(t) = a.not_before {
         body["not_before"] = json!(t);
     }
@@ -91,12 +94,11 @@ pub fn add(a: &AddArgs) -> anyhow::Result<ExitCode> {
         .remote()?
         .post_json("/v1/agents", &body)
         .context("registering the agent")?;
-    println!(
-        "agent {} registered in project {}",
-        a.agent,
+    outln!(
+        "agent {agent} registered in project {}",
         v["project"].as_str().unwrap_or_default()
-    );
-    print_keys(&v);
+    )?;
+    print_keys(&v)?;
     Ok(ExitCode::SUCCESS)
 }
 
@@ -105,6 +107,7 @@ pub fn add(a: &AddArgs) -> anyhow::Result<ExitCode> {
 /// # Errors
 /// Transport errors and refusals (exit 2).
 pub fn rotate(a: &RotateArgs) -> anyhow::Result<ExitCode> {
+    let agent = a.agent.get()?;
     let mut body = json!({"public_key": a.public_key});
     if let Some(t) = a.at {
         body["at"] = json!(t);
@@ -112,10 +115,10 @@ pub fn rotate(a: &RotateArgs) -> anyhow::Result<ExitCode> {
     let v = a
         .remote
         .remote()?
-        .post_json(&format!("/v1/agents/{}/rotate", a.agent), &body)
+        .post_json(&format!("/v1/agents/{agent}/rotate"), &body)
         .context("rotating the agent's key")?;
-    println!("agent {} key rotated", a.agent);
-    print_keys(&v);
+    outln!("agent {agent} key rotated")?;
+    print_keys(&v)?;
     Ok(ExitCode::SUCCESS)
 }
 
@@ -124,6 +127,7 @@ pub fn rotate(a: &RotateArgs) -> anyhow::Result<ExitCode> {
 /// # Errors
 /// Transport errors and refusals (exit 2).
 pub fn retire(a: &RetireArgs) -> anyhow::Result<ExitCode> {
+    let agent = a.agent.get()?;
     let mut body = json!({});
     if let Some(t) = a.at {
         body["at"] = json!(t);
@@ -131,9 +135,9 @@ pub fn retire(a: &RetireArgs) -> anyhow::Result<ExitCode> {
     let v = a
         .remote
         .remote()?
-        .post_json(&format!("/v1/agents/{}/retire", a.agent), &body)
+        .post_json(&format!("/v1/agents/{agent}/retire"), &body)
         .context("retiring the agent")?;
-    println!("agent {} retired", a.agent);
-    print_keys(&v);
+    outln!("agent {agent} retired")?;
+    print_keys(&v)?;
     Ok(ExitCode::SUCCESS)
 }

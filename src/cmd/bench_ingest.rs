@@ -6,6 +6,7 @@
 //! Ed25519 verifications/s of one process on all cores, and prints the ratio
 //! (DESIGN.md's target: at least 0.5). Results: docs/benchmarks.md "Ingest".
 
+use super::out::outln;
 use std::collections::BTreeMap;
 use std::io::{BufRead, BufReader};
 use std::process::{Child, Command, ExitCode, Stdio};
@@ -168,12 +169,12 @@ pub fn ingest(a: &IngestArgs) -> anyhow::Result<ExitCode> {
     let concurrency = a.concurrency.clamp(1, agents);
     let per_agent = a.records.div_ceil(agents);
     let threads = std::thread::available_parallelism().map_or(1, std::num::NonZeroUsize::get);
-    println!("tally bench ingest: {} records, {agents} agents, concurrency {concurrency}, {threads} cores", per_agent * agents);
+    outln!("tally bench ingest: {} records, {agents} agents, concurrency {concurrency}, {threads} cores", per_agent * agents)?;
 
-    println!(
+    outln!(
         "measuring raw strict Ed25519 verification on {threads} threads for {:.1}s ...",
         a.verify_secs
-    );
+    )?;
     let raw = raw_verify_rate(a.verify_secs);
 
     let (_started, url, api_key) = match (&a.witness, &a.api_key) {
@@ -215,11 +216,11 @@ pub fn ingest(a: &IngestArgs) -> anyhow::Result<ExitCode> {
         }
         anyhow::Ok(())
     })?;
-    println!(
+    outln!(
         "agents:   bench-{run_id}-0 .. bench-{run_id}-{} (export them with `tally export --agent ...`)",
         agents - 1
-    );
-    println!("pre-signing {} records ...", per_agent * agents);
+    )?;
+    outln!("pre-signing {} records ...", per_agent * agents)?;
     let now = UnixMillis::now();
     let chains: Vec<Vec<Vec<u8>>> = keys
         .iter()
@@ -247,7 +248,7 @@ pub fn ingest(a: &IngestArgs) -> anyhow::Result<ExitCode> {
         .collect::<anyhow::Result<_>>()?;
 
     // Post: worker w owns agents w, w+C, …, and posts each chain in order.
-    println!("posting ...");
+    outln!("posting ...")?;
     let chains = Arc::new(chains);
     let errors = Arc::new(std::sync::Mutex::new(BTreeMap::<String, u64>::new()));
     let started = Instant::now();
@@ -330,37 +331,35 @@ pub fn ingest(a: &IngestArgs) -> anyhow::Result<ExitCode> {
             .lines()
             .find_map(|l| l.strip_prefix(name)?.trim().parse().ok())
     };
-    println!();
-    println!(
-        "ingest:   {ok} records in {elapsed:.2}s = {rate:.0} records/s ({error_count} errors)"
-    );
+    outln!()?;
+    outln!("ingest:   {ok} records in {elapsed:.2}s = {rate:.0} records/s ({error_count} errors)")?;
     for (what, n) in &errors {
-        println!("errors:   {n} x {what}");
+        outln!("errors:   {n} x {what}")?;
     }
-    println!(
+    outln!(
         "latency:  p50 {:.2} ms, p99 {:.2} ms, p999 {:.2} ms",
         ms(percentile(&latencies, 0.50)),
         ms(percentile(&latencies, 0.99)),
         ms(percentile(&latencies, 0.999))
-    );
+    )?;
     if let (Some(b), Some(e)) = (
         metric("tally_log_batches_total "),
         metric("tally_log_entries_total "),
     ) {
         if b > 0.0 {
-            println!(
+            outln!(
                 "batches:  {b:.0} group commits, {:.1} records per commit on average",
                 e / b
-            );
+            )?;
         }
     }
-    println!("raw:      {raw:.0} strict Ed25519 verifications/s on {threads} threads");
-    println!(
+    outln!("raw:      {raw:.0} strict Ed25519 verifications/s on {threads} threads")?;
+    outln!(
         "ratio:    {:.2} (ingest / raw verification; target >= 0.5)",
         rate / raw
-    );
+    )?;
     if error_count > 0 {
-        println!("FAIL: {error_count} posts were refused or lost, so these figures do not measure ingest");
+        outln!("FAIL: {error_count} posts were refused or lost, so these figures do not measure ingest")?;
         return Ok(ExitCode::from(1));
     }
     Ok(ExitCode::SUCCESS)

@@ -10,6 +10,7 @@
 //! OpenSSL's verify do, and with the keys decoded once, as the verifier
 //! does (about 9% faster; the stricter baseline). A benchmark, not a test.
 
+use super::out::outln;
 use std::io::{BufReader, BufWriter, Write};
 use std::path::{Path, PathBuf};
 use std::process::{Command, ExitCode};
@@ -128,11 +129,11 @@ fn verify_one(dir: &Path, threads: usize) -> anyhow::Result<ExitCode> {
     // half of the checks.
     let cpu = stat_cpu_secs("/proc/self/stat");
     let reader = stat_cpu_secs(&format!("/proc/self/task/{}/stat", std::process::id()));
-    println!(
+    outln!(
         "records={} secs={secs:.3} hwm_kb={} cpu_secs={cpu:.2} reader_cpu_secs={reader:.2} result={result}",
         v.report.records,
         vm_hwm_kb()
-    );
+    )?;
     Ok(if result == "PASS" {
         ExitCode::SUCCESS
     } else {
@@ -236,11 +237,11 @@ fn bench(args: &VerifyArgs) -> anyhow::Result<ExitCode> {
         .dir
         .clone()
         .unwrap_or_else(|| std::env::temp_dir().join("tally-bench-verify"));
-    println!(
+    outln!(
         "tally bench verify: {threads} threads, {} agents, packs in {}",
         args.agents,
         dir.display()
-    );
+    )?;
     let mut rows = Vec::new();
     let sample = bench_sample(20_000, args.agents);
     let decoded: Vec<(PublicKey, Vec<u8>, Signature)> = sample
@@ -266,10 +267,10 @@ fn bench(args: &VerifyArgs) -> anyhow::Result<ExitCode> {
             )?;
             std::fs::write(d.join("log.vkey"), format!("{}\n", made.vkey))?;
             std::fs::write(d.join("complete"), b"")?;
-            println!(
+            outln!(
                 "generated {n} records in {:.1} s",
                 started.elapsed().as_secs_f64()
-            );
+            )?;
         }
         let bytes = std::fs::metadata(d.join("pack.jsonl"))?.len();
         let before = raw_rates(&sample, &decoded, threads);
@@ -318,15 +319,15 @@ fn bench(args: &VerifyArgs) -> anyhow::Result<ExitCode> {
             raw,
             raw_decoded,
         };
-        println!(
+        outln!(
             "{n:>9} records  {:>7.1} MB  {secs:>7.2} s  {rate:>6.0} records/s ({:.0} per CPU s)  {:.2} cores ({:.0}% reading)  peak RSS {:>5.1} MB",
             row.mb,
             row.cpu_rate,
             row.cores,
             100.0 * row.reader_share,
             row.rss_mb,
-        );
-        println!(
+        )?;
+        outln!(
             "          raw strict Ed25519 {:.0}/s ({:.0} before, {:.0} after; {:.0} per CPU s): ratio {:.2}, per CPU s {:.2}; keys decoded once {:.0}/s ({:.0}, {:.0}; {:.0} per CPU s): ratio {:.2}, per CPU s {:.2}",
             raw.wall,
             before.0.wall,
@@ -340,16 +341,16 @@ fn bench(args: &VerifyArgs) -> anyhow::Result<ExitCode> {
             raw_decoded.cpu,
             rate / raw_decoded.wall,
             row.cpu_rate / raw_decoded.cpu,
-        );
+        )?;
         rows.push(row);
     }
-    println!();
-    println!("Raw rate: strict Ed25519 on {threads} threads over the same signed records, the mean of a measurement before and after the pack. A: key decoded for each signature; B: keys decoded once. \"per CPU s\": records (or signatures) per CPU second, which other load on the machine does not change.");
-    println!();
-    println!("| records | pack size | verify time | records/s | CPU used (cores) | reading thread | peak RSS (VmHWM) | raw A/s | ratio A | raw B/s | ratio B | ratio A per CPU s | ratio B per CPU s |");
-    println!("|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|");
+    outln!()?;
+    outln!("Raw rate: strict Ed25519 on {threads} threads over the same signed records, the mean of a measurement before and after the pack. A: key decoded for each signature; B: keys decoded once. \"per CPU s\": records (or signatures) per CPU second, which other load on the machine does not change.")?;
+    outln!()?;
+    outln!("| records | pack size | verify time | records/s | CPU used (cores) | reading thread | peak RSS (VmHWM) | raw A/s | ratio A | raw B/s | ratio B | ratio A per CPU s | ratio B per CPU s |")?;
+    outln!("|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")?;
     for r in rows {
-        println!(
+        outln!(
             "| {} | {:.0} MB | {:.2} s | {:.0} | {:.2} | {:.0}% | {:.1} MB | {:.0} | {:.2} | {:.0} | {:.2} | {:.2} | {:.2} |",
             r.n,
             r.mb,
@@ -364,7 +365,7 @@ fn bench(args: &VerifyArgs) -> anyhow::Result<ExitCode> {
             r.rate / r.raw_decoded.wall,
             r.cpu_rate / r.raw.cpu,
             r.cpu_rate / r.raw_decoded.cpu,
-        );
+        )?;
     }
     Ok(ExitCode::SUCCESS)
 }

@@ -37,7 +37,7 @@ pub fn run(args: &Args) -> anyhow::Result<ExitCode> {
         max_depth: tally_schemas::limits::MAX_TOOL_DEFINITION_DEPTH,
     };
     let canonical = canonicalize_bytes(&bytes, limits).context("refused")?;
-    let mut out = std::io::stdout().lock();
+    let mut out = super::out::stdout();
     out.write_all(&canonical)?;
     out.write_all(b"\n")?;
     if args.hash {

@@ -1,8 +1,10 @@
 //! `tally export`: write a pack (docs/protocol.md §9.1) for one or more
 //! agents over a seq or time range, streamed from the running witness
 //! (`GET /v1/export`) to a file; the file appears only once the whole pack
-//! (through its `end` line) arrived.
+//! (through its `end` line) arrived. A pack is evidence: an existing file is
+//! never replaced without `--force`.
 
+use super::out::errln;
 use std::path::PathBuf;
 use std::process::ExitCode;
 
@@ -30,9 +32,12 @@ pub struct Args {
     /// Records the witness received before this time.
     #[arg(long)]
     pub until: Option<String>,
-    /// Output file (`-` for stdout).
+    /// Output file (`-` for stdout); an existing file is kept unless --force.
     #[arg(short, long, default_value = "pack.jsonl")]
     pub output: PathBuf,
+    /// Overwrite the output file if it exists.
+    #[arg(long)]
+    pub force: bool,
     #[command(flatten)]
     pub remote: RemoteArgs,
 }
@@ -42,6 +47,10 @@ pub struct Args {
 /// # Errors
 /// Transport errors, refusals, a pack cut short, I/O (exit 2).
 pub fn run(args: &Args) -> anyhow::Result<ExitCode> {
+    // Checked before asking the witness; download checks again at the end.
+    if !args.force && args.output.as_os_str() != "-" && args.output.exists() {
+        return Err(super::project::exists(&args.output));
+    }
     let mut query: Vec<(&str, String)> = args
         .agents
         .iter()
@@ -62,9 +71,9 @@ pub fn run(args: &Args) -> anyhow::Result<ExitCode> {
     let bytes = args
         .remote
         .remote()?
-        .download("/v1/export", &query, &args.output)?;
+        .download("/v1/export", &query, &args.output, args.force)?;
     if args.output.as_os_str() != "-" {
-        eprintln!("wrote {} ({bytes} bytes)", args.output.display());
+        errln!("wrote {} ({bytes} bytes)", args.output.display());
     }
     Ok(ExitCode::SUCCESS)
 }

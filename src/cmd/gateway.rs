@@ -1,6 +1,7 @@
 //! `tally gateway`: run an MCP server behind the recording stdio proxy
 //! (issue 6 §2; the proxy is tally_gateway::proxy).
 
+use super::out::errln;
 use std::collections::BTreeSet;
 use std::ffi::OsString;
 use std::process::ExitCode;
@@ -17,6 +18,9 @@ use tally_schemas::AgentName;
 use tokio::sync::{watch, Notify};
 
 use super::agent::{parse_agent, runtime, StateArgs};
+
+/// The last sync when the gateway ends: one try, at most this long.
+const FINAL_SYNC: Duration = Duration::from_secs(3);
 
 /// Arguments of `tally gateway`.
 #[derive(Debug, clap::Args)]
@@ -95,7 +99,7 @@ pub fn run(args: &Args) -> anyhow::Result<ExitCode> {
         Ok(store) => {
             let recovered = store.recovered_from_journal();
             if recovered.records > 0 {
-                eprintln!(
+                errln!(
                     "tally: gateway: committed {} records that the last run had journaled (it ended before committing them)",
                     recovered.records
                 );
@@ -126,13 +130,13 @@ pub fn run(args: &Args) -> anyhow::Result<ExitCode> {
                     (Some(r), h, Some(store))
                 }
                 Err(e) => {
-                    eprintln!("tally: gateway: tools/call will be refused: {e}");
+                    errln!("tally: gateway: tools/call will be refused: {e}");
                     (None, RecorderHandle::unavailable(&e.to_string()), None)
                 }
             }
         }
         Err(e) => {
-            eprintln!("tally: gateway: tools/call will be refused: {e}");
+            errln!("tally: gateway: tools/call will be refused: {e}");
             (None, RecorderHandle::unavailable(&e.to_string()), None)
         }
     };
@@ -169,18 +173,24 @@ pub fn run(args: &Args) -> anyhow::Result<ExitCode> {
             tokio::spawn(async move { s.run(wake, stop_rx).await })
         });
         let exit = run_gateway(config, deps, &args.command).await;
-        // Commit every queued outcome, then give the sync a moment to send
-        // the last records (the next run or `tally agent sync` does the rest).
+        // Commit every queued outcome, then give the sync one try of at
+        // most FINAL_SYNC to send the last records (the next run or `tally
+        // agent sync` does the rest). The background task may be waiting on
+        // a witness that does not answer: it is stopped, not awaited (a post
+        // cut short is safe: the witness answers its retry with the same
+        // receipt).
         if let Some(r) = recorder {
             let _ = tokio::task::spawn_blocking(move || r.close()).await;
         }
         let _ = stop_tx.send(true);
         if let Some(t) = sync_task {
+            t.abort();
             let _ = t.await;
         }
         if let Some(s) = &syncer {
-            s.sync_until_idle(tokio::time::Instant::now() + Duration::from_secs(3))
-                .await;
+            let _ =
+                tokio::time::timeout(FINAL_SYNC, s.sync_until_idle(tokio::time::Instant::now()))
+                    .await;
         }
         exit
     });

@@ -2,6 +2,7 @@
 //! witness (`GET /v1/head`): its latest checkpoint, a consistency proof from
 //! the pack checkpoint's size, and each agent's latest record.
 
+use super::out::errln;
 use std::io::{BufRead as _, Read as _};
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -78,9 +79,9 @@ pub fn run(args: &Args) -> anyhow::Result<ExitCode> {
     query.extend(agents.iter().map(|a| ("agent", a.to_string())));
     args.remote
         .remote()?
-        .download("/v1/head", &query, &args.output)?;
+        .download("/v1/head", &query, &args.output, true)?;
     if args.output.as_os_str() != "-" {
-        eprintln!("wrote {}", args.output.display());
+        errln!("wrote {}", args.output.display());
     }
     Ok(ExitCode::SUCCESS)
 }

@@ -1,6 +1,7 @@
 //! `tally keys export`: write agent-keys.json (docs/protocol.md §9.3) for
 //! the project's agents, from the running witness (`GET /v1/agent-keys`).
 
+use super::out::errln;
 use std::path::PathBuf;
 use std::process::ExitCode;
 
@@ -48,9 +49,9 @@ pub fn run(args: &Args) -> anyhow::Result<ExitCode> {
                 a.agents.iter().map(|n| ("agent", n.to_string())).collect();
             a.remote
                 .remote()?
-                .download("/v1/agent-keys", &query, &a.output)?;
+                .download("/v1/agent-keys", &query, &a.output, true)?;
             if a.output.as_os_str() != "-" {
-                eprintln!("wrote {}", a.output.display());
+                errln!("wrote {}", a.output.display());
             }
             Ok(ExitCode::SUCCESS)
         }

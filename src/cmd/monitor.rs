@@ -3,6 +3,7 @@
 //! prints both signed checkpoints as evidence; with `--once` it exits 1,
 //! otherwise it keeps alerting every interval. Errors exit 2 under `--once`.
 
+use super::out::{errln, outln};
 use std::path::PathBuf;
 use std::process::ExitCode;
 use std::time::Duration;
@@ -68,14 +69,14 @@ pub fn run(args: &Args) -> anyhow::Result<ExitCode> {
     );
     loop {
         match monitor.check_once() {
-            Ok(Round::First(cp)) => println!("first checkpoint: size {} root {}", cp.size, cp.root),
-            Ok(Round::Unchanged(cp)) => println!("unchanged: size {}", cp.size),
+            Ok(Round::First(cp)) => outln!("first checkpoint: size {} root {}", cp.size, cp.root)?,
+            Ok(Round::Unchanged(cp)) => outln!("unchanged: size {}", cp.size)?,
             Ok(Round::Advanced { from, to }) => {
-                println!("consistent: size {from} -> {} root {}", to.size, to.root)
+                outln!("consistent: size {from} -> {} root {}", to.size, to.root)?
             }
             Ok(Round::Inconsistent(evidence)) => {
-                println!("{evidence}");
-                eprintln!("tally monitor: ALERT: {}", evidence.reason);
+                outln!("{evidence}")?;
+                errln!("tally monitor: ALERT: {}", evidence.reason);
                 if args.once {
                     return Ok(ExitCode::from(1));
                 }
@@ -84,7 +85,7 @@ pub fn run(args: &Args) -> anyhow::Result<ExitCode> {
                 if args.once {
                     return Err(e.into());
                 }
-                eprintln!("tally monitor: error: {e}");
+                errln!("tally monitor: error: {e}");
             }
         }
         if args.once {

@@ -3,6 +3,7 @@
 //! client ([`Remote`]) the other witness-side commands share: the redb files
 //! are single-process, so the CLI talks to the running `tally serve`.
 
+use super::out::outln;
 use std::io::Write as _;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
@@ -188,15 +189,19 @@ impl Remote {
     }
 
     /// GET a document and stream it to `out` (`-` for stdout), through a
-    /// temporary file renamed only once the whole body arrived.
+    /// temporary file renamed only once the whole body arrived. Without
+    /// `overwrite`, an existing `out` is refused, also one that appeared
+    /// while the body arrived.
     ///
     /// # Errors
-    /// Transport errors (including a body cut short), refusals, I/O.
+    /// Transport errors (including a body cut short), refusals, I/O, an
+    /// existing file.
     pub fn download(
         &self,
         path: &str,
         query: &[(&str, String)],
         out: &Path,
+        overwrite: bool,
     ) -> anyhow::Result<u64> {
         self.rt.block_on(async {
             let mut resp = self
@@ -208,7 +213,7 @@ impl Remote {
             let to_stdout = out == Path::new("-");
             let tmp = out.with_extension("partial");
             let mut sink: Box<dyn std::io::Write> = if to_stdout {
-                Box::new(std::io::stdout().lock())
+                Box::new(super::out::stdout())
             } else {
                 Box::new(std::io::BufWriter::new(
                     std::fs::File::create(&tmp)
@@ -234,11 +239,33 @@ impl Remote {
             sink.flush()?;
             drop(sink);
             if !to_stdout {
-                std::fs::rename(&tmp, out).with_context(|| format!("writing {}", out.display()))?;
+                if overwrite {
+                    std::fs::rename(&tmp, out)
+                        .with_context(|| format!("writing {}", out.display()))?;
+                } else {
+                    // A link fails where the file exists; a rename would replace it.
+                    let linked = std::fs::hard_link(&tmp, out);
+                    let _ = std::fs::remove_file(&tmp);
+                    match linked {
+                        Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {
+                            return Err(exists(out));
+                        }
+                        other => other.with_context(|| format!("writing {}", out.display()))?,
+                    }
+                }
             }
             Ok(n)
         })
     }
+}
+
+/// The refusal to overwrite `out`.
+#[must_use]
+pub fn exists(out: &Path) -> anyhow::Error {
+    anyhow!(
+        "{} exists; give --force to overwrite it, or -o another file",
+        out.display()
+    )
 }
 
 /// Arguments of `tally project`.
@@ -289,33 +316,33 @@ pub fn run(args: &Args) -> anyhow::Result<ExitCode> {
             let v = admin
                 .remote()?
                 .post_json("/v1/projects", &json!({ "name": name }))?;
-            println!("project {name} created");
-            println!("API key: {}", v["api_key"].as_str().unwrap_or_default());
-            println!("(shown once: it is stored only as a hash)");
+            outln!("project {name} created")?;
+            outln!("API key: {}", v["api_key"].as_str().unwrap_or_default())?;
+            outln!("(shown once: it is stored only as a hash)")?;
         }
         ProjectCommand::List { admin } => {
             let v = admin.remote()?.get_json("/v1/projects", &[])?;
             for p in v["projects"].as_array().into_iter().flatten() {
-                println!(
+                outln!(
                     "{}\t{} agents\tcreated {}",
                     p["name"].as_str().unwrap_or_default(),
                     p["agents"],
                     p["created"].as_str().unwrap_or_default()
-                );
+                )?;
             }
         }
         ProjectCommand::NewKey { name, admin } => {
             let v = admin
                 .remote()?
                 .post_json(&format!("/v1/projects/{name}/api-keys"), &json!({}))?;
-            println!("API key: {}", v["api_key"].as_str().unwrap_or_default());
-            println!("(shown once: it is stored only as a hash)");
+            outln!("API key: {}", v["api_key"].as_str().unwrap_or_default())?;
+            outln!("(shown once: it is stored only as a hash)")?;
         }
         ProjectCommand::RevokeKey { id, admin } => {
             admin
                 .remote()?
                 .post_json(&format!("/v1/api-keys/{id}/revoke"), &json!({}))?;
-            println!("API key {id} revoked");
+            outln!("API key {id} revoked")?;
         }
     }
     Ok(ExitCode::SUCCESS)

@@ -1,7 +1,16 @@
 //! `tally record decision|outcome|note`: record through the agent's local
 //! chain without MCP (issue 6 §4), then sync to the witness when one is
 //! configured. Prints one JSON line per record for scripts.
+//!
+//! The record is durably in the local chain before anything is sent, so the
+//! command's exit status says whether it was recorded (0), not whether the
+//! witness answered. Without `--wait-receipt` syncing is one try with no
+//! retries, bounded by [`ONE_TRY`]: a witness that is down costs no wait,
+//! and standard error says where the record is and that `tally agent sync`
+//! sends it later. With `--wait-receipt` it retries up to `--sync-timeout`
+//! and exits 1 without an accepted receipt.
 
+use super::out::{errln, outln};
 use std::path::PathBuf;
 use std::process::ExitCode;
 use std::sync::Arc;
@@ -33,11 +42,14 @@ pub struct Common {
     /// Do not sync to the witness after recording.
     #[arg(long)]
     pub no_sync: bool,
-    /// Wait for the witness's receipt of this record and accept it; exit 1
-    /// if there is none (like the gateway's --strict).
+    /// Wait for the witness's receipt of this record and accept it, retrying
+    /// up to --sync-timeout; exit 1 if there is none (like the gateway's
+    /// --strict). Without it, syncing is one try of at most 2 seconds, and a
+    /// record the witness did not receipt stays in the local chain for
+    /// `tally agent sync`.
     #[arg(long, conflicts_with = "no_sync")]
     pub wait_receipt: bool,
-    /// Seconds to spend syncing.
+    /// With --wait-receipt: seconds to spend syncing.
     #[arg(long, default_value_t = 10)]
     pub sync_timeout: u64,
     /// Keep the input or output content in the local store (salts are always kept).
@@ -102,6 +114,9 @@ pub enum Kind {
         common: Common,
     },
 }
+
+/// Without `--wait-receipt`: the bound of the one sync try.
+pub const ONE_TRY: Duration = Duration::from_secs(2);
 
 fn parse_status(s: &str) -> Result<OutcomeStatus, String> {
     serde_json::from_value(Value::String(s.to_owned())).map_err(|_| {
@@ -239,28 +254,50 @@ pub fn run(args: &Args) -> anyhow::Result<ExitCode> {
         o.extend(e.clone());
     }
     let mut code = ExitCode::SUCCESS;
-    let syncer =
-        tally_gateway::open_syncer(&state, &common.agent, Arc::clone(&store), clock.clone())?;
+    let agent = &common.agent;
+    let seq = record.seq.get();
+    let local = format!(
+        "{agent}'s record seq {seq} is safe in its local chain ({})",
+        state.absolute().display()
+    );
+    let syncer = tally_gateway::open_syncer(&state, agent, Arc::clone(&store), clock.clone())?;
+    let mut note = None;
     match syncer {
         None => {
             out["receipt"] = json!("no_witness");
+            note = Some(format!(
+                "{local}; no witness is configured for {agent}, so nothing was sent (`tally agent init {agent} --witness URL` configures one)"
+            ));
             if common.wait_receipt {
                 code = ExitCode::from(1);
             }
         }
         Some(_) if common.no_sync => out["receipt"] = json!("pending"),
         Some(syncer) => {
-            let step = rt.block_on(syncer.sync_until_idle(
-                tokio::time::Instant::now() + Duration::from_secs(common.sync_timeout),
-            ));
+            let step = if common.wait_receipt {
+                rt.block_on(syncer.sync_until_idle(
+                    tokio::time::Instant::now() + Duration::from_secs(common.sync_timeout),
+                ))
+            } else {
+                // A deadline already passed: one try, going on only while
+                // the witness makes progress; never a retry.
+                rt.block_on(async {
+                    tokio::time::timeout(
+                        ONE_TRY,
+                        syncer.sync_until_idle(tokio::time::Instant::now()),
+                    )
+                    .await
+                })
+                .unwrap_or(Step::Idle)
+            };
             // Accept the stored receipt again here, with the shared function,
             // so the answer is about this record and this moment.
             let trust = state
-                .load_config(&common.agent)?
+                .load_config(agent)?
                 .witness
-                .map(|w| w.trust(&state.agent(&common.agent).config()))
+                .map(|w| w.trust(&state.agent(agent).config()))
                 .transpose()?;
-            let accepted = match (store.receipt(record.seq.get())?, trust) {
+            let accepted = match (store.receipt(seq)?, trust) {
                 (Some(bytes), Some(trust)) => parse_receipt(&bytes)
                     .and_then(|r| {
                         accept_receipt(&r, &record, &trust, clock.now(), DEFAULT_MAX_SKEW_MS)
@@ -268,7 +305,11 @@ pub fn run(args: &Args) -> anyhow::Result<ExitCode> {
                     .map_err(|e| e.to_string()),
                 _ => Err(match step {
                     Step::Retry(n) | Step::Halt(n) => format!("[{}] {}", n.code, n.message),
-                    _ => "no receipt yet".into(),
+                    _ if common.wait_receipt => "no receipt yet".into(),
+                    _ => format!(
+                        "[timeout] the witness did not answer within {} s",
+                        ONE_TRY.as_secs()
+                    ),
                 }),
             };
             match accepted {
@@ -277,6 +318,9 @@ pub fn run(args: &Args) -> anyhow::Result<ExitCode> {
                     out["index"] = json!(a.receipt.index.get());
                 }
                 Err(e) => {
+                    note = Some(format!(
+                        "{local}, not yet witnessed: {e}; `tally agent sync --agent {agent}` sends it, and every other record not yet receipted, when the witness accepts them"
+                    ));
                     out["receipt"] = json!("pending");
                     out["sync_error"] = json!(e);
                     if common.wait_receipt {
@@ -286,6 +330,9 @@ pub fn run(args: &Args) -> anyhow::Result<ExitCode> {
             }
         }
     }
-    println!("{out}");
+    if let Some(n) = note {
+        errln!("tally: {n}");
+    }
+    outln!("{out}")?;
     Ok(code)
 }

@@ -3,6 +3,8 @@
 //! them all. On a fresh machine it needs no flags: it creates ./tally-data,
 //! the log key and the default project, and prints the API key once.
 
+use super::data_folder::DataFolder;
+use super::out::outln;
 use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -162,7 +164,19 @@ pub fn run(args: &Args) -> anyhow::Result<ExitCode> {
 }
 
 async fn serve(config: ServeConfig, origin: Option<String>) -> anyhow::Result<ExitCode> {
+    // Everything that can fail without the data folder fails before it is
+    // touched: bad TLS files, a port in use.
     let tls = config.tls.as_ref().map(server::tls_config).transpose()?;
+    let listener = tokio::net::TcpListener::bind(config.listen)
+        .await
+        .with_context(|| format!("listening on {}", config.listen))?;
+    let addr = listener.local_addr().context("reading the bound address")?;
+    // Locked for this process; a first start that fails from here on
+    // removes what it made (see data_folder).
+    let mut folder = DataFolder::claim(&config.data_dir)?;
+    if let Some(notice) = folder.notice() {
+        outln!("tally: {notice}")?;
+    }
     let opened = server::open(
         &config,
         origin.as_deref(),
@@ -170,61 +184,65 @@ async fn serve(config: ServeConfig, origin: Option<String>) -> anyhow::Result<Ex
         Box::new(OsRng),
     )
     .with_context(|| format!("opening the data folder {}", config.data_dir.display()))?;
-    let listener = tokio::net::TcpListener::bind(config.listen)
-        .await
-        .with_context(|| format!("listening on {}", config.listen))?;
-    let addr = listener.local_addr().context("reading the bound address")?;
     let scheme = if tls.is_some() { "https" } else { "http" };
     let url = format!("{scheme}://{addr}");
     let witness = Arc::clone(&opened.witness);
     let log = Arc::clone(witness.log());
+    let console = tally_witness::console::Console::open(
+        Arc::clone(&witness),
+        &config.data_dir,
+        tls.is_some() || config.secure_cookies,
+    )?;
     if let Some(first) = &opened.first_start {
         let vkey = log.verifier().vkey();
-        println!(
+        outln!(
             "tally: first start; created the data folder {}",
             config.data_dir.display()
-        );
-        println!();
-        println!("  project       default");
-        println!("  API key       {}", first.api_key.token);
-        println!("                (shown once: it is stored only as a hash; keep it now)");
-        println!("  witness key   {vkey}");
-        println!("  origin        {}", log.origin());
-        println!(
+        )?;
+        outln!()?;
+        outln!("  project       default")?;
+        outln!("  API key       {}", first.api_key.token)?;
+        outln!("                (shown once: it is stored only as a hash; keep it now)")?;
+        outln!("  witness key   {vkey}")?;
+        outln!("  origin        {}", log.origin())?;
+        outln!(
             "  admin token   in {} (mode 0600)",
             config.data_dir.join(files::ADMIN_TOKEN).display()
-        );
-        println!();
-        println!("next: register an agent and post records:");
-        println!(
+        )?;
+        outln!()?;
+        outln!("next: register an agent and post records:")?;
+        outln!(
             "  export TALLY_WITNESS_URL={url} TALLY_API_KEY={}",
             first.api_key.token
-        );
-        println!("  tally agent init claims-bot --witness {url} --api-key $TALLY_API_KEY");
-        println!("  tally agent add claims-bot --public-key <the public key it printed>");
-        println!("console: {url}/console (log in with the API key)");
-        println!();
+        )?;
+        outln!("  tally agent init claims-bot --witness {url} --api-key $TALLY_API_KEY")?;
+        outln!("  tally agent add claims-bot --public-key <the public key it printed>")?;
+        outln!("console: {url}/console (log in with the API key)")?;
+        outln!()?;
     }
-    println!(
-        "tally: listening on {url} (origin {}, tree size {}); console at {url}/console",
+    folder.first_start_done()?;
+    let tree_size = log.latest_checkpoint().checkpoint.size;
+    if opened.first_start.is_none() && tree_size.get() == 0 {
+        outln!(
+            "tally: no records yet; the default project's API key was shown once, on the first start: if it is lost, make another with `tally project new-key default` (admin token in {})",
+            config.data_dir.join(files::ADMIN_TOKEN).display()
+        )?;
+    }
+    outln!(
+        "tally: listening on {url} (origin {}, tree size {tree_size}); console at {url}/console",
         log.origin(),
-        log.latest_checkpoint().checkpoint.size
-    );
-    use std::io::Write as _;
-    let _ = std::io::stdout().flush();
+    )?;
 
-    let app = tally_witness::http::router(Arc::clone(&witness)).merge(
-        tally_witness::console::router(tally_witness::console::Console::open(
-            witness,
-            &config.data_dir,
-            tls.is_some() || config.secure_cookies,
-        )?),
+    let app = tally_witness::refusal_log::with_refusal_log(
+        tally_witness::http::router(Arc::clone(&witness))
+            .merge(tally_witness::console::router(console)),
+        Arc::clone(&witness),
     );
     let drain = Duration::from_secs(config.drain_timeout_secs);
     server::serve(listener, app, tls, shutdown_signal(), drain).await;
     tracing::info!("drained; stopping the log");
     server::stop_log(log).await;
-    println!("tally: stopped");
+    outln!("tally: stopped")?;
     Ok(ExitCode::SUCCESS)
 }
 

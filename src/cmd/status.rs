@@ -2,6 +2,7 @@
 //! agent, the chain head, the records not yet receipted, the witness and
 //! the last sync error, and a fork, loudly.
 
+use super::out::outln;
 use std::process::ExitCode;
 
 use anyhow::Context;
@@ -90,68 +91,70 @@ fn agent_status(args: &Args, agent: &AgentName) -> anyhow::Result<Value> {
     Ok(out)
 }
 
-fn print_text(s: &Value) {
+fn print_text(s: &Value) -> std::io::Result<()> {
     let agent = s["agent"].as_str().unwrap_or("?");
-    println!(
+    outln!(
         "agent {agent} (key id {})",
         s["key_id"].as_str().unwrap_or("?")
-    );
+    )?;
     if let Some(e) = s.get("store_error").and_then(Value::as_str) {
-        println!("  store: {e}");
-        return;
+        outln!("  store: {e}")?;
+        return Ok(());
     }
     match s["head"].as_object() {
-        Some(h) => println!(
+        Some(h) => outln!(
             "  chain head: seq {} hash {}",
             h["seq"],
             h["hash"].as_str().unwrap_or("?")
-        ),
-        None => println!("  chain head: none (no records yet)"),
+        )?,
+        None => outln!("  chain head: none (no records yet)")?,
     }
-    println!(
+    outln!(
         "  records: {}, not yet receipted: {}",
-        s["records"], s["not_receipted"]
-    );
+        s["records"],
+        s["not_receipted"]
+    )?;
     match s["witness"].as_object() {
-        Some(w) => println!(
+        Some(w) => outln!(
             "  witness: {} (log {})",
             w["url"].as_str().unwrap_or("?"),
             w["origin"].as_str().unwrap_or("?")
-        ),
-        None => println!("  witness: none configured, nothing is sent"),
+        )?,
+        None => outln!("  witness: none configured, nothing is sent")?,
     }
     for k in s["witness"]["retired_keys"]
         .as_array()
         .into_iter()
         .flatten()
     {
-        println!(
+        outln!(
             "  pinned log key {} retired at {}: receipts it signs from then on are refused",
             k["vkey"].as_str().unwrap_or("?"),
             k["not_after"].as_str().unwrap_or("?")
-        );
+        )?;
     }
     match s.get("last_sync_error").and_then(Value::as_object) {
-        Some(e) => println!(
+        Some(e) => outln!(
             "  last sync error: {} [{}] {}",
             e["time"].as_str().unwrap_or("?"),
             e["code"].as_str().unwrap_or("?"),
             e["message"].as_str().unwrap_or("?")
-        ),
-        None => println!("  last sync error: none"),
+        )?,
+        None => outln!("  last sync error: none")?,
     }
     if s["superseded_receipts"].as_u64().unwrap_or(0) > 0 {
-        println!(
+        outln!(
             "  !!! {} receipts were superseded: the witness lost records it had receipted (they were sent again)",
             s["superseded_receipts"]
-        );
+        )?;
     }
     if let Some(f) = s.get("fork").and_then(Value::as_object) {
-        println!(
+        outln!(
             "  !!! {} — syncing is stopped until this is resolved by hand",
             f["message"].as_str().unwrap_or("fork")
-        );
+        )?;
     }
+    Ok(())
 }
 
 /// Runs `tally status`; exits 1 when any agent's chain is forked.
@@ -165,10 +168,11 @@ pub fn run(args: &Args) -> anyhow::Result<ExitCode> {
         None => state.agents().context("listing agents")?,
     };
     if agents.is_empty() && !args.json {
-        println!(
-            "no agents in {} (tally agent init NAME)",
-            state.root().display()
-        );
+        outln!(
+            "no agents in {} ({}); the agents of another folder are shown with --state-dir DIR or TALLY_STATE_DIR=DIR, and `tally agent init NAME` makes a new one",
+            state.absolute().display(),
+            state.lookup()
+        )?;
     }
     let statuses = agents
         .iter()
@@ -178,10 +182,10 @@ pub fn run(args: &Args) -> anyhow::Result<ExitCode> {
         .iter()
         .any(|s| s.get("fork").is_some_and(|f| !f.is_null()));
     if args.json {
-        println!("{}", json!({"v": 1, "agents": statuses}));
+        outln!("{}", json!({"v": 1, "agents": statuses}))?;
     } else {
         for s in &statuses {
-            print_text(s);
+            print_text(s)?;
         }
     }
     Ok(if forked {

@@ -1,12 +1,18 @@
 //! `tally verify`: verify a pack offline (docs/protocol.md §11). Prints one
 //! line per check, the coverage lines and the result line (or the JSON
 //! report); exit 0 pass, 1 fail, 2 usage or I/O error.
+//!
+//! A file given in the wrong place (agent-keys.json or head.json as the
+//! pack, the pack and agent-keys.json swapped, …) is a usage error that
+//! names what the file is and where it goes ([`FileKind`]), not a failed
+//! pack or a JSON error (protocol.md §9.1).
 
 use std::io::{BufReader, IsTerminal, Write};
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
 use anyhow::{bail, Context};
+use tally_schemas::limits::MAX_PACK_HEADER_BYTES;
 use tally_schemas::note::NoteVerifier;
 use tally_schemas::pack::{AgentKeys, Head};
 use tally_schemas::report::Verdict;
@@ -63,6 +69,146 @@ pub struct Args {
     pub threads: usize,
 }
 
+/// What a file given to `tally verify` holds, judged by its shape: the
+/// members its first JSON object has (protocol.md §9).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum FileKind {
+    /// A first line with a `type` member: a pack (§9.1).
+    Pack,
+    /// `v`, `origin`, `agents`: agent-keys.json (§9.3).
+    AgentKeys,
+    /// `v`, `checkpoint`, `from_size`, `consistency`: head.json (§9.4).
+    Head,
+    /// `v`, `origin`, `keys`: the witness's key directory (§4.5).
+    KeyDirectory,
+    /// A pinned trust file (§11.1).
+    Trust,
+    /// Anything else: left to the parser that expects it.
+    Other,
+}
+
+/// Bytes read to judge a file that is not a pack by its first line.
+const MAX_IDENTIFY_BYTES: u64 = 16 << 20;
+
+impl FileKind {
+    fn of(path: &Path) -> Self {
+        use std::io::{BufRead as _, Read as _};
+        let Ok(file) = std::fs::File::open(path) else {
+            return Self::Other;
+        };
+        let mut first = Vec::new();
+        let limit = u64::try_from(MAX_PACK_HEADER_BYTES).unwrap_or(u64::MAX) + 1;
+        if BufReader::new(file.take(limit))
+            .read_until(b'\n', &mut first)
+            .is_err()
+        {
+            return Self::Other;
+        }
+        if let Ok(v) = serde_json::from_slice::<serde_json::Value>(&first) {
+            return Self::of_json(&v);
+        }
+        let mut whole = Vec::new();
+        if std::fs::File::open(path)
+            .and_then(|f| f.take(MAX_IDENTIFY_BYTES).read_to_end(&mut whole))
+            .is_err()
+        {
+            return Self::Other;
+        }
+        if let Ok(v) = serde_json::from_slice::<serde_json::Value>(&whole) {
+            return Self::of_json(&v);
+        }
+        match std::str::from_utf8(&whole) {
+            Ok(text) if TrustFile::parse(text).is_ok() => Self::Trust,
+            _ => Self::Other,
+        }
+    }
+
+    fn of_json(v: &serde_json::Value) -> Self {
+        let Some(o) = v.as_object() else {
+            return Self::Other;
+        };
+        let has = |names: &[&str]| names.iter().all(|n| o.contains_key(*n));
+        if o.get("type").is_some_and(serde_json::Value::is_string) {
+            Self::Pack
+        } else if has(&["v", "checkpoint", "from_size", "consistency"]) {
+            Self::Head
+        } else if has(&["v", "origin", "agents"]) {
+            Self::AgentKeys
+        } else if has(&["v", "origin", "keys"]) {
+            Self::KeyDirectory
+        } else {
+            Self::Other
+        }
+    }
+
+    fn what(self) -> &'static str {
+        match self {
+            Self::Pack => "a pack",
+            Self::AgentKeys => "agent keys (agent-keys.json, from `tally keys export`)",
+            Self::Head => "head.json (a newer checkpoint, from `tally head`)",
+            Self::KeyDirectory => "the witness's key directory (/.well-known/tally/keys)",
+            Self::Trust => "a trust file",
+            Self::Other => "not recognised",
+        }
+    }
+
+    fn goes(self) -> &'static str {
+        match self {
+            Self::Pack => {
+                "the pack is the first argument: tally verify PACK --agent-keys agent-keys.json"
+            }
+            Self::AgentKeys => "give it with --agent-keys",
+            Self::Head => "give it with --head",
+            Self::KeyDirectory => {
+                "tally verify does not read it: give the witness key with --witness-key"
+            }
+            Self::Trust => "give it with --trust",
+            Self::Other => "",
+        }
+    }
+}
+
+/// The usage error for `path`, which holds `kind` where `expected` goes.
+fn wrong_file(path: &Path, kind: FileKind, expected: &str) -> anyhow::Error {
+    anyhow::anyhow!(
+        "{} is {}, not {expected}; {}",
+        path.display(),
+        kind.what(),
+        kind.goes()
+    )
+}
+
+/// Refuses a pack argument that is another of tally's files.
+fn check_pack_argument(args: &Args) -> anyhow::Result<()> {
+    let kind = FileKind::of(&args.pack);
+    if matches!(kind, FileKind::Pack | FileKind::Other) {
+        return Ok(());
+    }
+    if kind == FileKind::AgentKeys && FileKind::of(&args.agent_keys) == FileKind::Pack {
+        bail!(
+            "the pack and the agent keys are swapped: {} is a pack and {} is agent keys; run tally verify PACK --agent-keys agent-keys.json",
+            args.agent_keys.display(),
+            args.pack.display()
+        );
+    }
+    Err(wrong_file(&args.pack, kind, "a pack (the first argument)"))
+}
+
+/// When `path` did not parse as `expected`, says what it is instead if it
+/// is another of tally's files; else the parse error as it was.
+fn explain(path: &Path, expected: FileKind, label: &str, e: anyhow::Error) -> anyhow::Error {
+    match FileKind::of(path) {
+        FileKind::Other => e,
+        k if k == expected => e,
+        FileKind::Pack if expected == FileKind::AgentKeys => anyhow::anyhow!(
+            "{} is a pack, not {label}: were the pack and the agent keys swapped? {}",
+            path.display(),
+            FileKind::Pack.goes()
+        ),
+        k => wrong_file(path, k, label),
+    }
+}
+
 fn read(path: &Path, what: &str) -> anyhow::Result<Vec<u8>> {
     std::fs::read(path).with_context(|| format!("reading {what} {}", path.display()))
 }
@@ -91,8 +237,17 @@ fn log_key(text: &str) -> anyhow::Result<NoteVerifier> {
 /// Usage and I/O errors (exit 2): unreadable files, a bad key, an
 /// unsupported pack version, input that is not a pack.
 pub fn run(args: &Args) -> anyhow::Result<ExitCode> {
+    check_pack_argument(args)?;
     let keys = AgentKeys::from_json(&read(&args.agent_keys, "agent keys")?)
-        .with_context(|| format!("{}", args.agent_keys.display()))?;
+        .with_context(|| format!("{}", args.agent_keys.display()))
+        .map_err(|e| {
+            explain(
+                &args.agent_keys,
+                FileKind::AgentKeys,
+                "agent keys (--agent-keys)",
+                e,
+            )
+        })?;
     let (log, witnesses) = match (&args.trust, &args.witness_key) {
         (Some(path), _) => {
             let text = String::from_utf8(read(path, "the trust file")?)
@@ -104,9 +259,11 @@ pub fn run(args: &Args) -> anyhow::Result<ExitCode> {
         (None, None) => bail!("give --witness-key or --trust"),
     };
     let head = match &args.head {
-        Some(p) => {
-            Some(Head::from_json(&read(p, "head")?).with_context(|| format!("{}", p.display()))?)
-        }
+        Some(p) => Some(
+            Head::from_json(&read(p, "head")?)
+                .with_context(|| format!("{}", p.display()))
+                .map_err(|e| explain(p, FileKind::Head, "head.json (--head)", e))?,
+        ),
         None => None,
     };
     let file = std::fs::File::open(&args.pack)
@@ -147,12 +304,15 @@ pub fn run(args: &Args) -> anyhow::Result<ExitCode> {
     }
     let verification =
         result.map_err(|e: VerifyError| anyhow::anyhow!("{}: {e}", args.pack.display()))?;
-    let mut out = std::io::stdout().lock();
+    let mut out = super::out::stdout();
     match args.format {
         Format::Text => out.write_all(verification.to_text().as_bytes())?,
         Format::Json => {
-            serde_json::to_writer(&mut out, &verification.report)?;
-            out.write_all(b"\n")?;
+            // Serialised first: an I/O error inside serde_json would hide
+            // a closed standard output from `main`.
+            let mut json = serde_json::to_vec(&verification.report)?;
+            json.push(b'\n');
+            out.write_all(&json)?;
         }
     }
     out.flush()?;

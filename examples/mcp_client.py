@@ -2,33 +2,65 @@
 `tally gateway`, lists the tools and makes a few calls, so that the agent's
 chain gets a tool list, decisions and outcomes.
 
+The official MCP Python SDK needs Python 3.10 or newer; install it in a
+virtual environment (many systems refuse `pip install` outside one):
+
+    python3 -m venv .venv && . .venv/bin/activate
     pip install mcp==2.3.0
     python3 examples/mcp_client.py --agent claims-bot -- npx -y @modelcontextprotocol/server-everything stdio
 
 Everything after `--` is the MCP server command. The gateway records each
 call before forwarding it and syncs to the witness configured with
-`tally agent init --witness`.
+`tally agent init --witness`. On failure it prints one line with the cause
+(the gateway's own message, if any, is just above it); --debug prints the
+whole traceback instead.
 """
 
 import argparse
 import asyncio
 import os
 import shutil
+import sys
+import traceback
 
-from mcp import ClientSession, StdioServerParameters
-from mcp.client.stdio import stdio_client
+MIN_PYTHON = (3, 10)
+
+try:
+    _GROUP = BaseExceptionGroup  # Python 3.11 and newer
+except NameError:  # 3.10: the backport anyio depends on
+    try:
+        from exceptiongroup import BaseExceptionGroup as _GROUP
+    except ImportError:
+        _GROUP = ()
 
 
-async def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--agent", required=True, help="the agent whose chain records the calls")
-    parser.add_argument("--tally", default=shutil.which("tally") or "tally", help="path to the tally binary")
-    parser.add_argument("--strict", action="store_true", help="pass --strict to the gateway (wait for receipts)")
-    parser.add_argument("server", nargs=argparse.REMAINDER, help="-- then the MCP server command")
-    args = parser.parse_args()
-    server = args.server[1:] if args.server[:1] == ["--"] else args.server
-    if not server:
-        parser.error("give the MCP server command after --")
+def fail(message: str) -> None:
+    print(f"mcp_client: error: {message}", file=sys.stderr)
+    sys.exit(1)
+
+
+def root_causes(e: BaseException) -> list[BaseException]:
+    """The leaves of an exception group (anyio wraps failures in them), else the exception itself."""
+    if isinstance(e, _GROUP):
+        return [leaf for inner in e.exceptions for leaf in root_causes(inner)]
+    return [e]
+
+
+def describe(e: BaseException, tally: str) -> str:
+    """One line that says what went wrong and what to do."""
+    if isinstance(e, FileNotFoundError) and e.filename in (tally, os.path.basename(tally)):
+        return f"{tally} not found: build tally and put it on PATH, or give --tally PATH"
+    if isinstance(e, FileNotFoundError):
+        return f"{e.filename or e}: not found"
+    text = str(e) or type(e).__name__
+    if "Connection closed" in text:
+        return "the MCP session ended early: the gateway or the server behind it exited (its message, if any, is above)"
+    return f"{type(e).__name__}: {text}"
+
+
+async def run(args: argparse.Namespace, server: list[str]) -> None:
+    from mcp import ClientSession, StdioServerParameters
+    from mcp.client.stdio import stdio_client
 
     gateway = [args.tally, "gateway", "--agent", args.agent, *(["--strict"] if args.strict else []), "--", *server]
     params = StdioServerParameters(command=gateway[0], args=gateway[1:], env=dict(os.environ))
@@ -44,5 +76,32 @@ async def main() -> None:
                     print(f"{name}({arguments}) -> {'error: ' if result.is_error else ''}{text}")
 
 
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--agent", required=True, help="the agent whose chain records the calls")
+    parser.add_argument("--tally", default=shutil.which("tally") or "tally", help="path to the tally binary")
+    parser.add_argument("--strict", action="store_true", help="pass --strict to the gateway (wait for receipts)")
+    parser.add_argument("--debug", action="store_true", help="print the whole traceback on failure")
+    parser.add_argument("server", nargs=argparse.REMAINDER, help="-- then the MCP server command")
+    args = parser.parse_args()
+    server = args.server[1:] if args.server[:1] == ["--"] else args.server
+    if not server:
+        parser.error("give the MCP server command after --")
+    if sys.version_info < MIN_PYTHON:
+        fail(f"the MCP Python SDK needs Python {MIN_PYTHON[0]}.{MIN_PYTHON[1]} or newer; this is {sys.version.split()[0]}")
+    try:
+        import mcp  # noqa: F401
+    except ImportError:
+        fail("the MCP Python SDK is not installed here: python3 -m venv .venv && . .venv/bin/activate && pip install mcp==2.3.0")
+    try:
+        asyncio.run(run(args, server))
+    except KeyboardInterrupt:
+        sys.exit(130)
+    except BaseException as e:  # noqa: BLE001 -- one line instead of a traceback
+        if args.debug or isinstance(e, SystemExit):
+            raise
+        fail(describe(root_causes(e)[0], args.tally))
+
+
 if __name__ == "__main__":
-    asyncio.run(main())
+    main()

@@ -100,8 +100,11 @@ pub enum AgentCommand {
     /// Make an agent's signing key (mode 0600) in the local state directory,
     /// print its public key and the command that registers it with a
     /// witness, and with --witness pin the witness's log key (trust on first
-    /// use). Run again with --witness to configure a witness for an existing
-    /// agent; an existing key is never replaced.
+    /// use). With --witness everything is checked first, and nothing is
+    /// written when a check fails: the witness must answer, know the API
+    /// key, and not have the agent registered already with a key kept in
+    /// another state directory. Run again with --witness to configure a
+    /// witness for an existing agent; an existing key is never replaced.
     Init(InitArgs),
     /// Send the agent's records that have no receipt yet to the witness,
     /// accept the receipts, and print what is left.
@@ -130,7 +133,7 @@ pub struct InitArgs {
     /// The API key for the witness, checked with it before anything is
     /// written (stored with mode 0600; TALLY_API_KEY overrides it at run
     /// time, and is checked when this is not given).
-    #[arg(long, requires = "witness", hide_env_values = true)]
+    #[arg(long, requires = "witness")]
     pub api_key: Option<String>,
     #[command(flatten)]
     pub state: StateArgs,

@@ -27,6 +27,7 @@ use tally_schemas::{AgentName, PublicKey, Seq, TreeSize, UnixMillis};
 
 use crate::error::WitnessError;
 use crate::export::{self, ExportRange};
+use crate::key_changes::{self, KeyChange};
 use crate::registry::Principal;
 use crate::witness::Witness;
 
@@ -342,16 +343,14 @@ async fn add_agent(
     let principal = w.authenticate(bearer(&headers))?;
     let bytes = read_body(body, &headers, w.config().max_body_bytes).await?;
     let req: AddAgent = json_body(&bytes)?;
-    // By default the key covers every record the skew bound still admits:
-    // an agent that signed its first records a moment before it was
-    // registered is not locked out of its own chain.
-    let not_before = req.not_before.unwrap_or_else(|| {
-        let skew = i64::try_from(w.config().max_skew_ms).unwrap_or(i64::MAX);
-        UnixMillis::new(w.now().as_millis().saturating_sub(skew).max(0))
-    });
-    let row = w
-        .registry()
-        .add_agent(&principal.project, &req.agent, req.public_key, not_before)?;
+    let row = key_changes::add_agent(
+        &w,
+        &principal.project,
+        &req.agent,
+        req.public_key,
+        req.not_before,
+    )
+    .await?;
     Ok(json_value(
         StatusCode::CREATED,
         &agent_json(&req.agent, &row),
@@ -384,10 +383,14 @@ async fn rotate_key(
     let agent = path_agent(agent)?;
     let bytes = read_body(body, &headers, w.config().max_body_bytes).await?;
     let req: RotateKey = json_body(&bytes)?;
-    let at = req.at.unwrap_or_else(|| w.now());
-    let row = w
-        .registry()
-        .rotate_key(&principal.project, &agent, req.public_key, at)?;
+    let row = key_changes::change_keys(
+        &w,
+        &principal.project,
+        &agent,
+        KeyChange::Rotate(req.public_key),
+        req.at,
+    )
+    .await?;
     Ok(json_value(StatusCode::OK, &agent_json(&agent, &row)))
 }
 
@@ -401,8 +404,8 @@ async fn retire_agent(
     let agent = path_agent(agent)?;
     let bytes = read_body(body, &headers, w.config().max_body_bytes).await?;
     let req: Retire = json_body(&bytes)?;
-    let at = req.at.unwrap_or_else(|| w.now());
-    let row = w.registry().retire_agent(&principal.project, &agent, at)?;
+    let row =
+        key_changes::change_keys(&w, &principal.project, &agent, KeyChange::Retire, req.at).await?;
     Ok(json_value(StatusCode::OK, &agent_json(&agent, &row)))
 }
 

@@ -11,8 +11,14 @@
 //!
 //! API keys are `tally_<16 hex id>_<48 hex secret>`: 192 random bits of
 //! secret, shown once, stored as SHA-256 of the whole key, looked up by the
-//! public id and compared in constant time (`subtle`). Agent names are unique
-//! across the witness, because the log's chains are keyed by agent name.
+//! public id and compared in constant time (`subtle`). Agent names are
+//! unique across the witness, because the log's chains are keyed by agent
+//! name (docs/api.md "Agents and their keys" says what another project is
+//! told about a taken name).
+//!
+//! The registry writes what it is told; the rule that a key change never
+//! reaches back before admitted history (docs/protocol.md §4.1) is enforced
+//! by its caller, `key_changes`, which knows the log.
 
 use std::collections::{BTreeMap, HashMap};
 use std::path::Path;
@@ -336,10 +342,7 @@ impl Registry {
         let id = key_id_of(token, API_KEY_PREFIX)?;
         let cache = self.read();
         let row = cache.api_keys.get(id)?;
-        let mut stored = [0u8; 32];
-        hex::decode_to_slice(&row.sha256, &mut stored).ok()?;
-        let equal: bool = presented.ct_eq(&stored).into();
-        (equal && row.revoked.is_none()).then(|| Principal {
+        (hash_matches(&presented, &row.sha256) && row.revoked.is_none()).then(|| Principal {
             project: row.project.clone(),
             key_id: id.to_owned(),
         })
@@ -495,10 +498,31 @@ impl Registry {
             .collect()
     }
 
+    /// Whether `agent` may be registered by `project`: `Exists` when the
+    /// project already holds it, `NameUnavailable` when another project
+    /// does (the same answer as for a name the log already has a chain
+    /// for, docs/api.md "Agents and their keys").
+    ///
+    /// # Errors
+    /// As above.
+    pub fn check_name_free(&self, project: &str, agent: &AgentName) -> Result<(), WitnessError> {
+        match self.read().agents.get(agent) {
+            None => Ok(()),
+            Some(row) if row.project == project => Err(WitnessError::Exists {
+                what: "agent",
+                name: agent.to_string(),
+            }),
+            Some(_) => Err(WitnessError::NameUnavailable {
+                agent: agent.clone(),
+            }),
+        }
+    }
+
     /// Registers `agent` in `project` with its first key, valid from `not_before`.
     ///
     /// # Errors
-    /// [`WitnessError::Exists`] when the agent name is registered (in any project).
+    /// As [`Registry::check_name_free`]; [`WitnessError::UnusableKey`] for a
+    /// key no signature can verify under.
     pub fn add_agent(
         &self,
         project: &str,
@@ -506,13 +530,9 @@ impl Registry {
         public_key: PublicKey,
         not_before: UnixMillis,
     ) -> Result<AgentRow, WitnessError> {
+        public_key.check_usable()?;
         let _w = self.writer();
-        if self.read().agents.contains_key(agent) {
-            return Err(WitnessError::Exists {
-                what: "agent",
-                name: agent.to_string(),
-            });
-        }
+        self.check_name_free(project, agent)?;
         let row = AgentRow {
             project: project.to_owned(),
             keys: vec![AgentKey {
@@ -527,7 +547,12 @@ impl Registry {
         Ok(row)
     }
 
-    fn owned_agent(&self, project: &str, agent: &AgentName) -> Result<AgentRow, WitnessError> {
+    /// The agent's registration when it belongs to `project`.
+    ///
+    /// # Errors
+    /// [`WitnessError::AgentNotAllowed`] otherwise, also for a name that is
+    /// not registered at all (so names in other projects are not revealed).
+    pub fn owned_agent(&self, project: &str, agent: &AgentName) -> Result<AgentRow, WitnessError> {
         match self.read().agents.get(agent) {
             Some(row) if row.project == project => Ok(row.clone()),
             _ => Err(WitnessError::AgentNotAllowed {
@@ -537,10 +562,12 @@ impl Registry {
     }
 
     /// Rotates `agent`'s key at `at`: every key still valid at `at` ends
-    /// there, and `public_key` is valid from `at` on.
+    /// there, and `public_key` is valid from `at` on. The caller has checked
+    /// `at` against the agent's admitted records (`key_changes`).
     ///
     /// # Errors
     /// [`WitnessError::AgentNotAllowed`] when the agent is not the project's;
+    /// [`WitnessError::UnusableKey`] for a key no signature can verify under;
     /// [`WitnessError::Exists`] when the key is already listed;
     /// `BadRequest` when `at` is before the current key's start or the agent
     /// has too many keys.
@@ -551,6 +578,7 @@ impl Registry {
         public_key: PublicKey,
         at: UnixMillis,
     ) -> Result<AgentRow, WitnessError> {
+        public_key.check_usable()?;
         let _w = self.writer();
         let mut row = self.owned_agent(project, agent)?;
         if row.key(&public_key.key_id()).is_some() {
@@ -578,7 +606,8 @@ impl Registry {
     }
 
     /// Retires `agent` at `at`: every key still valid at `at` ends there, so
-    /// no record timed `at` or later is admitted.
+    /// no record timed `at` or later is admitted. The caller has checked
+    /// `at` against the agent's admitted records (`key_changes`).
     ///
     /// # Errors
     /// As [`Registry::rotate_key`].
@@ -595,6 +624,12 @@ impl Registry {
         self.cache_mut().agents.insert(agent.clone(), row.clone());
         Ok(row)
     }
+}
+
+/// Whether `presented` equals the stored hex SHA-256, in constant time.
+fn hash_matches(presented: &[u8; 32], stored_hex: &str) -> bool {
+    let mut stored = [0u8; 32];
+    hex::decode_to_slice(stored_hex, &mut stored).is_ok() && bool::from(presented.ct_eq(&stored))
 }
 
 /// Ends every key valid at `at` there; refuses an `at` before a key's start
@@ -687,6 +722,41 @@ mod tests {
         r.revoke_api_key(first.api_key.id(), UnixMillis::new(3))
             .unwrap();
         assert!(r.authenticate(&first.api_key.token).is_none());
+    }
+
+    #[test]
+    fn a_name_is_told_apart_only_for_its_own_project_and_weak_keys_are_refused() {
+        let (_d, r) = reg();
+        r.first_start(UnixMillis::new(0), &mut OsRng).unwrap();
+        let a = AgentName::new("bot").unwrap();
+        let k = SecretKey::generate(&mut OsRng).public_key();
+        r.add_agent("default", &a, k, UnixMillis::new(0)).unwrap();
+        assert!(matches!(
+            r.add_agent("default", &a, k, UnixMillis::new(0)),
+            Err(WitnessError::Exists { what: "agent", .. })
+        ));
+        assert!(matches!(
+            r.add_agent("other", &a, k, UnixMillis::new(0)),
+            Err(WitnessError::NameUnavailable { .. })
+        ));
+        let mut identity = [0u8; 32];
+        identity[0] = 1;
+        let weak = PublicKey::from_bytes(&identity).unwrap();
+        let b = AgentName::new("weak").unwrap();
+        assert_eq!(
+            r.add_agent("default", &b, weak, UnixMillis::new(0)),
+            Err(WitnessError::UnusableKey(
+                tally_schemas::UnusableKey::SmallOrder
+            ))
+        );
+        assert!(r.agent(&b).is_none());
+        assert_eq!(
+            r.rotate_key("default", &a, weak, UnixMillis::new(5)),
+            Err(WitnessError::UnusableKey(
+                tally_schemas::UnusableKey::SmallOrder
+            ))
+        );
+        assert_eq!(r.agent(&a).unwrap().keys.len(), 1);
     }
 
     #[test]

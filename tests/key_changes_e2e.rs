@@ -1,12 +1,15 @@
 //! Through the real binaries: a key change cannot make witnessed records
-//! fail audit (docs/protocol.md §4.1 "Key changes"), and unusable keys are
-//! refused.
+//! fail audit (docs/protocol.md §4.1 "Key changes"), unusable keys are
+//! refused, and a witness whose log is not public serves monitors and
+//! auditors that hold a read token (docs/operations.md "Who can read the
+//! log").
 
 mod common;
 
 use std::path::Path;
+use std::process::Command;
 
-use common::{tally, Server};
+use common::{tally, Server, TALLY};
 
 /// `tally agent init` (key in `state`) and `tally agent add`; returns the
 /// `add` output.
@@ -185,4 +188,163 @@ fn a_rotation_or_retirement_cannot_reach_back_into_witnessed_records() {
         &env,
     );
     assert!(!ok && err.contains("small order"), "{out}{err}");
+}
+
+/// One `tally monitor --once` round, with `extra` arguments and `env`.
+fn monitor(
+    server: &Server,
+    vkey: &str,
+    state: &Path,
+    extra: &[&str],
+    env: &[(&str, &str)],
+) -> (i32, String) {
+    let out = Command::new(TALLY)
+        .args([
+            "monitor",
+            "--once",
+            "--log",
+            &server.url,
+            "--witness-key",
+            vkey,
+            "--state",
+        ])
+        .arg(state)
+        .args(extra)
+        .env_remove("TALLY_READ_TOKEN")
+        .envs(env.iter().copied())
+        .output()
+        .expect("run tally monitor");
+    (
+        out.status.code().unwrap_or(-1),
+        format!(
+            "{}{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        ),
+    )
+}
+
+#[test]
+fn a_token_mode_log_serves_monitors_and_auditors_with_read_tokens() {
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path().join("data");
+    let server = Server::start(&data, &["--log-read", "token"]);
+    assert!(
+        server.banner.contains("readable with a read token only"),
+        "{}",
+        server.banner
+    );
+    let api_key = server.banner_value("API key");
+    let vkey = server.banner_value("witness key");
+    let state = dir.path().join("agents");
+    add_agent(&server, &api_key, &state, "claims-bot");
+    record_notes(&state, "claims-bot", 2);
+
+    // The operator makes a read token for the monitor and the auditor.
+    let admin = [
+        ("TALLY_WITNESS_URL", server.url.as_str()),
+        ("TALLY_DATA_DIR", data.to_str().unwrap()),
+    ];
+    let (ok, out, err) = tally(&["read-token", "create", "--label", "auditor"], &admin);
+    assert!(ok, "read-token create: {out}{err}");
+    let token = out
+        .lines()
+        .find_map(|l| l.strip_prefix("read token: "))
+        .unwrap_or_else(|| panic!("no token in {out}"))
+        .trim()
+        .to_owned();
+    let id = out
+        .lines()
+        .find_map(|l| l.strip_prefix("id:"))
+        .unwrap()
+        .trim()
+        .to_owned();
+
+    // A monitor without it is told why it cannot read; with it, it follows.
+    let mstate = dir.path().join("monitor.state");
+    let (code, out) = monitor(&server, &vkey, &mstate, &[], &[]);
+    assert_eq!(code, 2, "{out}");
+    assert!(out.contains("read-token holders only"), "{out}");
+    for tiles in [false, true] {
+        let extra: &[&str] = if tiles { &["--from-tiles"] } else { &[] };
+        let (code, out) = monitor(
+            &server,
+            &vkey,
+            &mstate,
+            extra,
+            &[("TALLY_READ_TOKEN", &token)],
+        );
+        assert_eq!(code, 0, "{out}");
+        record_notes(&state, "claims-bot", 1);
+    }
+    let (code, out) = monitor(&server, &vkey, &mstate, &["--read-token", &token], &[]);
+    assert_eq!(code, 0, "{out}");
+    assert!(out.contains("consistent: size"), "{out}");
+
+    // The auditor: a pack and head.json with the read token, the keys from
+    // the operator (API key), then an offline verify.
+    let keys = dir.path().join("agent-keys.json");
+    let pack = dir.path().join("pack.jsonl");
+    let head = dir.path().join("head.json");
+    let (ok, _, err) = tally(
+        &["keys", "export", "-o", keys.to_str().unwrap()],
+        &[
+            ("TALLY_WITNESS_URL", &server.url),
+            ("TALLY_API_KEY", &api_key),
+        ],
+    );
+    assert!(ok, "{err}");
+    let reader = [
+        ("TALLY_WITNESS_URL", server.url.as_str()),
+        ("TALLY_READ_TOKEN", token.as_str()),
+    ];
+    let (ok, out, err) = tally(
+        &[
+            "export",
+            "--agent",
+            "claims-bot",
+            "-o",
+            pack.to_str().unwrap(),
+        ],
+        &reader,
+    );
+    assert!(ok, "export with a read token: {out}{err}");
+    record_notes(&state, "claims-bot", 1);
+    let (ok, out, err) = tally(
+        &[
+            "head",
+            "--pack",
+            pack.to_str().unwrap(),
+            "-o",
+            head.to_str().unwrap(),
+        ],
+        &reader,
+    );
+    assert!(ok, "head with a read token: {out}{err}");
+    let (ok, out, err) = tally(
+        &[
+            "verify",
+            pack.to_str().unwrap(),
+            "--agent-keys",
+            keys.to_str().unwrap(),
+            "--head",
+            head.to_str().unwrap(),
+            "--witness-key",
+            &vkey,
+        ],
+        &[],
+    );
+    assert!(ok && out.contains("head: pass"), "{out}{err}");
+
+    // Revoked: the monitor stops, and says the token was refused.
+    let (ok, out, err) = tally(&["read-token", "revoke", &id], &admin);
+    assert!(ok, "{out}{err}");
+    let (ok, out, _) = tally(&["read-token", "list"], &admin);
+    assert!(
+        ok && out.contains("revoked") && out.contains("auditor"),
+        "{out}"
+    );
+    let (code, out) = monitor(&server, &vkey, &mstate, &["--read-token", &token], &[]);
+    assert_eq!(code, 2, "{out}");
+    assert!(out.contains("refused the read token"), "{out}");
 }

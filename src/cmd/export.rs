@@ -33,6 +33,11 @@ pub struct Args {
     /// Output file (`-` for stdout).
     #[arg(short, long, default_value = "pack.jsonl")]
     pub output: PathBuf,
+    /// Read with this read token (`tallyread_…`) instead of an API key:
+    /// any agent the log holds, named with --agent (or by the pack). The
+    /// witness operator makes it with `tally read-token create`.
+    #[arg(long, env = "TALLY_READ_TOKEN", hide_env_values = true)]
+    pub read_token: Option<String>,
     #[command(flatten)]
     pub remote: RemoteArgs,
 }
@@ -59,10 +64,11 @@ pub fn run(args: &Args) -> anyhow::Result<ExitCode> {
     if let Some(v) = &args.until {
         query.push(("until", v.clone()));
     }
-    let bytes = args
-        .remote
-        .remote()?
-        .download("/v1/export", &query, &args.output)?;
+    let bytes = args.remote.reader(args.read_token.as_deref())?.download(
+        "/v1/export",
+        &query,
+        &args.output,
+    )?;
     if args.output.as_os_str() != "-" {
         eprintln!("wrote {} ({bytes} bytes)", args.output.display());
     }

@@ -11,6 +11,7 @@ pub mod head;
 pub mod keys;
 pub mod monitor;
 pub mod project;
+pub mod read_token;
 pub mod record;
 pub mod serve;
 pub mod status;

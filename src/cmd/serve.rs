@@ -12,7 +12,7 @@ use std::time::Duration;
 use anyhow::Context;
 use rand_core::OsRng;
 use tally_schemas::time::SystemClock;
-use tally_witness::config::{ConfigFile, RateLimit, ServeConfig, TlsFiles};
+use tally_witness::config::{ConfigFile, LogRead, RateLimit, ServeConfig, TlsFiles};
 use tally_witness::server::{self, files};
 
 /// Arguments of `tally serve`.
@@ -66,6 +66,12 @@ pub struct Args {
     /// (with --tls-cert they always are).
     #[arg(long)]
     pub secure_cookies: bool,
+    /// Who may read the log: `public` (anyone: tiles, proofs, /checkpoint
+    /// and /metrics need no token, as for any C2SP log) or `token` (only
+    /// holders of a read token from `tally read-token create`; see
+    /// docs/operations.md "Who can read the log") [default: public].
+    #[arg(long, value_name = "public|token")]
+    pub log_read: Option<LogRead>,
     /// TLS certificate chain (PEM); with --tls-key, serve HTTPS.
     #[arg(long, requires = "tls_key")]
     pub tls_cert: Option<PathBuf>,
@@ -126,6 +132,9 @@ impl Args {
         }
         if self.secure_cookies {
             c.secure_cookies = true;
+        }
+        if let Some(v) = self.log_read {
+            c.witness.log_read = v;
         }
         if let (Some(cert), Some(key)) = (&self.tls_cert, &self.tls_key) {
             c.tls = Some(TlsFiles {
@@ -204,6 +213,9 @@ async fn serve(config: ServeConfig, origin: Option<String>) -> anyhow::Result<Ex
         println!("  tally agent add claims-bot --public-key <the public key it printed>");
         println!("console: {url}/console (log in with the API key)");
         println!();
+    }
+    if config.witness.log_read == LogRead::Token {
+        println!("tally: the log (tiles, proofs, /checkpoint, /metrics) is readable with a read token only; make one with `tally read-token create`");
     }
     println!(
         "tally: listening on {url} (origin {}, tree size {}); console at {url}/console",

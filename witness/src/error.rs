@@ -53,6 +53,10 @@ pub enum WitnessError {
     /// No admin token, or a wrong one.
     #[error("missing or wrong admin token")]
     AdminUnauthorized,
+    /// The log is readable with a read token only (`--log-read token`) and
+    /// none, or an unknown or revoked one, was sent.
+    #[error("this witness serves its log to read-token holders only; send Authorization: Bearer <read token> (docs/operations.md, \"Who can read the log\")")]
+    ReadTokenRequired,
     /// The agent is not registered to the API key's project.
     #[error("agent {agent} is not registered to this API key's project")]
     AgentNotAllowed {
@@ -195,7 +199,7 @@ impl WitnessError {
             Self::Malformed { .. } => (StatusCode::BAD_REQUEST, "malformed"),
             Self::UnsupportedVersion { .. } => (StatusCode::BAD_REQUEST, "unsupported_version"),
             Self::BadRequest { code, .. } => (StatusCode::BAD_REQUEST, code),
-            Self::Unauthorized | Self::AdminUnauthorized => {
+            Self::Unauthorized | Self::AdminUnauthorized | Self::ReadTokenRequired => {
                 (StatusCode::UNAUTHORIZED, "unauthorized")
             }
             Self::UnusableKey(_) => (StatusCode::BAD_REQUEST, "unusable_public_key"),
@@ -339,7 +343,7 @@ impl IntoResponse for WitnessError {
         );
         h.insert(header::CACHE_CONTROL, HeaderValue::from_static("no-store"));
         match &self {
-            Self::Unauthorized | Self::AdminUnauthorized => {
+            Self::Unauthorized | Self::AdminUnauthorized | Self::ReadTokenRequired => {
                 h.insert(header::WWW_AUTHENTICATE, HeaderValue::from_static("Bearer"));
             }
             Self::RateLimited { retry_after_ms } => {

@@ -11,7 +11,9 @@
 //!
 //! API keys are `tally_<16 hex id>_<48 hex secret>`: 192 random bits of
 //! secret, shown once, stored as SHA-256 of the whole key, looked up by the
-//! public id and compared in constant time (`subtle`). Agent names are
+//! public id and compared in constant time (`subtle`). Read tokens
+//! (`tallyread_<16 hex id>_<48 hex secret>`, docs/operations.md "Who can
+//! read the log") are made, stored and checked the same way. Agent names are
 //! unique across the witness, because the log's chains are keyed by agent
 //! name (docs/api.md "Agents and their keys" says what another project is
 //! told about a taken name).
@@ -43,11 +45,17 @@ const API_KEYS: TableDefinition<&str, &[u8]> = TableDefinition::new("api_keys");
 const AGENTS: TableDefinition<&str, &[u8]> = TableDefinition::new("agents");
 /// `meta`: `admin_token_sha256` → 32 bytes.
 const META: TableDefinition<&str, &[u8]> = TableDefinition::new("meta");
+/// `read_tokens`: token id (16 hex) → JSON [`ReadTokenRow`].
+const READ_TOKENS: TableDefinition<&str, &[u8]> = TableDefinition::new("read_tokens");
 
 /// Prefix of API keys.
 pub const API_KEY_PREFIX: &str = "tally_";
 /// Prefix of the admin token.
 pub const ADMIN_TOKEN_PREFIX: &str = "tallyadm_";
+/// Prefix of read tokens.
+pub const READ_TOKEN_PREFIX: &str = "tallyread_";
+/// Longest read-token label, in bytes.
+pub const MAX_LABEL_BYTES: usize = 128;
 
 /// Name of the project created on first start.
 pub const DEFAULT_PROJECT: &str = "default";
@@ -67,6 +75,21 @@ pub struct ApiKeyRow {
     /// The project it posts for.
     pub project: String,
     /// SHA-256 of the whole key, hex.
+    pub sha256: String,
+    /// When it was made.
+    pub created: UnixMillis,
+    /// When it was revoked, if it was.
+    pub revoked: Option<UnixMillis>,
+}
+
+/// A stored read token (its hash, never the token): it lets its holder
+/// read the whole log when the witness runs with `--log-read token`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ReadTokenRow {
+    /// Who it was given to, for people (e.g. `monitor at example.org`).
+    pub label: String,
+    /// SHA-256 of the whole token, hex.
     pub sha256: String,
     /// When it was made.
     pub created: UnixMillis,
@@ -168,6 +191,7 @@ struct Cache {
     api_keys: HashMap<String, ApiKeyRow>,
     agents: BTreeMap<AgentName, AgentRow>,
     admin_sha256: Option<[u8; 32]>,
+    read_tokens: BTreeMap<String, ReadTokenRow>,
 }
 
 /// The registry: projects, API keys, agents. See the module docs.
@@ -216,6 +240,7 @@ impl Registry {
             tx.open_table(API_KEYS).map_err(storage)?;
             tx.open_table(AGENTS).map_err(storage)?;
             tx.open_table(META).map_err(storage)?;
+            tx.open_table(READ_TOKENS).map_err(storage)?;
         }
         tx.commit().map_err(storage)?;
         let mut cache = Cache::default();
@@ -248,6 +273,14 @@ impl Registry {
                 cache
                     .agents
                     .insert(name, decode("agents", k.value(), v.value())?);
+            }
+            let t = rx.open_table(READ_TOKENS).map_err(storage)?;
+            for row in t.iter().map_err(storage)? {
+                let (k, v) = row.map_err(storage)?;
+                cache.read_tokens.insert(
+                    k.value().to_owned(),
+                    decode("read_tokens", k.value(), v.value())?,
+                );
             }
             let t = rx.open_table(META).map_err(storage)?;
             if let Some(v) = t.get("admin_token_sha256").map_err(storage)? {
@@ -346,6 +379,78 @@ impl Registry {
             project: row.project.clone(),
             key_id: id.to_owned(),
         })
+    }
+
+    /// The id of a read token, compared in constant time against the stored
+    /// hash. `None` for an unknown, malformed or revoked token.
+    #[must_use]
+    pub fn authenticate_reader(&self, token: &str) -> Option<String> {
+        let presented = sha256(token);
+        let id = key_id_of(token, READ_TOKEN_PREFIX)?;
+        let cache = self.read();
+        let row = cache.read_tokens.get(id)?;
+        (hash_matches(&presented, &row.sha256) && row.revoked.is_none()).then(|| id.to_owned())
+    }
+
+    /// Makes a read token (shown once; stored as its SHA-256).
+    ///
+    /// # Errors
+    /// `BadRequest` `bad_label` for a label over [`MAX_LABEL_BYTES`] or with
+    /// a control character; storage failures.
+    pub fn create_read_token<R: CryptoRngCore + ?Sized>(
+        &self,
+        label: &str,
+        now: UnixMillis,
+        rng: &mut R,
+    ) -> Result<Secret, WitnessError> {
+        if label.len() > MAX_LABEL_BYTES || label.chars().any(char::is_control) {
+            return Err(WitnessError::BadRequest {
+                code: "bad_label",
+                message: format!(
+                    "a label is at most {MAX_LABEL_BYTES} bytes without control characters"
+                ),
+            });
+        }
+        let _w = self.writer();
+        let token = Secret::generate(READ_TOKEN_PREFIX, rng);
+        let row = ReadTokenRow {
+            label: label.to_owned(),
+            sha256: hex::encode(token.sha256),
+            created: now,
+            revoked: None,
+        };
+        self.put(READ_TOKENS, &token.id, &row)?;
+        self.cache_mut().read_tokens.insert(token.id.clone(), row);
+        Ok(token)
+    }
+
+    /// The read tokens (hashes withheld), by id.
+    #[must_use]
+    pub fn read_tokens(&self) -> Vec<(String, ReadTokenRow)> {
+        self.read()
+            .read_tokens
+            .iter()
+            .map(|(k, v)| (k.clone(), v.clone()))
+            .collect()
+    }
+
+    /// Revokes a read token by its public id; from the next request on it
+    /// reads nothing. Revoking twice keeps the first time.
+    ///
+    /// # Errors
+    /// [`WitnessError::NotFound`] for an unknown id.
+    pub fn revoke_read_token(&self, id: &str, now: UnixMillis) -> Result<(), WitnessError> {
+        let _w = self.writer();
+        let mut row = self
+            .read()
+            .read_tokens
+            .get(id)
+            .cloned()
+            .ok_or_else(|| WitnessError::NotFound(format!("no read token with id {id}")))?;
+        row.revoked.get_or_insert(now);
+        self.put(READ_TOKENS, id, &row)?;
+        self.cache_mut().read_tokens.insert(id.to_owned(), row);
+        Ok(())
     }
 
     /// Whether `token` is the admin token (constant-time comparison).
@@ -722,6 +827,53 @@ mod tests {
         r.revoke_api_key(first.api_key.id(), UnixMillis::new(3))
             .unwrap();
         assert!(r.authenticate(&first.api_key.token).is_none());
+    }
+
+    #[test]
+    fn read_tokens_are_shown_once_stored_hashed_checked_and_revoked() {
+        let (dir, r) = reg();
+        let first = r
+            .first_start(UnixMillis::new(1), &mut OsRng)
+            .unwrap()
+            .unwrap();
+        let t = r
+            .create_read_token("monitor", UnixMillis::new(5), &mut OsRng)
+            .unwrap();
+        assert!(t.token.starts_with(READ_TOKEN_PREFIX));
+        assert_eq!(r.authenticate_reader(&t.token).as_deref(), Some(t.id()));
+        // Each kind of token is accepted only where it is expected.
+        assert!(r.authenticate(&t.token).is_none());
+        assert!(!r.is_admin(&t.token));
+        assert!(r.authenticate_reader(&first.api_key.token).is_none());
+        assert!(r.authenticate_reader(&first.admin_token.token).is_none());
+        let mut wrong = t.token.clone();
+        let last = wrong.pop().unwrap();
+        wrong.push(if last == '0' { '1' } else { '0' });
+        assert!(r.authenticate_reader(&wrong).is_none());
+        assert!(matches!(
+            r.create_read_token("a\u{7}b", UnixMillis::new(5), &mut OsRng),
+            Err(WitnessError::BadRequest {
+                code: "bad_label",
+                ..
+            })
+        ));
+        drop(r);
+        let bytes = std::fs::read(dir.path().join("w.redb")).unwrap();
+        let secret = t.token.rsplit('_').next().unwrap();
+        assert!(!bytes.windows(secret.len()).any(|w| w == secret.as_bytes()));
+        let r = Registry::open(&dir.path().join("w.redb")).unwrap();
+        assert!(r.authenticate_reader(&t.token).is_some());
+        r.revoke_read_token(t.id(), UnixMillis::new(9)).unwrap();
+        r.revoke_read_token(t.id(), UnixMillis::new(10)).unwrap();
+        assert!(r.authenticate_reader(&t.token).is_none());
+        let list = r.read_tokens();
+        assert_eq!(list.len(), 1);
+        assert_eq!(list[0].1.label, "monitor");
+        assert_eq!(list[0].1.revoked, Some(UnixMillis::new(9)));
+        assert!(matches!(
+            r.revoke_read_token("0000000000000000", UnixMillis::new(9)),
+            Err(WitnessError::NotFound(_))
+        ));
     }
 
     #[test]

@@ -20,7 +20,9 @@
 //!
 //! The registry writes what it is told; the rule that a key change never
 //! reaches back before admitted history (docs/protocol.md §4.1) is enforced
-//! by its caller, `key_changes`, which knows the log.
+//! by its caller, `key_changes`, which knows the log. So rotation and
+//! retirement are visible only inside the crate: every other path to them
+//! goes through `key_changes::change_keys`.
 
 use std::collections::{BTreeMap, HashMap};
 use std::path::Path;
@@ -623,7 +625,9 @@ impl Registry {
         }
     }
 
-    /// Registers `agent` in `project` with its first key, valid from `not_before`.
+    /// Registers `agent` in `project` with its first key, valid from
+    /// `not_before`. The routes go through `key_changes::add_agent`, which
+    /// also refuses a name the log already holds a chain for.
     ///
     /// # Errors
     /// As [`Registry::check_name_free`]; [`WitnessError::UnusableKey`] for a
@@ -676,7 +680,7 @@ impl Registry {
     /// [`WitnessError::Exists`] when the key is already listed;
     /// `BadRequest` when `at` is before the current key's start or the agent
     /// has too many keys.
-    pub fn rotate_key(
+    pub(crate) fn rotate_key(
         &self,
         project: &str,
         agent: &AgentName,
@@ -716,7 +720,7 @@ impl Registry {
     ///
     /// # Errors
     /// As [`Registry::rotate_key`].
-    pub fn retire_agent(
+    pub(crate) fn retire_agent(
         &self,
         project: &str,
         agent: &AgentName,

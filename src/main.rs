@@ -53,6 +53,8 @@ enum Command {
     Serve(cmd::serve::Args),
     /// Projects and their API keys on the witness (admin token).
     Project(cmd::project::Args),
+    /// Read tokens for a witness whose log is not public (admin token).
+    ReadToken(cmd::read_token::Args),
     /// Export trust anchors from the witness (agent-keys.json).
     Keys(cmd::keys::Args),
     /// Export a pack for one or more agents from the witness.
@@ -75,6 +77,7 @@ fn main() -> ExitCode {
         Command::Bench(args) => cmd::bench_verify::run(&args),
         Command::Serve(args) => cmd::serve::run(&args),
         Command::Project(args) => cmd::project::run(&args),
+        Command::ReadToken(args) => cmd::read_token::run(&args),
         Command::Keys(args) => cmd::keys::run(&args),
         Command::Export(args) => cmd::export::run(&args),
         Command::Head(args) => cmd::head::run(&args),

@@ -39,6 +39,34 @@ pub enum KeyError {
     },
 }
 
+/// Why a public key is refused where keys are registered (the witness's
+/// agent registration and rotation, docs/api.md "Agents and their keys"):
+/// under strict verification (§4.3) no signature made by a key generator
+/// verifies under it, so registering it can only hide a mistake.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+pub enum UnusableKey {
+    /// The point has small order (the eight points of the curve's torsion
+    /// subgroup, in any encoding): strict verification refuses it.
+    #[error("the public key is a point of small order; no signature verifies under it strictly")]
+    SmallOrder,
+    /// The 32 bytes are not the canonical encoding of their point (the `y`
+    /// coordinate is not reduced modulo p, or `x` is 0 with its sign bit
+    /// set); no key generator writes such bytes.
+    #[error("the public key is not the canonical encoding of its curve point")]
+    NonCanonical,
+}
+
+impl UnusableKey {
+    /// A stable name of the reason (`small_order`, `non_canonical`).
+    #[must_use]
+    pub const fn code(&self) -> &'static str {
+        match self {
+            Self::SmallOrder => "small_order",
+            Self::NonCanonical => "non_canonical",
+        }
+    }
+}
+
 /// A signature that does not verify.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
 #[error("Ed25519 signature does not verify (strict)")]
@@ -129,6 +157,24 @@ impl PublicKey {
         self.0
             .verify_strict(signed, &ed25519_dalek::Signature::from_bytes(&signature.0))
             .map_err(|_| BadSignature)
+    }
+
+    /// Whether this key can verify a signature made by an Ed25519 key
+    /// generator (docs/protocol.md §4.3): refuses small-order points and
+    /// non-canonical encodings. Parsing does not apply this rule (a
+    /// trusted file that lists such a key is read as it is); the places
+    /// that accept new keys do.
+    ///
+    /// # Errors
+    /// [`UnusableKey`] naming the first rule broken, small order first.
+    pub fn check_usable(&self) -> Result<(), UnusableKey> {
+        if self.0.is_weak() {
+            return Err(UnusableKey::SmallOrder);
+        }
+        if self.0.to_edwards().compress().to_bytes() != self.0.to_bytes() {
+            return Err(UnusableKey::NonCanonical);
+        }
+        Ok(())
     }
 
     /// The underlying dalek key.
@@ -336,6 +382,98 @@ mod tests {
         assert_eq!(PublicKey::from_base64(&pk.to_base64()), Ok(pk));
         assert_eq!(Signature::from_base64(&sig.to_base64()), Ok(sig));
         assert_eq!(KeyId::from_hex(&pk.key_id().to_hex()).unwrap(), pk.key_id());
+    }
+
+    /// p = 2^255 - 19, little-endian.
+    fn field_prime() -> [u8; 32] {
+        let mut p = [0xffu8; 32];
+        p[0] = 0xed;
+        p[31] = 0x7f;
+        p
+    }
+
+    #[test]
+    fn generated_keys_are_usable() {
+        for seed in 0u8..32 {
+            let pk = SecretKey::from_seed(&[seed; 32]).public_key();
+            assert_eq!(pk.check_usable(), Ok(()), "seed {seed}");
+        }
+    }
+
+    #[test]
+    fn small_order_points_are_unusable_in_every_encoding() {
+        // The eight torsion points in canonical encoding (y = 1, y = -1,
+        // y = 0 with both signs, and the four of order 8), as listed in
+        // "Taming the many EdDSAs" (Chalkias et al., 2020), table 6.
+        let canonical = [
+            "0100000000000000000000000000000000000000000000000000000000000000",
+            "ecffffffffffffffffffffffffffffffffffffffffffffffffffffffffffff7f",
+            "0000000000000000000000000000000000000000000000000000000000000000",
+            "0000000000000000000000000000000000000000000000000000000000000080",
+            "c7176a703d4dd84fba3c0b760d10670f2a2053fa2c39ccc64ec7fd7792ac037a",
+            "c7176a703d4dd84fba3c0b760d10670f2a2053fa2c39ccc64ec7fd7792ac03fa",
+            "26e8958fc2b227b045c3f489f2ef98f0d5dfac05d3c63339b13802886d53fc05",
+            "26e8958fc2b227b045c3f489f2ef98f0d5dfac05d3c63339b13802886d53fc85",
+        ];
+        let mut seen = 0;
+        for hex_key in canonical {
+            let mut b = [0u8; 32];
+            hex::decode_to_slice(hex_key, &mut b).unwrap();
+            // Those that decode (not every sign-bit spelling does) are refused.
+            if let Ok(pk) = PublicKey::from_bytes(&b) {
+                seen += 1;
+                assert_eq!(pk.check_usable(), Err(UnusableKey::SmallOrder), "{hex_key}");
+                // And strict verification agrees: nothing verifies.
+                let sig = Signature::from_bytes([0u8; 64]);
+                assert!(pk.verify_raw(b"m", &sig).is_err());
+            }
+        }
+        assert!(seen >= 6, "only {seen} torsion encodings decoded");
+        // y = p and y = p + 1: non-canonical spellings of y = 0 and y = 1.
+        for k in [0u8, 1] {
+            for sign in [0u8, 0x80] {
+                let mut b = field_prime();
+                b[0] += k;
+                b[31] |= sign;
+                let pk = PublicKey::from_bytes(&b).expect("decodes");
+                assert_eq!(pk.check_usable(), Err(UnusableKey::SmallOrder));
+            }
+        }
+    }
+
+    #[test]
+    fn non_canonical_encodings_of_ordinary_points_are_unusable() {
+        // y in [p, 2^255): y mod p in 0..19. The ones that decode to a
+        // point of large order (y = 3, 4, 5, 6, 9, 10, 14, 15, 16, 18) are
+        // accepted by the decoder and even by `verify_strict`'s key check,
+        // so the canonical-encoding rule is what refuses them.
+        let mut large_order = 0;
+        for k in 0u8..19 {
+            for sign in [0u8, 0x80] {
+                let mut b = field_prime();
+                b[0] += k;
+                b[31] |= sign;
+                let Ok(pk) = PublicKey::from_bytes(&b) else {
+                    continue;
+                };
+                let got = pk.check_usable();
+                assert!(got.is_err(), "y = p + {k}, sign {sign}: accepted");
+                if got == Err(UnusableKey::NonCanonical) {
+                    large_order += 1;
+                }
+            }
+        }
+        assert_eq!(large_order, 20);
+        // x = 0 with its sign bit set (y = 1 and y = -1): small order first.
+        let mut b = [0u8; 32];
+        b[0] = 1;
+        b[31] = 0x80;
+        assert_eq!(
+            PublicKey::from_bytes(&b).unwrap().check_usable(),
+            Err(UnusableKey::SmallOrder)
+        );
+        assert_eq!(UnusableKey::NonCanonical.code(), "non_canonical");
+        assert_eq!(UnusableKey::SmallOrder.code(), "small_order");
     }
 
     #[test]

@@ -12,8 +12,13 @@ use tally_schemas::{PublicKey, UnixMillis};
 use super::agent::AgentArg;
 use super::project::RemoteArgs;
 
+/// A public key as registration takes it: standard base64 of a valid,
+/// canonically encoded point that is not of small order (the witness
+/// refuses the others with `unusable_public_key`, docs/api.md).
 fn parse_public_key(s: &str) -> Result<PublicKey, String> {
-    PublicKey::from_base64(s.trim()).map_err(|e| e.to_string())
+    let key = PublicKey::from_base64(s.trim()).map_err(|e| e.to_string())?;
+    key.check_usable().map_err(|e| e.to_string())?;
+    Ok(key)
 }
 
 fn parse_time(s: &str) -> Result<UnixMillis, String> {
@@ -47,7 +52,11 @@ pub struct RotateArgs {
     /// The new public key, standard base64.
     #[arg(long, value_parser = parse_public_key)]
     pub public_key: PublicKey,
-    /// When the old key ends and the new one starts; default now.
+    /// When the old key ends and the new one starts (RFC 3339, ms
+    /// precision). Default: now, or just after the agent's latest admitted
+    /// record when that is later. An instant at or before that record, or
+    /// before now minus the skew bound, is refused (retroactive_key_change):
+    /// a key change never invalidates witnessed records.
     #[arg(long, value_parser = parse_time)]
     pub at: Option<UnixMillis>,
     #[command(flatten)]
@@ -60,7 +69,8 @@ pub struct RetireArgs {
     /// The agent.
     #[command(flatten)]
     pub agent: AgentArg,
-    /// When its keys end; default now.
+    /// When its keys end (RFC 3339, ms precision). Default and limits as
+    /// for `tally agent rotate --at`.
     #[arg(long, value_parser = parse_time)]
     pub at: Option<UnixMillis>,
     #[command(flatten)]

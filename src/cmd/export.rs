@@ -38,6 +38,11 @@ pub struct Args {
     /// Overwrite the output file if it exists.
     #[arg(long)]
     pub force: bool,
+    /// Read with this read token (`tallyread_…`) instead of an API key:
+    /// any agent the log holds, named with --agent (or by the pack). The
+    /// witness operator makes it with `tally read-token create`.
+    #[arg(long, env = "TALLY_READ_TOKEN", hide_env_values = true)]
+    pub read_token: Option<String>,
     #[command(flatten)]
     pub remote: RemoteArgs,
 }
@@ -68,10 +73,12 @@ pub fn run(args: &Args) -> anyhow::Result<ExitCode> {
     if let Some(v) = &args.until {
         query.push(("until", v.clone()));
     }
-    let bytes = args
-        .remote
-        .remote()?
-        .download("/v1/export", &query, &args.output, args.force)?;
+    let bytes = args.remote.reader(args.read_token.as_deref())?.download(
+        "/v1/export",
+        &query,
+        &args.output,
+        args.force,
+    )?;
     if args.output.as_os_str() != "-" {
         errln!("wrote {} ({bytes} bytes)", args.output.display());
     }

@@ -30,6 +30,11 @@ pub struct Args {
     /// Output file (`-` for stdout).
     #[arg(short, long, default_value = "head.json")]
     pub output: PathBuf,
+    /// Read with this read token (`tallyread_…`) instead of an API key:
+    /// any agent the log holds, named with --agent (or by the pack). The
+    /// witness operator makes it with `tally read-token create`.
+    #[arg(long, env = "TALLY_READ_TOKEN", hide_env_values = true)]
+    pub read_token: Option<String>,
     #[command(flatten)]
     pub remote: RemoteArgs,
 }
@@ -78,7 +83,7 @@ pub fn run(args: &Args) -> anyhow::Result<ExitCode> {
     let mut query: Vec<(&str, String)> = vec![("from_size", from_size.to_string())];
     query.extend(agents.iter().map(|a| ("agent", a.to_string())));
     args.remote
-        .remote()?
+        .reader(args.read_token.as_deref())?
         .download("/v1/head", &query, &args.output, true)?;
     if args.output.as_os_str() != "-" {
         errln!("wrote {}", args.output.display());

@@ -13,6 +13,7 @@ pub mod keys;
 pub mod monitor;
 pub mod out;
 pub mod project;
+pub mod read_token;
 pub mod record;
 pub mod serve;
 pub mod status;

@@ -35,6 +35,11 @@ pub struct Args {
     /// proof route.
     #[arg(long)]
     pub from_tiles: bool,
+    /// A read token (`tallyread_…`) for a witness run with `--log-read
+    /// token`, sent as `Authorization: Bearer`; the operator makes it with
+    /// `tally read-token create`.
+    #[arg(long, env = "TALLY_READ_TOKEN", hide_env_values = true)]
+    pub read_token: Option<String>,
 }
 
 fn key(text: &str) -> anyhow::Result<NoteVerifier> {
@@ -61,12 +66,15 @@ pub fn run(args: &Args) -> anyhow::Result<ExitCode> {
     } else {
         ProofSource::Json
     };
-    let monitor = Monitor::new(
+    let mut monitor = Monitor::new(
         &args.log,
         key(&args.witness_key)?,
         args.state.clone(),
         source,
     );
+    if let Some(token) = &args.read_token {
+        monitor = monitor.with_read_token(token.trim().to_owned());
+    }
     loop {
         match monitor.check_once() {
             Ok(Round::First(cp)) => outln!("first checkpoint: size {} root {}", cp.size, cp.root)?,

@@ -38,6 +38,20 @@ impl RemoteArgs {
             .ok_or_else(|| anyhow!("give the project's API key with --api-key or TALLY_API_KEY"))?;
         Remote::new(&self.witness, Some(key))
     }
+
+    /// A client that reads with `read_token` when one is given (any agent
+    /// the log holds, docs/api.md "Exports"), else with the API key.
+    ///
+    /// # Errors
+    /// When neither is given.
+    pub fn reader(&self, read_token: Option<&str>) -> anyhow::Result<Remote> {
+        match read_token {
+            Some(t) => Remote::new(&self.witness, Some(t.trim().to_owned())),
+            None => self.remote().map_err(|_| {
+                anyhow!("give the project's API key (--api-key, TALLY_API_KEY) or a read token (--read-token, TALLY_READ_TOKEN)")
+            }),
+        }
+    }
 }
 
 /// Where the admin token is.
@@ -59,7 +73,11 @@ pub struct AdminArgs {
 }
 
 impl AdminArgs {
-    fn remote(&self) -> anyhow::Result<Remote> {
+    /// A client with the admin token.
+    ///
+    /// # Errors
+    /// When the token is not given and cannot be read from the data folder.
+    pub fn remote(&self) -> anyhow::Result<Remote> {
         let token = match &self.admin_token {
             Some(t) => t.clone(),
             None => {

@@ -14,7 +14,7 @@ use std::time::Duration;
 use anyhow::Context;
 use rand_core::OsRng;
 use tally_schemas::time::SystemClock;
-use tally_witness::config::{ConfigFile, RateLimit, ServeConfig, TlsFiles};
+use tally_witness::config::{ConfigFile, LogRead, RateLimit, ServeConfig, TlsFiles};
 use tally_witness::server::{self, files};
 
 /// Arguments of `tally serve`.
@@ -68,6 +68,12 @@ pub struct Args {
     /// (with --tls-cert they always are).
     #[arg(long)]
     pub secure_cookies: bool,
+    /// Who may read the log: `public` (anyone: tiles, proofs, /checkpoint
+    /// and /metrics need no token, as for any C2SP log) or `token` (only
+    /// holders of a read token from `tally read-token create`; see
+    /// docs/operations.md "Who can read the log") [default: public].
+    #[arg(long, value_name = "public|token")]
+    pub log_read: Option<LogRead>,
     /// TLS certificate chain (PEM); with --tls-key, serve HTTPS.
     #[arg(long, requires = "tls_key")]
     pub tls_cert: Option<PathBuf>,
@@ -128,6 +134,9 @@ impl Args {
         }
         if self.secure_cookies {
             c.secure_cookies = true;
+        }
+        if let Some(v) = self.log_read {
+            c.witness.log_read = v;
         }
         if let (Some(cert), Some(key)) = (&self.tls_cert, &self.tls_key) {
             c.tls = Some(TlsFiles {
@@ -227,6 +236,9 @@ async fn serve(config: ServeConfig, origin: Option<String>) -> anyhow::Result<Ex
             "tally: no records yet; the default project's API key was shown once, on the first start: if it is lost, make another with `tally project new-key default` (admin token in {})",
             config.data_dir.join(files::ADMIN_TOKEN).display()
         )?;
+    }
+    if config.witness.log_read == LogRead::Token {
+        outln!("tally: the log (tiles, proofs, /checkpoint, /metrics) is readable with a read token only; make one with `tally read-token create`")?;
     }
     outln!(
         "tally: listening on {url} (origin {}, tree size {tree_size}); console at {url}/console",

@@ -16,6 +16,10 @@
 //! Edges per RFC 9162 and §7.2: an empty first checkpoint must have root
 //! SHA-256(""); any tree extends the empty tree without a proof; equal sizes
 //! need equal roots; a smaller size is a rollback.
+//!
+//! A log that serves its reads to read-token holders only (a witness run
+//! with `--log-read token`) is read with [`Monitor::with_read_token`], sent
+//! as `Authorization: Bearer` on every request.
 
 use std::collections::HashMap;
 use std::io::Write as _;
@@ -125,6 +129,7 @@ pub struct Monitor {
     state: PathBuf,
     source: ProofSource,
     agent: ureq::Agent,
+    read_token: Option<String>,
 }
 
 /// Reads the last verified checkpoint from `path` (`None` if absent).
@@ -207,7 +212,16 @@ impl Monitor {
             state,
             source,
             agent,
+            read_token: None,
         }
+    }
+
+    /// Sends `token` as `Authorization: Bearer` with every request (a log
+    /// that serves read-token holders only).
+    #[must_use]
+    pub fn with_read_token(mut self, token: String) -> Self {
+        self.read_token = Some(token);
+        self
     }
 
     fn get(&self, path: &str, limit: u64) -> Result<Vec<u8>, MonitorError> {
@@ -216,11 +230,18 @@ impl Monitor {
             url: url.clone(),
             reason,
         };
-        let mut resp = self
-            .agent
-            .get(&url)
-            .call()
-            .map_err(|e| http(e.to_string()))?;
+        let mut request = self.agent.get(&url);
+        if let Some(token) = &self.read_token {
+            request = request.header("Authorization", &format!("Bearer {token}"));
+        }
+        let mut resp = request.call().map_err(|e| http(e.to_string()))?;
+        if resp.status() == 401 {
+            return Err(http(if self.read_token.is_some() {
+                "status 401: the log refused the read token (unknown or revoked)".into()
+            } else {
+                "status 401: the log serves read-token holders only; give it a read token".into()
+            }));
+        }
         if resp.status() != 200 {
             return Err(http(format!("status {}", resp.status())));
         }

@@ -26,6 +26,33 @@ pub struct RateLimit {
     pub burst: u32,
 }
 
+/// Who may read the log (`tally serve --log-read`; docs/operations.md "Who
+/// can read the log", docs/threat-model.md "Who can read the log").
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum LogRead {
+    /// Anyone: the C2SP tlog-tiles read API, proofs, `/checkpoint` and
+    /// `/metrics` need no token, as for any public transparency log.
+    #[default]
+    Public,
+    /// Those routes need a read token (or the admin token).
+    Token,
+}
+
+impl std::str::FromStr for LogRead {
+    type Err = String;
+
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        match s {
+            "public" => Ok(Self::Public),
+            "token" => Ok(Self::Token),
+            other => Err(format!(
+                "log read access is `public` or `token`, not {other:?}"
+            )),
+        }
+    }
+}
+
 /// What admission enforces.
 #[derive(Debug, Clone, PartialEq)]
 pub struct WitnessConfig {
@@ -37,6 +64,8 @@ pub struct WitnessConfig {
     pub rate_limit: Option<RateLimit>,
     /// Most admissions in flight at once; beyond it, 503 `overloaded`.
     pub max_in_flight: usize,
+    /// Who may read the log's tiles, proofs, checkpoint and metrics.
+    pub log_read: LogRead,
 }
 
 impl Default for WitnessConfig {
@@ -49,6 +78,7 @@ impl Default for WitnessConfig {
                 burst: 10_000,
             }),
             max_in_flight: 4096,
+            log_read: LogRead::Public,
         }
     }
 }
@@ -94,6 +124,8 @@ pub struct ConfigFile {
     pub rate_limit: Option<RateLimit>,
     /// TLS; absent means plain HTTP.
     pub tls: Option<TlsFiles>,
+    /// Who may read the log: `"public"` (default) or `"token"`.
+    pub log_read: Option<LogRead>,
 }
 
 /// Why the config file could not be used.
@@ -215,6 +247,9 @@ impl ServeConfig {
         if let Some(v) = file.tls {
             self.tls = Some(v);
         }
+        if let Some(v) = file.log_read {
+            self.witness.log_read = v;
+        }
     }
 }
 
@@ -241,5 +276,11 @@ mod tests {
         assert!(c.witness.rate_limit.is_none());
         assert!(c.tls.is_some());
         assert!(toml::from_str::<ConfigFile>("lisen = \"x\"").is_err());
+        assert_eq!(c.witness.log_read, LogRead::Public);
+        c.apply_file(toml::from_str("log_read = \"token\"").unwrap());
+        assert_eq!(c.witness.log_read, LogRead::Token);
+        assert!(toml::from_str::<ConfigFile>("log_read = \"private\"").is_err());
+        assert_eq!("token".parse::<LogRead>(), Ok(LogRead::Token));
+        assert!("Token".parse::<LogRead>().is_err());
     }
 }

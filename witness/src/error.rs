@@ -11,7 +11,7 @@ use tally_log::{AppendError, ProofRequestError, ReadError, StoreError};
 use tally_schemas::canonical::CanonicalError;
 use tally_schemas::entry::EntryError;
 use tally_schemas::record::RecordError;
-use tally_schemas::{AgentName, Hash, KeyId, LeafIndex, Nonce, Seq, UnixMillis};
+use tally_schemas::{AgentName, Hash, KeyId, LeafIndex, Nonce, Seq, UnixMillis, UnusableKey};
 
 /// Why the witness refused a request. Variants carry the evidence a client
 /// needs to act (resync from a head, wait, fix its clock).
@@ -53,6 +53,10 @@ pub enum WitnessError {
     /// No admin token, or a wrong one.
     #[error("missing or wrong admin token")]
     AdminUnauthorized,
+    /// The log is readable with a read token only (`--log-read token`) and
+    /// none, or an unknown or revoked one, was sent.
+    #[error("this witness serves its log to read-token holders only; send Authorization: Bearer <read token> (docs/operations.md, \"Who can read the log\")")]
+    ReadTokenRequired,
     /// The agent is not registered to the API key's project.
     #[error("agent {agent} is not registered to this API key's project")]
     AgentNotAllowed {
@@ -143,6 +147,30 @@ pub enum WitnessError {
         /// What is wrong.
         message: String,
     },
+    /// A key change would take effect before a record the witness has
+    /// already admitted for the agent, or before the skew bound: it would
+    /// make witnessed history fail check 2 (docs/protocol.md §4.1).
+    #[error("a key change for agent {agent} at {at} would reach back into witnessed history; the earliest allowed instant is {earliest_at}")]
+    RetroactiveKeyChange {
+        /// The agent.
+        agent: AgentName,
+        /// The instant asked for.
+        at: UnixMillis,
+        /// The earliest instant a change may take effect now.
+        earliest_at: UnixMillis,
+        /// The latest `time` among the agent's admitted records, if any.
+        latest_record_time: Option<UnixMillis>,
+    },
+    /// A public key under which no signature verifies strictly.
+    #[error("{0}")]
+    UnusableKey(UnusableKey),
+    /// The agent name is held elsewhere on this witness (another project,
+    /// or a chain in the log). Says nothing about who holds it.
+    #[error("agent name {agent} is not available; choose another name")]
+    NameUnavailable {
+        /// The name asked for.
+        agent: AgentName,
+    },
     /// The name is taken.
     #[error("{what} {name} already exists")]
     Exists {
@@ -171,9 +199,12 @@ impl WitnessError {
             Self::Malformed { .. } => (StatusCode::BAD_REQUEST, "malformed"),
             Self::UnsupportedVersion { .. } => (StatusCode::BAD_REQUEST, "unsupported_version"),
             Self::BadRequest { code, .. } => (StatusCode::BAD_REQUEST, code),
-            Self::Unauthorized | Self::AdminUnauthorized => {
+            Self::Unauthorized | Self::AdminUnauthorized | Self::ReadTokenRequired => {
                 (StatusCode::UNAUTHORIZED, "unauthorized")
             }
+            Self::UnusableKey(_) => (StatusCode::BAD_REQUEST, "unusable_public_key"),
+            Self::RetroactiveKeyChange { .. } => (StatusCode::CONFLICT, "retroactive_key_change"),
+            Self::NameUnavailable { .. } => (StatusCode::CONFLICT, "name_unavailable"),
             Self::AgentNotAllowed { .. } => (StatusCode::FORBIDDEN, "agent_not_allowed"),
             Self::KeyNotAllowed { .. } => (StatusCode::FORBIDDEN, "key_not_allowed"),
             Self::NoRecords { .. } => (StatusCode::NOT_FOUND, "no_records"),
@@ -205,7 +236,23 @@ impl WitnessError {
                 m.insert("found".into(), json!(found));
                 m.insert("supported".into(), json!(1));
             }
-            Self::AgentNotAllowed { agent } | Self::NoRecords { agent, .. } => {
+            Self::UnusableKey(why) => {
+                m.insert("reason".into(), json!(why.code()));
+            }
+            Self::RetroactiveKeyChange {
+                agent,
+                at,
+                earliest_at,
+                latest_record_time,
+            } => {
+                m.insert("agent".into(), json!(agent));
+                m.insert("at".into(), json!(at));
+                m.insert("earliest_at".into(), json!(earliest_at));
+                m.insert("latest_record_time".into(), json!(latest_record_time));
+            }
+            Self::AgentNotAllowed { agent }
+            | Self::NoRecords { agent, .. }
+            | Self::NameUnavailable { agent } => {
                 m.insert("agent".into(), json!(agent));
             }
             Self::KeyNotAllowed { agent, key_id } | Self::BadSignature { agent, key_id } => {
@@ -311,7 +358,7 @@ impl IntoResponse for WitnessError {
         );
         h.insert(header::CACHE_CONTROL, HeaderValue::from_static("no-store"));
         match &self {
-            Self::Unauthorized | Self::AdminUnauthorized => {
+            Self::Unauthorized | Self::AdminUnauthorized | Self::ReadTokenRequired => {
                 h.insert(header::WWW_AUTHENTICATE, HeaderValue::from_static("Bearer"));
             }
             Self::RateLimited { retry_after_ms } => {
@@ -345,6 +392,12 @@ impl From<CanonicalError> for WitnessError {
                 message: other.to_string(),
             },
         }
+    }
+}
+
+impl From<UnusableKey> for WitnessError {
+    fn from(e: UnusableKey) -> Self {
+        Self::UnusableKey(e)
     }
 }
 

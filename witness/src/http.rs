@@ -1,8 +1,9 @@
 //! The witness's HTTP routes (docs/api.md is their contract): record
-//! admission, agent heads, registration of projects, agents and keys,
-//! exports, the key directory, metrics and health; the log's read routes
-//! (tiles, `/checkpoint`, `/v1/proof/…`) are merged in from
-//! [`tally_log::http::router`].
+//! admission, agent heads, registration of projects, agents and keys, read
+//! tokens, exports, the key directory, metrics and health; the log's read
+//! routes (tiles, `/checkpoint`, `/v1/proof/…`) are merged in from
+//! [`tally_log::http::router`]. With `--log-read token` those and `/metrics`
+//! answer read-token holders only (docs/operations.md "Who can read the log").
 //!
 //! Every refusal goes through [`WitnessError`]'s one status/code table.
 //! Handlers parse requests themselves (strict JSON, known query parameters
@@ -16,6 +17,7 @@ use axum::body::{Body, Bytes};
 use axum::extract::rejection::PathRejection;
 use axum::extract::{Path, RawQuery, State};
 use axum::http::{header, HeaderMap, HeaderValue, StatusCode};
+use axum::middleware::{self, Next};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use axum::Router;
@@ -25,9 +27,11 @@ use serde_json::json;
 use tally_schemas::canonical::{self, Limits};
 use tally_schemas::{AgentName, PublicKey, Seq, TreeSize, UnixMillis};
 
+use crate::config::LogRead;
 use crate::error::WitnessError;
 use crate::export::{self, ExportRange};
-use crate::registry::Principal;
+use crate::key_changes::{self, KeyChange};
+use crate::registry::{Principal, READ_TOKEN_PREFIX};
 use crate::witness::Witness;
 
 /// Content type of packs (JSON Lines).
@@ -35,7 +39,17 @@ pub const PACK_CONTENT_TYPE: &str = "application/jsonl; charset=utf-8";
 
 /// All routes of the witness, the log's read routes included.
 pub fn router(witness: Arc<Witness>) -> Router {
-    let log_routes = tally_log::http::router(Arc::clone(witness.log()));
+    let log_reads = Router::new()
+        .route("/metrics", get(metrics))
+        .with_state(Arc::clone(&witness))
+        .merge(tally_log::http::router(Arc::clone(witness.log())));
+    let log_reads = match witness.config().log_read {
+        LogRead::Public => log_reads,
+        LogRead::Token => log_reads.route_layer(middleware::from_fn_with_state(
+            Arc::clone(&witness),
+            require_read_token,
+        )),
+    };
     Router::new()
         .route("/v1/records", post(post_record))
         .route("/v1/agents", post(add_agent).get(list_agents))
@@ -48,11 +62,15 @@ pub fn router(witness: Arc<Witness>) -> Router {
         .route("/v1/projects", post(create_project).get(list_projects))
         .route("/v1/projects/{project}/api-keys", post(new_api_key))
         .route("/v1/api-keys/{id}/revoke", post(revoke_api_key))
+        .route(
+            "/v1/read-tokens",
+            post(create_read_token).get(list_read_tokens),
+        )
+        .route("/v1/read-tokens/{id}/revoke", post(revoke_read_token))
         .route("/.well-known/tally/keys", get(key_directory))
-        .route("/metrics", get(metrics))
         .route("/healthz", get(healthz))
         .with_state(witness)
-        .merge(log_routes)
+        .merge(log_reads)
         .fallback(not_found)
         .method_not_allowed_fallback(method_not_allowed)
 }
@@ -76,6 +94,74 @@ fn bearer(headers: &HeaderMap) -> Option<&str> {
     let v = headers.get(header::AUTHORIZATION)?.to_str().ok()?;
     let (scheme, token) = v.split_once(' ')?;
     scheme.eq_ignore_ascii_case("bearer").then(|| token.trim())
+}
+
+/// Cache header of full tiles when the log is not public: the client may
+/// keep them, a shared cache (a CDN or proxy in front) must not, or it
+/// would serve them to requests without a token (RFC 9111 §5.2.2.7).
+const PRIVATE_IMMUTABLE: &str = "private, max-age=31536000, immutable";
+
+/// The guard of the log's read routes under `--log-read token`: a valid,
+/// unrevoked read token, else `401 unauthorized`.
+async fn require_read_token(
+    State(w): State<Arc<Witness>>,
+    request: axum::extract::Request,
+    next: Next,
+) -> Response {
+    let ok =
+        bearer(request.headers()).is_some_and(|t| w.registry().authenticate_reader(t).is_some());
+    if !ok {
+        return WitnessError::ReadTokenRequired.into_response();
+    }
+    let mut response = next.run(request).await;
+    let headers = response.headers_mut();
+    let shared = headers.get(header::CACHE_CONTROL).is_some_and(|v| {
+        v.to_str()
+            .is_ok_and(|v| v.split(',').any(|d| d.trim() == "public"))
+    });
+    if shared {
+        headers.insert(
+            header::CACHE_CONTROL,
+            HeaderValue::from_static(PRIVATE_IMMUTABLE),
+        );
+    }
+    response
+}
+
+/// Who asks for records: a project (its own agents) or a read-token holder
+/// (any agent it names; it may read the whole log anyway).
+enum RecordReader {
+    Project(Principal),
+    Log,
+}
+
+/// Authenticates an API key or a read token (told apart by prefix).
+fn record_reader(w: &Witness, headers: &HeaderMap) -> Result<RecordReader, WitnessError> {
+    match bearer(headers) {
+        Some(t) if t.starts_with(READ_TOKEN_PREFIX) => w
+            .registry()
+            .authenticate_reader(t)
+            .map(|_| RecordReader::Log)
+            .ok_or(WitnessError::Unauthorized),
+        other => w.authenticate(other).map(RecordReader::Project),
+    }
+}
+
+/// The agents a reader asked for, checked: a project's own (all of them
+/// when none is named), or with a read token, the named ones.
+fn readable_agents(
+    w: &Witness,
+    reader: &RecordReader,
+    named: Vec<AgentName>,
+) -> Result<Vec<AgentName>, WitnessError> {
+    match reader {
+        RecordReader::Project(p) => owned_agents(w, p, named),
+        RecordReader::Log if named.is_empty() => Err(WitnessError::BadRequest {
+            code: "missing_parameter",
+            message: "with a read token, name the agents (agent=NAME, repeatable)".into(),
+        }),
+        RecordReader::Log => Ok(named),
+    }
 }
 
 /// Reads a body of at most `max` bytes, refusing larger ones without
@@ -342,16 +428,14 @@ async fn add_agent(
     let principal = w.authenticate(bearer(&headers))?;
     let bytes = read_body(body, &headers, w.config().max_body_bytes).await?;
     let req: AddAgent = json_body(&bytes)?;
-    // By default the key covers every record the skew bound still admits:
-    // an agent that signed its first records a moment before it was
-    // registered is not locked out of its own chain.
-    let not_before = req.not_before.unwrap_or_else(|| {
-        let skew = i64::try_from(w.config().max_skew_ms).unwrap_or(i64::MAX);
-        UnixMillis::new(w.now().as_millis().saturating_sub(skew).max(0))
-    });
-    let row = w
-        .registry()
-        .add_agent(&principal.project, &req.agent, req.public_key, not_before)?;
+    let row = key_changes::add_agent(
+        &w,
+        &principal.project,
+        &req.agent,
+        req.public_key,
+        req.not_before,
+    )
+    .await?;
     Ok(json_value(
         StatusCode::CREATED,
         &agent_json(&req.agent, &row),
@@ -384,10 +468,14 @@ async fn rotate_key(
     let agent = path_agent(agent)?;
     let bytes = read_body(body, &headers, w.config().max_body_bytes).await?;
     let req: RotateKey = json_body(&bytes)?;
-    let at = req.at.unwrap_or_else(|| w.now());
-    let row = w
-        .registry()
-        .rotate_key(&principal.project, &agent, req.public_key, at)?;
+    let row = key_changes::change_keys(
+        &w,
+        &principal.project,
+        &agent,
+        KeyChange::Rotate(req.public_key),
+        req.at,
+    )
+    .await?;
     Ok(json_value(StatusCode::OK, &agent_json(&agent, &row)))
 }
 
@@ -401,8 +489,8 @@ async fn retire_agent(
     let agent = path_agent(agent)?;
     let bytes = read_body(body, &headers, w.config().max_body_bytes).await?;
     let req: Retire = json_body(&bytes)?;
-    let at = req.at.unwrap_or_else(|| w.now());
-    let row = w.registry().retire_agent(&principal.project, &agent, at)?;
+    let row =
+        key_changes::change_keys(&w, &principal.project, &agent, KeyChange::Retire, req.at).await?;
     Ok(json_value(StatusCode::OK, &agent_json(&agent, &row)))
 }
 
@@ -478,6 +566,67 @@ async fn revoke_api_key(
     ))
 }
 
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct CreateReadToken {
+    #[serde(default)]
+    label: String,
+}
+
+async fn create_read_token(
+    State(w): State<Arc<Witness>>,
+    headers: HeaderMap,
+    body: Body,
+) -> Result<Response, WitnessError> {
+    w.authenticate_admin(bearer(&headers))?;
+    let bytes = read_body(body, &headers, w.config().max_body_bytes).await?;
+    let req: CreateReadToken = json_body(&bytes)?;
+    let now = w.now();
+    let token = w.with_rng(|rng| w.registry().create_read_token(&req.label, now, rng))?;
+    Ok(json_value(
+        StatusCode::CREATED,
+        &json!({"read_token": token.token, "read_token_id": token.id(), "label": req.label}),
+    ))
+}
+
+async fn list_read_tokens(
+    State(w): State<Arc<Witness>>,
+    headers: HeaderMap,
+    RawQuery(raw): RawQuery,
+) -> Result<Response, WitnessError> {
+    w.authenticate_admin(bearer(&headers))?;
+    query(raw.as_deref(), &[], &[])?;
+    let tokens: Vec<_> = w
+        .registry()
+        .read_tokens()
+        .into_iter()
+        .map(|(id, row)| {
+            json!({"id": id, "label": row.label, "created": row.created, "revoked": row.revoked})
+        })
+        .collect();
+    Ok(json_value(
+        StatusCode::OK,
+        &json!({ "read_tokens": tokens }),
+    ))
+}
+
+async fn revoke_read_token(
+    State(w): State<Arc<Witness>>,
+    headers: HeaderMap,
+    id: Result<Path<String>, PathRejection>,
+) -> Result<Response, WitnessError> {
+    w.authenticate_admin(bearer(&headers))?;
+    let Path(id) = id.map_err(|e| WitnessError::BadRequest {
+        code: "bad_parameter",
+        message: e.body_text(),
+    })?;
+    w.registry().revoke_read_token(&id, w.now())?;
+    Ok(json_value(
+        StatusCode::OK,
+        &json!({"read_token_id": id, "revoked": true}),
+    ))
+}
+
 // ---- exports ---------------------------------------------------------------
 
 fn owned_agents(
@@ -516,7 +665,7 @@ async fn head(
     headers: HeaderMap,
     RawQuery(raw): RawQuery,
 ) -> Result<Response, WitnessError> {
-    let principal = w.authenticate(bearer(&headers))?;
+    let reader = record_reader(&w, &headers)?;
     let params = query(raw.as_deref(), &["from_size", "agent"], &["agent"])?;
     let from_size = TreeSize::new(number(
         "from_size",
@@ -527,7 +676,7 @@ async fn head(
     )?);
     let named = agents_param(&params)?;
     let require_all = !named.is_empty();
-    let agents = owned_agents(&w, &principal, named)?;
+    let agents = readable_agents(&w, &reader, named)?;
     let w2 = Arc::clone(&w);
     let doc = blocking(move || export::head(w2.log(), from_size, &agents, require_all)).await?;
     Ok(json_response(StatusCode::OK, export::to_canonical(&doc)?))
@@ -578,7 +727,7 @@ async fn export_pack(
     headers: HeaderMap,
     RawQuery(raw): RawQuery,
 ) -> Result<Response, WitnessError> {
-    let principal = w.authenticate(bearer(&headers))?;
+    let reader = record_reader(&w, &headers)?;
     let params = query(
         raw.as_deref(),
         &["agent", "from_seq", "to_seq", "since", "until"],
@@ -592,7 +741,7 @@ async fn export_pack(
             message: "name at least one agent (agent=NAME, repeatable)".into(),
         });
     }
-    let agents = owned_agents(&w, &principal, named)?;
+    let agents = readable_agents(&w, &reader, named)?;
     let w2 = Arc::clone(&w);
     let plan = blocking(move || export::plan_pack(w2.log(), &agents, range)).await?;
     let (tx, rx) = tokio::sync::mpsc::channel::<Result<Bytes, std::io::Error>>(64);
@@ -647,6 +796,11 @@ async fn metrics(State(w): State<Arc<Witness>>) -> Response {
 }
 
 async fn healthz(State(w): State<Arc<Witness>>) -> Response {
+    // The log's size tells how much was recorded: withheld from the public
+    // when the log is not.
+    if w.config().log_read == LogRead::Token {
+        return json_value(StatusCode::OK, &json!({"status": "ok"}));
+    }
     let size = w.log().latest_checkpoint().checkpoint.size.get();
     json_value(StatusCode::OK, &json!({"status": "ok", "tree_size": size}))
 }

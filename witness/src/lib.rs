@@ -10,6 +10,7 @@
 //! - [`export`]: packs, agent-keys.json, head.json (protocol.md §9).
 //! - [`http`]: the routes; [`error`]: the one error → status/code table.
 //! - [`server`]: data folder, TLS, graceful drain; [`config`]: settings.
+//! - [`key_changes`]: key changes never reach back before admitted records.
 //! - [`keydir`], [`metrics`], [`ratelimit`], [`refusal_log`]: the smaller parts.
 
 pub mod config;
@@ -17,6 +18,7 @@ pub mod console;
 pub mod error;
 pub mod export;
 pub mod http;
+pub mod key_changes;
 pub mod keydir;
 pub mod metrics;
 pub mod ratelimit;

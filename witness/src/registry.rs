@@ -11,8 +11,18 @@
 //!
 //! API keys are `tally_<16 hex id>_<48 hex secret>`: 192 random bits of
 //! secret, shown once, stored as SHA-256 of the whole key, looked up by the
-//! public id and compared in constant time (`subtle`). Agent names are unique
-//! across the witness, because the log's chains are keyed by agent name.
+//! public id and compared in constant time (`subtle`). Read tokens
+//! (`tallyread_<16 hex id>_<48 hex secret>`, docs/operations.md "Who can
+//! read the log") are made, stored and checked the same way. Agent names are
+//! unique across the witness, because the log's chains are keyed by agent
+//! name (docs/api.md "Agents and their keys" says what another project is
+//! told about a taken name).
+//!
+//! The registry writes what it is told; the rule that a key change never
+//! reaches back before admitted history (docs/protocol.md §4.1) is enforced
+//! by its caller, `key_changes`, which knows the log. So rotation and
+//! retirement are visible only inside the crate: every other path to them
+//! goes through `key_changes::change_keys`.
 
 use std::collections::{BTreeMap, HashMap};
 use std::path::Path;
@@ -37,11 +47,17 @@ const API_KEYS: TableDefinition<&str, &[u8]> = TableDefinition::new("api_keys");
 const AGENTS: TableDefinition<&str, &[u8]> = TableDefinition::new("agents");
 /// `meta`: `admin_token_sha256` → 32 bytes.
 const META: TableDefinition<&str, &[u8]> = TableDefinition::new("meta");
+/// `read_tokens`: token id (16 hex) → JSON [`ReadTokenRow`].
+const READ_TOKENS: TableDefinition<&str, &[u8]> = TableDefinition::new("read_tokens");
 
 /// Prefix of API keys.
 pub const API_KEY_PREFIX: &str = "tally_";
 /// Prefix of the admin token.
 pub const ADMIN_TOKEN_PREFIX: &str = "tallyadm_";
+/// Prefix of read tokens.
+pub const READ_TOKEN_PREFIX: &str = "tallyread_";
+/// Longest read-token label, in bytes.
+pub const MAX_LABEL_BYTES: usize = 128;
 
 /// Name of the project created on first start.
 pub const DEFAULT_PROJECT: &str = "default";
@@ -61,6 +77,21 @@ pub struct ApiKeyRow {
     /// The project it posts for.
     pub project: String,
     /// SHA-256 of the whole key, hex.
+    pub sha256: String,
+    /// When it was made.
+    pub created: UnixMillis,
+    /// When it was revoked, if it was.
+    pub revoked: Option<UnixMillis>,
+}
+
+/// A stored read token (its hash, never the token): it lets its holder
+/// read the whole log when the witness runs with `--log-read token`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ReadTokenRow {
+    /// Who it was given to, for people (e.g. `monitor at example.org`).
+    pub label: String,
+    /// SHA-256 of the whole token, hex.
     pub sha256: String,
     /// When it was made.
     pub created: UnixMillis,
@@ -162,6 +193,7 @@ struct Cache {
     api_keys: HashMap<String, ApiKeyRow>,
     agents: BTreeMap<AgentName, AgentRow>,
     admin_sha256: Option<[u8; 32]>,
+    read_tokens: BTreeMap<String, ReadTokenRow>,
 }
 
 /// The registry: projects, API keys, agents. See the module docs.
@@ -210,6 +242,7 @@ impl Registry {
             tx.open_table(API_KEYS).map_err(storage)?;
             tx.open_table(AGENTS).map_err(storage)?;
             tx.open_table(META).map_err(storage)?;
+            tx.open_table(READ_TOKENS).map_err(storage)?;
         }
         tx.commit().map_err(storage)?;
         let mut cache = Cache::default();
@@ -242,6 +275,14 @@ impl Registry {
                 cache
                     .agents
                     .insert(name, decode("agents", k.value(), v.value())?);
+            }
+            let t = rx.open_table(READ_TOKENS).map_err(storage)?;
+            for row in t.iter().map_err(storage)? {
+                let (k, v) = row.map_err(storage)?;
+                cache.read_tokens.insert(
+                    k.value().to_owned(),
+                    decode("read_tokens", k.value(), v.value())?,
+                );
             }
             let t = rx.open_table(META).map_err(storage)?;
             if let Some(v) = t.get("admin_token_sha256").map_err(storage)? {
@@ -336,13 +377,82 @@ impl Registry {
         let id = key_id_of(token, API_KEY_PREFIX)?;
         let cache = self.read();
         let row = cache.api_keys.get(id)?;
-        let mut stored = [0u8; 32];
-        hex::decode_to_slice(&row.sha256, &mut stored).ok()?;
-        let equal: bool = presented.ct_eq(&stored).into();
-        (equal && row.revoked.is_none()).then(|| Principal {
+        (hash_matches(&presented, &row.sha256) && row.revoked.is_none()).then(|| Principal {
             project: row.project.clone(),
             key_id: id.to_owned(),
         })
+    }
+
+    /// The id of a read token, compared in constant time against the stored
+    /// hash. `None` for an unknown, malformed or revoked token.
+    #[must_use]
+    pub fn authenticate_reader(&self, token: &str) -> Option<String> {
+        let presented = sha256(token);
+        let id = key_id_of(token, READ_TOKEN_PREFIX)?;
+        let cache = self.read();
+        let row = cache.read_tokens.get(id)?;
+        (hash_matches(&presented, &row.sha256) && row.revoked.is_none()).then(|| id.to_owned())
+    }
+
+    /// Makes a read token (shown once; stored as its SHA-256).
+    ///
+    /// # Errors
+    /// `BadRequest` `bad_label` for a label over [`MAX_LABEL_BYTES`] or with
+    /// a control character; storage failures.
+    pub fn create_read_token<R: CryptoRngCore + ?Sized>(
+        &self,
+        label: &str,
+        now: UnixMillis,
+        rng: &mut R,
+    ) -> Result<Secret, WitnessError> {
+        if label.len() > MAX_LABEL_BYTES || label.chars().any(char::is_control) {
+            return Err(WitnessError::BadRequest {
+                code: "bad_label",
+                message: format!(
+                    "a label is at most {MAX_LABEL_BYTES} bytes without control characters"
+                ),
+            });
+        }
+        let _w = self.writer();
+        let token = Secret::generate(READ_TOKEN_PREFIX, rng);
+        let row = ReadTokenRow {
+            label: label.to_owned(),
+            sha256: hex::encode(token.sha256),
+            created: now,
+            revoked: None,
+        };
+        self.put(READ_TOKENS, &token.id, &row)?;
+        self.cache_mut().read_tokens.insert(token.id.clone(), row);
+        Ok(token)
+    }
+
+    /// The read tokens (hashes withheld), by id.
+    #[must_use]
+    pub fn read_tokens(&self) -> Vec<(String, ReadTokenRow)> {
+        self.read()
+            .read_tokens
+            .iter()
+            .map(|(k, v)| (k.clone(), v.clone()))
+            .collect()
+    }
+
+    /// Revokes a read token by its public id; from the next request on it
+    /// reads nothing. Revoking twice keeps the first time.
+    ///
+    /// # Errors
+    /// [`WitnessError::NotFound`] for an unknown id.
+    pub fn revoke_read_token(&self, id: &str, now: UnixMillis) -> Result<(), WitnessError> {
+        let _w = self.writer();
+        let mut row = self
+            .read()
+            .read_tokens
+            .get(id)
+            .cloned()
+            .ok_or_else(|| WitnessError::NotFound(format!("no read token with id {id}")))?;
+        row.revoked.get_or_insert(now);
+        self.put(READ_TOKENS, id, &row)?;
+        self.cache_mut().read_tokens.insert(id.to_owned(), row);
+        Ok(())
     }
 
     /// Whether `token` is the admin token (constant-time comparison).
@@ -495,10 +605,33 @@ impl Registry {
             .collect()
     }
 
-    /// Registers `agent` in `project` with its first key, valid from `not_before`.
+    /// Whether `agent` may be registered by `project`: `Exists` when the
+    /// project already holds it, `NameUnavailable` when another project
+    /// does (the same answer as for a name the log already has a chain
+    /// for, docs/api.md "Agents and their keys").
     ///
     /// # Errors
-    /// [`WitnessError::Exists`] when the agent name is registered (in any project).
+    /// As above.
+    pub fn check_name_free(&self, project: &str, agent: &AgentName) -> Result<(), WitnessError> {
+        match self.read().agents.get(agent) {
+            None => Ok(()),
+            Some(row) if row.project == project => Err(WitnessError::Exists {
+                what: "agent",
+                name: agent.to_string(),
+            }),
+            Some(_) => Err(WitnessError::NameUnavailable {
+                agent: agent.clone(),
+            }),
+        }
+    }
+
+    /// Registers `agent` in `project` with its first key, valid from
+    /// `not_before`. The routes go through `key_changes::add_agent`, which
+    /// also refuses a name the log already holds a chain for.
+    ///
+    /// # Errors
+    /// As [`Registry::check_name_free`]; [`WitnessError::UnusableKey`] for a
+    /// key no signature can verify under.
     pub fn add_agent(
         &self,
         project: &str,
@@ -506,13 +639,9 @@ impl Registry {
         public_key: PublicKey,
         not_before: UnixMillis,
     ) -> Result<AgentRow, WitnessError> {
+        public_key.check_usable()?;
         let _w = self.writer();
-        if self.read().agents.contains_key(agent) {
-            return Err(WitnessError::Exists {
-                what: "agent",
-                name: agent.to_string(),
-            });
-        }
+        self.check_name_free(project, agent)?;
         let row = AgentRow {
             project: project.to_owned(),
             keys: vec![AgentKey {
@@ -527,7 +656,12 @@ impl Registry {
         Ok(row)
     }
 
-    fn owned_agent(&self, project: &str, agent: &AgentName) -> Result<AgentRow, WitnessError> {
+    /// The agent's registration when it belongs to `project`.
+    ///
+    /// # Errors
+    /// [`WitnessError::AgentNotAllowed`] otherwise, also for a name that is
+    /// not registered at all (so names in other projects are not revealed).
+    pub fn owned_agent(&self, project: &str, agent: &AgentName) -> Result<AgentRow, WitnessError> {
         match self.read().agents.get(agent) {
             Some(row) if row.project == project => Ok(row.clone()),
             _ => Err(WitnessError::AgentNotAllowed {
@@ -537,20 +671,23 @@ impl Registry {
     }
 
     /// Rotates `agent`'s key at `at`: every key still valid at `at` ends
-    /// there, and `public_key` is valid from `at` on.
+    /// there, and `public_key` is valid from `at` on. The caller has checked
+    /// `at` against the agent's admitted records (`key_changes`).
     ///
     /// # Errors
     /// [`WitnessError::AgentNotAllowed`] when the agent is not the project's;
+    /// [`WitnessError::UnusableKey`] for a key no signature can verify under;
     /// [`WitnessError::Exists`] when the key is already listed;
     /// `BadRequest` when `at` is before the current key's start or the agent
     /// has too many keys.
-    pub fn rotate_key(
+    pub(crate) fn rotate_key(
         &self,
         project: &str,
         agent: &AgentName,
         public_key: PublicKey,
         at: UnixMillis,
     ) -> Result<AgentRow, WitnessError> {
+        public_key.check_usable()?;
         let _w = self.writer();
         let mut row = self.owned_agent(project, agent)?;
         if row.key(&public_key.key_id()).is_some() {
@@ -578,11 +715,12 @@ impl Registry {
     }
 
     /// Retires `agent` at `at`: every key still valid at `at` ends there, so
-    /// no record timed `at` or later is admitted.
+    /// no record timed `at` or later is admitted. The caller has checked
+    /// `at` against the agent's admitted records (`key_changes`).
     ///
     /// # Errors
     /// As [`Registry::rotate_key`].
-    pub fn retire_agent(
+    pub(crate) fn retire_agent(
         &self,
         project: &str,
         agent: &AgentName,
@@ -595,6 +733,12 @@ impl Registry {
         self.cache_mut().agents.insert(agent.clone(), row.clone());
         Ok(row)
     }
+}
+
+/// Whether `presented` equals the stored hex SHA-256, in constant time.
+fn hash_matches(presented: &[u8; 32], stored_hex: &str) -> bool {
+    let mut stored = [0u8; 32];
+    hex::decode_to_slice(stored_hex, &mut stored).is_ok() && bool::from(presented.ct_eq(&stored))
 }
 
 /// Ends every key valid at `at` there; refuses an `at` before a key's start
@@ -687,6 +831,88 @@ mod tests {
         r.revoke_api_key(first.api_key.id(), UnixMillis::new(3))
             .unwrap();
         assert!(r.authenticate(&first.api_key.token).is_none());
+    }
+
+    #[test]
+    fn read_tokens_are_shown_once_stored_hashed_checked_and_revoked() {
+        let (dir, r) = reg();
+        let first = r
+            .first_start(UnixMillis::new(1), &mut OsRng)
+            .unwrap()
+            .unwrap();
+        let t = r
+            .create_read_token("monitor", UnixMillis::new(5), &mut OsRng)
+            .unwrap();
+        assert!(t.token.starts_with(READ_TOKEN_PREFIX));
+        assert_eq!(r.authenticate_reader(&t.token).as_deref(), Some(t.id()));
+        // Each kind of token is accepted only where it is expected.
+        assert!(r.authenticate(&t.token).is_none());
+        assert!(!r.is_admin(&t.token));
+        assert!(r.authenticate_reader(&first.api_key.token).is_none());
+        assert!(r.authenticate_reader(&first.admin_token.token).is_none());
+        let mut wrong = t.token.clone();
+        let last = wrong.pop().unwrap();
+        wrong.push(if last == '0' { '1' } else { '0' });
+        assert!(r.authenticate_reader(&wrong).is_none());
+        assert!(matches!(
+            r.create_read_token("a\u{7}b", UnixMillis::new(5), &mut OsRng),
+            Err(WitnessError::BadRequest {
+                code: "bad_label",
+                ..
+            })
+        ));
+        drop(r);
+        let bytes = std::fs::read(dir.path().join("w.redb")).unwrap();
+        let secret = t.token.rsplit('_').next().unwrap();
+        assert!(!bytes.windows(secret.len()).any(|w| w == secret.as_bytes()));
+        let r = Registry::open(&dir.path().join("w.redb")).unwrap();
+        assert!(r.authenticate_reader(&t.token).is_some());
+        r.revoke_read_token(t.id(), UnixMillis::new(9)).unwrap();
+        r.revoke_read_token(t.id(), UnixMillis::new(10)).unwrap();
+        assert!(r.authenticate_reader(&t.token).is_none());
+        let list = r.read_tokens();
+        assert_eq!(list.len(), 1);
+        assert_eq!(list[0].1.label, "monitor");
+        assert_eq!(list[0].1.revoked, Some(UnixMillis::new(9)));
+        assert!(matches!(
+            r.revoke_read_token("0000000000000000", UnixMillis::new(9)),
+            Err(WitnessError::NotFound(_))
+        ));
+    }
+
+    #[test]
+    fn a_name_is_told_apart_only_for_its_own_project_and_weak_keys_are_refused() {
+        let (_d, r) = reg();
+        r.first_start(UnixMillis::new(0), &mut OsRng).unwrap();
+        let a = AgentName::new("bot").unwrap();
+        let k = SecretKey::generate(&mut OsRng).public_key();
+        r.add_agent("default", &a, k, UnixMillis::new(0)).unwrap();
+        assert!(matches!(
+            r.add_agent("default", &a, k, UnixMillis::new(0)),
+            Err(WitnessError::Exists { what: "agent", .. })
+        ));
+        assert!(matches!(
+            r.add_agent("other", &a, k, UnixMillis::new(0)),
+            Err(WitnessError::NameUnavailable { .. })
+        ));
+        let mut identity = [0u8; 32];
+        identity[0] = 1;
+        let weak = PublicKey::from_bytes(&identity).unwrap();
+        let b = AgentName::new("weak").unwrap();
+        assert_eq!(
+            r.add_agent("default", &b, weak, UnixMillis::new(0)),
+            Err(WitnessError::UnusableKey(
+                tally_schemas::UnusableKey::SmallOrder
+            ))
+        );
+        assert!(r.agent(&b).is_none());
+        assert_eq!(
+            r.rotate_key("default", &a, weak, UnixMillis::new(5)),
+            Err(WitnessError::UnusableKey(
+                tally_schemas::UnusableKey::SmallOrder
+            ))
+        );
+        assert_eq!(r.agent(&a).unwrap().keys.len(), 1);
     }
 
     #[test]

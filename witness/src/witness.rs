@@ -19,6 +19,7 @@ use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 
 use crate::config::WitnessConfig;
 use crate::error::WitnessError;
+use crate::key_changes::KeyChanges;
 use crate::keydir::KeyDirectory;
 use crate::metrics::Metrics;
 use crate::ratelimit::RateLimiter;
@@ -38,6 +39,8 @@ pub struct Witness {
     metrics: Metrics,
     in_flight: Arc<Semaphore>,
     keys: KeyDirectory,
+    /// The per-agent fences between admission and key changes.
+    key_changes: KeyChanges,
     /// The last receive time handed to the log. Receive times are taken and
     /// records queued under this lock, so `received` never decreases in log
     /// order (check 9 of the verifier), even if the clock steps back.
@@ -93,6 +96,7 @@ impl Witness {
             config,
             metrics,
             keys,
+            key_changes: KeyChanges::default(),
         }
     }
 
@@ -124,6 +128,12 @@ impl Witness {
     #[must_use]
     pub fn key_directory(&self) -> &KeyDirectory {
         &self.keys
+    }
+
+    /// The fences between admission and key changes (module `key_changes`).
+    #[must_use]
+    pub fn key_changes(&self) -> &KeyChanges {
+        &self.key_changes
     }
 
     /// The witness clock.
@@ -230,7 +240,23 @@ impl Witness {
         principal: &Principal,
         record: &Record,
     ) -> Result<(), WitnessError> {
-        let key = self.registry.with_agent(&record.agent, |row| {
+        let key = self.registered_key(principal, record)?;
+        record
+            .verify_signature(&key)
+            .map_err(|_| WitnessError::BadSignature {
+                agent: record.agent.clone(),
+                key_id: record.key_id,
+            })
+    }
+
+    /// Steps 4–5: the public key registered for the record's agent and key
+    /// id, if the agent is the principal's and the key active at its time.
+    fn registered_key(
+        &self,
+        principal: &Principal,
+        record: &Record,
+    ) -> Result<tally_schemas::PublicKey, WitnessError> {
+        self.registry.with_agent(&record.agent, |row| {
             let row = match row {
                 Some(r) if r.project == principal.project => r,
                 _ => {
@@ -255,13 +281,7 @@ impl Witness {
                 });
             }
             Ok(key.public_key)
-        })?;
-        record
-            .verify_signature(&key)
-            .map_err(|_| WitnessError::BadSignature {
-                agent: record.agent.clone(),
-                key_id: record.key_id,
-            })
+        })
     }
 
     /// Step 7: the record's time against the witness clock.
@@ -295,6 +315,12 @@ impl Witness {
             .take(&principal.key_id, self.now())
             .map_err(|retry_after_ms| WitnessError::RateLimited { retry_after_ms })?;
         self.check_key_and_signature(&principal, &record)?;
+        // Under the agent's fence against key changes (key_changes.rs), the
+        // keys are looked at once more and the record's time is counted
+        // before it is queued, so no key change can end its key before it.
+        let time = record.time;
+        let mut fence = self.key_changes.fence(&record.agent).await;
+        self.registered_key(&principal, &record)?;
         let pending = {
             let mut last = self
                 .last_received
@@ -308,6 +334,8 @@ impl Witness {
             *last = now;
             pending?
         };
+        fence.queued(time);
+        drop(fence);
         let appended = pending.await?;
         if !appended.duplicate {
             let size = tally_schemas::note::peek_checkpoint(&appended.receipt.checkpoint)

@@ -445,7 +445,7 @@ async fn authorisation_matrix() {
             403,
             "agent_not_allowed",
         ),
-        ("POST", "/v1/agents", add_body, 409, "exists"),
+        ("POST", "/v1/agents", add_body, 409, "name_unavailable"),
         (
             "POST",
             "/v1/agents/bot-a/rotate",

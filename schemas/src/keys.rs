@@ -31,6 +31,10 @@ pub enum KeyError {
     /// The 32 bytes are not a valid Ed25519 point.
     #[error("public key is not a valid Ed25519 point")]
     InvalidPoint,
+    /// The 32 bytes encode a point of small order, or encode a point in a
+    /// non-canonical way (§4.3): no signature would ever verify strictly.
+    #[error("public key is a small-order point or a non-canonical encoding (a weak key)")]
+    WeakKey,
     /// A key id that is not 16 lowercase hex digits.
     #[error("a key id must be 16 lowercase hex digits, got {got:?}")]
     KeyId {
@@ -63,14 +67,19 @@ fn decode_fixed<const N: usize>(text: &str, what: &'static str) -> Result<[u8; N
 pub struct PublicKey(VerifyingKey);
 
 impl PublicKey {
-    /// Parses 32 bytes.
+    /// Parses 32 bytes: the canonical encoding of a curve point that is not
+    /// of small order (§4.3).
     ///
     /// # Errors
-    /// [`KeyError::InvalidPoint`] when the bytes do not decode to a curve point.
+    /// [`KeyError::InvalidPoint`] when the bytes do not decode to a curve
+    /// point; [`KeyError::WeakKey`] for a small-order point or a
+    /// non-canonical encoding ([`is_weak_public_key`]).
     pub fn from_bytes(bytes: &[u8; 32]) -> Result<Self, KeyError> {
-        VerifyingKey::from_bytes(bytes)
-            .map(Self)
-            .map_err(|_| KeyError::InvalidPoint)
+        let key = VerifyingKey::from_bytes(bytes).map_err(|_| KeyError::InvalidPoint)?;
+        if is_weak_public_key(bytes) {
+            return Err(KeyError::WeakKey);
+        }
+        Ok(Self(key))
     }
 
     /// Parses the wire form.
@@ -263,6 +272,19 @@ impl<'de> Deserialize<'de> for KeyId {
     }
 }
 
+/// Whether 32 bytes that decode to a curve point are a *weak* Ed25519
+/// public key (§4.3): a point of small order (the identity and the seven
+/// other torsion points), or any point written in a non-canonical way (a `y`
+/// coordinate of `p` or more, or the sign bit set on `x = 0`). Strict
+/// verification accepts no signature under such a key, so tally refuses it
+/// wherever a public key appears. Bytes that are not a point are not weak;
+/// they are invalid ([`PublicKey::from_bytes`] says which).
+#[must_use]
+pub fn is_weak_public_key(bytes: &[u8; 32]) -> bool {
+    VerifyingKey::from_bytes(bytes)
+        .is_ok_and(|key| key.is_weak() || key.to_edwards().compress().to_bytes() != *bytes)
+}
+
 /// An Ed25519 private key (an agent's, or the log's).
 #[derive(Clone)]
 pub struct SecretKey(SigningKey);
@@ -336,6 +358,57 @@ mod tests {
         assert_eq!(PublicKey::from_base64(&pk.to_base64()), Ok(pk));
         assert_eq!(Signature::from_base64(&sig.to_base64()), Ok(sig));
         assert_eq!(KeyId::from_hex(&pk.key_id().to_hex()).unwrap(), pk.key_id());
+    }
+
+    /// The 32-byte encoding of `y` (little-endian) with the sign bit `sign`.
+    fn encode(y: &[u8; 32], sign: bool) -> [u8; 32] {
+        let mut b = *y;
+        b[31] = (b[31] & 0x7f) | if sign { 0x80 } else { 0 };
+        b
+    }
+
+    /// `p + k` for small `k`, little-endian (p = 2^255 − 19).
+    fn p_plus(k: u8) -> [u8; 32] {
+        let mut b = [0xffu8; 32];
+        b[31] = 0x7f;
+        b[0] = 0xed;
+        let (low, carry) = b[0].overflowing_add(k);
+        b[0] = low;
+        if carry {
+            // p + k ≥ 2^255 for k ≥ 19: not a 255-bit value, never asked.
+            unreachable!("k below 19");
+        }
+        b
+    }
+
+    #[test]
+    fn weak_keys_are_small_order_points_and_non_canonical_encodings() {
+        let good = SecretKey::from_seed(&[5u8; 32]).public_key().to_bytes();
+        assert!(!is_weak_public_key(&good));
+        assert!(PublicKey::from_bytes(&good).is_ok());
+        // The identity, canonical (y = 1) and non-canonical (y = p + 1, and
+        // the sign bit set on x = 0).
+        let mut one = [0u8; 32];
+        one[0] = 1;
+        for weak in [one, p_plus(1), encode(&one, true)] {
+            assert!(is_weak_public_key(&weak), "{weak:?}");
+            assert_eq!(PublicKey::from_bytes(&weak), Err(KeyError::WeakKey));
+            assert!(PublicKey::from_base64(&BASE64.encode(weak)).is_err());
+        }
+        // Every non-canonical y (p ≤ y < 2^255, both signs) that decodes at
+        // all is weak; those that do not decode are invalid.
+        for k in 0..19u8 {
+            for sign in [false, true] {
+                let bytes = encode(&p_plus(k), sign);
+                match PublicKey::from_bytes(&bytes) {
+                    Ok(_) => panic!("y = p + {k}, sign {sign}: accepted"),
+                    Err(e) => assert!(
+                        matches!(e, KeyError::WeakKey | KeyError::InvalidPoint),
+                        "{e}"
+                    ),
+                }
+            }
+        }
     }
 
     #[test]

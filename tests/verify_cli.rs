@@ -14,7 +14,7 @@ use std::process::{Command, Output};
 
 use serde_json::Value;
 use tally_schemas::record::OutcomeStatus;
-use tally_verifier::fixture::{self, outcome, tool, tools, Fixture, PackSpec};
+use tally_testkit::fixture::{self, outcome, tool, tools, Fixture, PackSpec};
 use tally_verifier::trust::WitnessKey;
 
 /// A valid pack of two agents with its agent-keys.json, head.json and the
@@ -298,7 +298,7 @@ fn the_trust_file_stands_in_for_the_witness_key() {
     assert!(text.contains("\nwitness_signatures: fail: "), "{text}");
 
     // A trust file for another log: its key does not sign the pack.
-    let other = tally_verifier::fixture::log_signer("tally.local/log", "another log");
+    let other = tally_testkit::fixture::log_signer("tally.local/log", "another log");
     let wrong = p.write(
         "wrong.trust",
         format!("log {}\n", other.verifier().vkey()).as_bytes(),

@@ -1,6 +1,6 @@
 //! The tampered-pack corpus of testdata/tampered/ (docs/protocol.md §11):
 //! one valid pack and cases derived from it, each naming the check that must
-//! fail. Built deterministically from `tally_verifier::fixture`, so that
+//! fail. Built deterministically from `tally_testkit::fixture`, so that
 //! regenerating gives the same bytes. Shared by the generator
 //! (`cargo run -p tally-verifier --example gen_tampered`) and the tests.
 
@@ -10,7 +10,7 @@ use serde_json::{json, Value};
 use tally_schemas::pack::{AgentKeys, Head, PackLine};
 use tally_schemas::record::OutcomeStatus;
 use tally_schemas::UnixMillis;
-use tally_verifier::fixture::{self, decision, note, outcome, tool, tools, Fixture, PackSpec};
+use tally_testkit::fixture::{self, decision, note, outcome, tool, tools, Fixture, PackSpec};
 
 /// The log's origin in the corpus.
 pub const ORIGIN: &str = "tally.local/log";

@@ -11,15 +11,15 @@
 //! - [`trust`]: the pinned trust file (§11.1).
 //! - [`monitor`]: follows a log's checkpoints and proves each consistent with
 //!   the last one it verified.
-//! - [`fixture`]: builds valid packs from scratch (tests, the tampered corpus,
-//!   the benchmark). It uses only tally-schemas and does no I/O.
+//! - [`bench`]: the valid pack `tally bench verify` verifies. (The test
+//!   builders are in the dev-only tally-testkit crate.)
 //!
 //! It depends on tally-schemas and, for the monitor's HTTP GET, `ureq`; never
 //! on the log server, the witness, tokio or axum
 //! (`cargo tree -p tally-verifier -e normal`).
 
+pub mod bench;
 mod coverage;
-pub mod fixture;
 mod lines;
 pub mod monitor;
 mod nonces;

@@ -11,7 +11,7 @@ use std::path::Path;
 
 use tally_schemas::record::OutcomeStatus;
 use tally_schemas::report::{CheckId, CheckStatus};
-use tally_verifier::fixture::{self, decision, outcome, Fixture, PackSpec};
+use tally_testkit::fixture::{self, decision, outcome, Fixture, PackSpec};
 use tally_verifier::{verify, verify_with_budget, Verification, VerifyOptions};
 
 const TINY: usize = 1;

@@ -6,7 +6,10 @@
 //!
 //! - [`verify()`]: streams a pack line by line, verifies record signatures on
 //!   all cores (strict Ed25519, one signature at a time, never batched), and
-//!   returns a [`Report`](tally_schemas::report::Report).
+//!   returns a [`Report`](tally_schemas::report::Report). The twelve checks
+//!   are one module each under `src/checks/` (`checks/chain.rs` is check 5,
+//!   and so on); `src/verify.rs` is the driver that reads the pack and hands
+//!   them its lines.
 //! - [`render_text`]: the report as `tally verify` prints it.
 //! - [`trust`]: the pinned trust file (§11.1).
 //! - [`monitor`]: follows a log's checkpoints and proves each consistent with
@@ -19,6 +22,7 @@
 //! (`cargo tree -p tally-verifier -e normal`).
 
 pub mod bench;
+mod checks;
 mod coverage;
 mod lines;
 pub mod monitor;

@@ -4,8 +4,9 @@
 //! file) or from a pinned trust file (`--trust`, §11.1); `--format json`
 //! validates against schemas/json/report.schema.json.
 //!
-//! The valid pack is made here with the verifier's fixture; the tampered
-//! ones are cases of the checked-in corpus (testdata/tampered/).
+//! The valid pack is made here with the test fixture (tally-testkit); the
+//! failing ones are cases of the conformance corpus (testdata/conformance/,
+//! which tests/conformance.rs runs whole).
 
 mod common;
 
@@ -96,7 +97,7 @@ fn code(o: &Output) -> i32 {
 
 fn corpus(case: &str) -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("testdata/tampered")
+        .join("testdata/conformance")
         .join(case)
 }
 

@@ -206,6 +206,29 @@ impl Fixture {
         record
     }
 
+    /// Makes the next record of `agent`, then replaces its signature by the
+    /// 64 bytes `tamper` makes of the valid one (the record parses; whether
+    /// the signature verifies is the verifier's business), and advances the
+    /// agent's chain to the result, so that the next record links to it.
+    ///
+    /// # Panics
+    /// If the agent was not added.
+    pub fn make_with_signature(
+        &mut self,
+        agent: &str,
+        body: Body,
+        tamper: impl FnOnce(&[u8; 64]) -> [u8; 64],
+    ) -> Record {
+        let good = self.make(agent, body);
+        let mut value = serde_json::to_value(&good).expect("serialisable");
+        let sig = tally_schemas::Signature::from_bytes(tamper(good.signature().as_bytes()));
+        value["sig"] = serde_json::Value::String(sig.to_base64());
+        let record = Record::from_value(value).expect("only the signature changed");
+        let a = self.agents.get_mut(agent).expect("agent added");
+        a.prev = Some(record.hash());
+        record
+    }
+
     /// Makes and signs the next record of `agent`.
     pub fn make(&mut self, agent: &str, body: Body) -> Record {
         let d = self.draft(agent, body);

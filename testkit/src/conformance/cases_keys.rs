@@ -393,6 +393,7 @@ pub(super) fn cases(b: &Base) -> Vec<Case> {
     out.extend(refused);
     out.extend(signature_cases());
     out.extend(zero_records());
+    out.extend(weak_rotation());
     out
 }
 
@@ -436,6 +437,51 @@ fn signature_cases() -> Vec<Case> {
         ));
     }
     out
+}
+
+/// A `key_rotation` to a weak key (§5.5): the record is refused, so it can
+/// only be pending; it is signed validly by the agent's key.
+fn weak_rotation() -> Vec<Case> {
+    use tally_schemas::record::{Body, KeyRotation, RECORD_SIGNATURE_DOMAIN};
+    let mut fx = small();
+    fx.log("claims-bot", note("one"));
+    let real = key_from_label("claims-bot/2").public_key();
+    let draft = fx.draft(
+        "claims-bot",
+        Body::KeyRotation(KeyRotation {
+            new_key_id: real.key_id(),
+            new_public_key: real,
+        }),
+    );
+    let mut identity = [0u8; 32];
+    identity[0] = 1;
+    let mut unsigned: Value =
+        serde_json::from_slice(&draft.signing_bytes().expect("in range")).expect("JSON");
+    unsigned["body"]["new_public_key"] = json!(b64(&identity));
+    unsigned["body"]["new_key_id"] = json!(key_id_of(&identity));
+    let sig = fx
+        .agent_key("claims-bot")
+        .sign(RECORD_SIGNATURE_DOMAIN, &super::base::canon(&unsigned));
+    let mut record = unsigned;
+    record["sig"] = json!(sig.to_base64());
+    let line = super::base::canon(
+        &json!({"type": "record", "record": record, "witnessed": null, "receipt": null}),
+    );
+    let mut inputs = finish(&mut fx);
+    let mut l = super::base::Lines(super::cases_pack::split(&inputs.pack));
+    let at = l.0.len() - 1;
+    l.0.insert(at, line);
+    l.set_last_seq("claims-bot", 2);
+    l.bump_end(1, 0);
+    inputs.pack = l.join();
+    vec![case(
+        "key-rotation-to-a-weak-key",
+        "§4.3, §5.5, §11 check 1",
+        "A key_rotation's new_public_key must be a usable key (§4.3): a rotation to the identity point is refused as a record, even validly signed, and fails check 1.",
+        "claims-bot signs a key_rotation to the identity point (with its matching key id) at seq 2, pending; the header claims it, so the chain then misses seq 2",
+        inputs,
+        Expected::passing(true, &SMALL_COVERAGE, 2).fail(&["schema", "chain"]),
+    )]
 }
 
 /// A pack with no records at all.

@@ -746,7 +746,90 @@ fn small_cases() -> Vec<Case> {
             Expected::passing(true, &super::base::SMALL_COVERAGE, 2).fail(&["schema"]),
         ));
     }
+    {
+        let mut fx = small();
+        fx.log("claims-bot", note("one"));
+        let big = oversized_record_line(&mut fx);
+        let mut inputs = finish(&mut fx);
+        let mut l = Lines(split(&inputs.pack));
+        let at = l.0.len() - 1;
+        l.0.insert(at, big);
+        inputs.pack = l.join();
+        out.push(case(
+            "record-over-32768-bytes",
+            "§3, §10, §11 check 1",
+            "A record over MAX_RECORD_BYTES (32,768 bytes in canonical form) is refused (§3), even validly signed: its line fails check 1 and is not counted.",
+            "a pending tools record of 48 tools with long names and every part digest, signed by claims-bot, follows the others; the header does not claim it",
+            inputs,
+            Expected::passing(true, &super::base::SMALL_COVERAGE, 2).fail(&["schema"]),
+        ));
+    }
+    {
+        let mut fx = small();
+        let mut inputs = finish(&mut fx);
+        let mut l = Lines(split(&inputs.pack));
+        let at = l.0.len() - 1;
+        let deep = format!(
+            "{{\"type\":\"record\",\"record\":{}1{}}}",
+            "[".repeat(16),
+            "]".repeat(16)
+        );
+        l.0.insert(at, deep.into_bytes());
+        inputs.pack = l.join();
+        out.push(case(
+            "line-nested-too-deep",
+            "§2, §10, §11 check 1",
+            "A line nests at most MAX_DEPTH (16) levels, the line's object being level 1; a deeper one breaks §2 and fails check 1.",
+            "a record line whose record is 16 nested arrays (17 levels) stands before the end line",
+            inputs,
+            Expected::passing(true, &super::base::SMALL_COVERAGE, 1).fail(&["schema"]),
+        ));
+    }
     out
+}
+
+/// A `tools` record of 48 tools with 256-byte names and every part digest:
+/// over `MAX_RECORD_BYTES` in canonical form, signed by claims-bot's key
+/// anyway (the fixture refuses to make one), as its pack line.
+fn oversized_record_line(fx: &mut fixture::Fixture) -> Vec<u8> {
+    use tally_schemas::record::{
+        Body, ToolEntry, ToolList, ToolPartDigests, RECORD_SIGNATURE_DOMAIN,
+    };
+    let d = |l: String| Some(fixture::digest(&l));
+    let tools = (0..48)
+        .map(|i| ToolEntry {
+            name: format!("{i:02}{}", "t".repeat(254)),
+            recorded: true,
+            digest: fixture::digest(&format!("{i}")),
+            parts: ToolPartDigests {
+                title: d(format!("{i}/title")),
+                description: d(format!("{i}/description")),
+                input_schema: d(format!("{i}/input")),
+                output_schema: d(format!("{i}/output")),
+                annotations: d(format!("{i}/annotations")),
+                meta: d(format!("{i}/meta")),
+            },
+        })
+        .collect();
+    let draft = fx.draft(
+        "claims-bot",
+        Body::Tools(ToolList {
+            list_id: "big".into(),
+            part: 0,
+            parts: 1,
+            tools,
+        }),
+    );
+    let unsigned = draft.signing_bytes().expect("in range");
+    let sig = fx
+        .agent_key("claims-bot")
+        .sign(RECORD_SIGNATURE_DOMAIN, &unsigned);
+    let mut record: Value = serde_json::from_slice(&unsigned).expect("JSON");
+    record["sig"] = json!(sig.to_base64());
+    assert!(super::base::canon(&record).len() > tally_schemas::limits::MAX_RECORD_BYTES);
+    super::base::canon(
+        &json!({"type": "record", "record": record, "witnessed": null, "receipt": null}),
+    )
 }
 
 /// The lines of a pack (without their newlines).

@@ -59,14 +59,14 @@ pub enum VerifyError {
     NotJsonLines(String),
 }
 
-/// What `verify` found: the report, and the number of agents in the pack's
-/// header (for the result line; `report.agents` lists them once each, so
-/// it is the same number unless the header repeats an agent).
+/// What `verify` found: the report, and the number of header agents (each
+/// name once, §9.1) for the result line; `report.agents` lists the same
+/// agents (it is empty when the pack has no valid header).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Verification {
     /// The report of the twelve checks and the coverage.
     pub report: Report,
-    /// Agents named in the pack's header.
+    /// Header agents, each name once.
     pub agents: usize,
 }
 

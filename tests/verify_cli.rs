@@ -4,8 +4,9 @@
 //! file) or from a pinned trust file (`--trust`, §11.1); `--format json`
 //! validates against schemas/json/report.schema.json.
 //!
-//! The valid pack is made here with the verifier's fixture; the tampered
-//! ones are cases of the checked-in corpus (testdata/tampered/).
+//! The valid pack is made here with the test fixture (tally-testkit); the
+//! failing ones are cases of the conformance corpus (testdata/conformance/,
+//! which tests/conformance.rs runs whole).
 
 mod common;
 
@@ -14,7 +15,7 @@ use std::process::{Command, Output};
 
 use serde_json::Value;
 use tally_schemas::record::OutcomeStatus;
-use tally_verifier::fixture::{self, outcome, tool, tools, Fixture, PackSpec};
+use tally_testkit::fixture::{self, outcome, tool, tools, Fixture, PackSpec};
 use tally_verifier::trust::WitnessKey;
 
 /// A valid pack of two agents with its agent-keys.json, head.json and the
@@ -96,7 +97,7 @@ fn code(o: &Output) -> i32 {
 
 fn corpus(case: &str) -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("testdata/tampered")
+        .join("testdata/conformance")
         .join(case)
 }
 
@@ -298,7 +299,7 @@ fn the_trust_file_stands_in_for_the_witness_key() {
     assert!(text.contains("\nwitness_signatures: fail: "), "{text}");
 
     // A trust file for another log: its key does not sign the pack.
-    let other = tally_verifier::fixture::log_signer("tally.local/log", "another log");
+    let other = tally_testkit::fixture::log_signer("tally.local/log", "another log");
     let wrong = p.write(
         "wrong.trust",
         format!("log {}\n", other.verifier().vkey()).as_bytes(),

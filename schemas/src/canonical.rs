@@ -129,7 +129,24 @@ pub fn parse_strict(bytes: &[u8], limits: Limits) -> Result<Value, CanonicalErro
     let text = std::str::from_utf8(bytes).map_err(|e| CanonicalError::InvalidUtf8 {
         offset: e.valid_up_to(),
     })?;
-    prescan(text.as_bytes(), limits.max_depth)?;
+    let negative_zeros = prescan(text.as_bytes(), limits.max_depth)?;
+    // The integer literal `-0` is the integer 0 (§2; JCS writes it `0`).
+    // serde_json would read it as the double -0.0, which no integer field
+    // takes, so each one's sign becomes a space: insignificant white space
+    // where it stands.
+    let unsigned;
+    let text = if negative_zeros.is_empty() {
+        text
+    } else {
+        let mut bytes = text.as_bytes().to_vec();
+        for at in negative_zeros {
+            bytes[at] = b' ';
+        }
+        unsigned = String::from_utf8(bytes).map_err(|e| CanonicalError::InvalidUtf8 {
+            offset: e.utf8_error().valid_up_to(),
+        })?;
+        &unsigned
+    };
     let mut de = serde_json::Deserializer::from_str(text);
     // Depth is bounded by the prescan, so serde_json's own recursion guard is
     // never the one that fires.
@@ -191,7 +208,9 @@ fn classify(e: serde_json::Error) -> CanonicalError {
 
 /// One pass over the raw text outside strings: nesting depth and the
 /// magnitude of integer literals. Malformed JSON is left for the parser.
-fn prescan(b: &[u8], max_depth: usize) -> Result<(), CanonicalError> {
+/// Returns where the integer literals `-0` stand (the offsets of their `-`).
+fn prescan(b: &[u8], max_depth: usize) -> Result<Vec<usize>, CanonicalError> {
+    let mut negative_zeros = Vec::new();
     let mut depth = 0usize;
     let mut i = 0usize;
     while i < b.len() {
@@ -216,13 +235,17 @@ fn prescan(b: &[u8], max_depth: usize) -> Result<(), CanonicalError> {
                 {
                     i += 1;
                 }
-                check_integer_literal(&b[start..=i])?;
+                let literal = &b[start..=i];
+                check_integer_literal(literal)?;
+                if literal == b"-0" {
+                    negative_zeros.push(start);
+                }
             }
             _ => {}
         }
         i += 1;
     }
-    Ok(())
+    Ok(negative_zeros)
 }
 
 /// Refuses an integer literal (no fraction, no exponent) beyond ±(2^53−1):
@@ -368,6 +391,24 @@ mod tests {
             parse_strict(br#"{"a":1} x"#, lim()),
             Err(CanonicalError::Syntax { .. })
         ));
+    }
+
+    #[test]
+    fn the_integer_literal_minus_zero_is_the_integer_zero() {
+        // Where an integer is expected, `-0` reads as 0; `-0.0` is a double.
+        let v = parse_strict(br#"{"a":-0,"b":[-0],"c":-0.0,"d":"-0","e":-0e0}"#, lim()).unwrap();
+        assert_eq!(v["a"].as_u64(), Some(0));
+        assert_eq!(v["b"][0].as_u64(), Some(0));
+        assert_eq!(v["c"].as_u64(), None);
+        assert_eq!(v["d"], "-0");
+        assert_eq!(v["e"].as_u64(), None);
+        assert_eq!(
+            canonicalize(&v).unwrap(),
+            br#"{"a":0,"b":[0],"c":0,"d":"-0","e":0}"#
+        );
+        assert_eq!(parse_strict(b"-0", lim()).unwrap().as_u64(), Some(0));
+        assert!(parse_strict(b"-", lim()).is_err());
+        assert!(parse_strict(b"-00", lim()).is_err());
     }
 
     #[test]

@@ -81,18 +81,34 @@ pub struct Entry {
     canonical: Vec<u8>,
 }
 
+/// The leaf data of an entry, `JCS({"index","received","record","v":1})`
+/// (§7.1): the one place these bytes are built. The members are written in
+/// JCS order around the record's canonical bytes, without re-serialising the
+/// record; a test holds this equal to the general canonicaliser. The size
+/// bound (`MAX_ENTRY_BYTES`) is the caller's: [`Entry::new`] refuses a
+/// larger entry, a verifier fails the proof of one.
+#[must_use]
+pub fn leaf_data(index: LeafIndex, received: UnixMillis, record: &Record) -> Vec<u8> {
+    let head = format!(
+        "{{\"index\":{},\"received\":\"{}\",\"record\":",
+        index.get(),
+        received
+    );
+    let record = record.canonical_bytes();
+    let mut out = Vec::with_capacity(head.len() + record.len() + 8);
+    out.extend_from_slice(head.as_bytes());
+    out.extend_from_slice(record);
+    out.extend_from_slice(b",\"v\":1}");
+    out
+}
+
 impl Entry {
     /// Builds the entry the witness appends for `record`.
     ///
     /// # Errors
     /// [`EntryError::TooLarge`] when it would not fit an entry bundle.
     pub fn new(index: LeafIndex, received: UnixMillis, record: Record) -> Result<Self, EntryError> {
-        let canonical = canonical::canonicalize(&EntryWire {
-            v: ENTRY_VERSION,
-            index,
-            received,
-            record: &record,
-        })?;
+        let canonical = leaf_data(index, received, &record);
         if canonical.len() > MAX_ENTRY_BYTES {
             return Err(EntryError::TooLarge {
                 size: canonical.len(),
@@ -312,5 +328,43 @@ impl Receipt {
             &checkpoint.root,
         )?;
         Ok((checkpoint, entry))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::keys::SecretKey;
+    use crate::record::{AgentName, Body, NoteBody, Seq, UnsignedRecord};
+
+    #[test]
+    fn leaf_data_is_the_general_canonicaliser_of_the_entry() {
+        let key = SecretKey::from_seed(&[9; 32]);
+        for (seq, text) in [(0u64, "plain"), (1, "\"quoted\" \u{e9}\n\ttab \u{1F600}")] {
+            let record = UnsignedRecord {
+                agent: AgentName::new("a-1").unwrap(),
+                key_id: key.public_key().key_id(),
+                seq: Seq::new(seq).unwrap(),
+                prev: (seq > 0).then(|| Hash::sha256(b"p")),
+                time: UnixMillis::new(1_796_025_600_123),
+                nonce: Nonce::from_bytes(vec![7; 16]).unwrap(),
+                body: Body::Note(NoteBody { text: text.into() }),
+            }
+            .sign(&key)
+            .unwrap();
+            for (index, received) in [(0u64, 0i64), (9_007_199_254_740_991, 253_402_300_799_999)] {
+                let general = canonical::canonicalize(&EntryWire {
+                    v: ENTRY_VERSION,
+                    index: LeafIndex::new(index),
+                    received: UnixMillis::new(received),
+                    record: &record,
+                })
+                .unwrap();
+                assert_eq!(
+                    leaf_data(LeafIndex::new(index), UnixMillis::new(received), &record),
+                    general
+                );
+            }
+        }
     }
 }

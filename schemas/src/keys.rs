@@ -31,6 +31,10 @@ pub enum KeyError {
     /// The 32 bytes are not a valid Ed25519 point.
     #[error("public key is not a valid Ed25519 point")]
     InvalidPoint,
+    /// The 32 bytes encode a point of small order, or encode a point in a
+    /// non-canonical way (§4.3): no signature would ever verify strictly.
+    #[error("weak public key: {0}")]
+    WeakKey(UnusableKey),
     /// A key id that is not 16 lowercase hex digits.
     #[error("a key id must be 16 lowercase hex digits, got {got:?}")]
     KeyId {
@@ -91,14 +95,19 @@ fn decode_fixed<const N: usize>(text: &str, what: &'static str) -> Result<[u8; N
 pub struct PublicKey(VerifyingKey);
 
 impl PublicKey {
-    /// Parses 32 bytes.
+    /// Parses 32 bytes: the canonical encoding of a curve point that is not
+    /// of small order (§4.3).
     ///
     /// # Errors
-    /// [`KeyError::InvalidPoint`] when the bytes do not decode to a curve point.
+    /// [`KeyError::InvalidPoint`] when the bytes do not decode to a curve
+    /// point; [`KeyError::WeakKey`] for a small-order point or a
+    /// non-canonical encoding ([`is_weak_public_key`]).
     pub fn from_bytes(bytes: &[u8; 32]) -> Result<Self, KeyError> {
-        VerifyingKey::from_bytes(bytes)
-            .map(Self)
-            .map_err(|_| KeyError::InvalidPoint)
+        let key = VerifyingKey::from_bytes(bytes).map_err(|_| KeyError::InvalidPoint)?;
+        match weakness(&key, bytes) {
+            Some(why) => Err(KeyError::WeakKey(why)),
+            None => Ok(Self(key)),
+        }
     }
 
     /// Parses the wire form.
@@ -157,24 +166,6 @@ impl PublicKey {
         self.0
             .verify_strict(signed, &ed25519_dalek::Signature::from_bytes(&signature.0))
             .map_err(|_| BadSignature)
-    }
-
-    /// Whether this key can verify a signature made by an Ed25519 key
-    /// generator (docs/protocol.md §4.3): refuses small-order points and
-    /// non-canonical encodings. Parsing does not apply this rule (a
-    /// trusted file that lists such a key is read as it is); the places
-    /// that accept new keys do.
-    ///
-    /// # Errors
-    /// [`UnusableKey`] naming the first rule broken, small order first.
-    pub fn check_usable(&self) -> Result<(), UnusableKey> {
-        if self.0.is_weak() {
-            return Err(UnusableKey::SmallOrder);
-        }
-        if self.0.to_edwards().compress().to_bytes() != self.0.to_bytes() {
-            return Err(UnusableKey::NonCanonical);
-        }
-        Ok(())
     }
 
     /// The underlying dalek key.
@@ -309,6 +300,29 @@ impl<'de> Deserialize<'de> for KeyId {
     }
 }
 
+/// Whether 32 bytes that decode to a curve point are a *weak* Ed25519
+/// public key (§4.3): a point of small order (the identity and the seven
+/// other torsion points), or any point written in a non-canonical way (a `y`
+/// coordinate of `p` or more, or the sign bit set on `x = 0`). Strict
+/// verification accepts no signature under such a key, so tally refuses it
+/// wherever a public key appears. Bytes that are not a point are not weak;
+/// they are invalid ([`PublicKey::from_bytes`] says which).
+#[must_use]
+pub fn is_weak_public_key(bytes: &[u8; 32]) -> bool {
+    VerifyingKey::from_bytes(bytes).is_ok_and(|key| weakness(&key, bytes).is_some())
+}
+
+/// Why a decoded point is weak, small order first; `None` for a usable key.
+fn weakness(key: &VerifyingKey, bytes: &[u8; 32]) -> Option<UnusableKey> {
+    if key.is_weak() {
+        Some(UnusableKey::SmallOrder)
+    } else if key.to_edwards().compress().to_bytes() != *bytes {
+        Some(UnusableKey::NonCanonical)
+    } else {
+        None
+    }
+}
+
 /// An Ed25519 private key (an agent's, or the log's).
 #[derive(Clone)]
 pub struct SecretKey(SigningKey);
@@ -384,6 +398,60 @@ mod tests {
         assert_eq!(KeyId::from_hex(&pk.key_id().to_hex()).unwrap(), pk.key_id());
     }
 
+    /// The 32-byte encoding of `y` (little-endian) with the sign bit `sign`.
+    fn encode(y: &[u8; 32], sign: bool) -> [u8; 32] {
+        let mut b = *y;
+        b[31] = (b[31] & 0x7f) | if sign { 0x80 } else { 0 };
+        b
+    }
+
+    /// `p + k` for small `k`, little-endian (p = 2^255 − 19).
+    fn p_plus(k: u8) -> [u8; 32] {
+        let mut b = [0xffu8; 32];
+        b[31] = 0x7f;
+        b[0] = 0xed;
+        let (low, carry) = b[0].overflowing_add(k);
+        b[0] = low;
+        if carry {
+            // p + k ≥ 2^255 for k ≥ 19: not a 255-bit value, never asked.
+            unreachable!("k below 19");
+        }
+        b
+    }
+
+    #[test]
+    fn weak_keys_are_small_order_points_and_non_canonical_encodings() {
+        let good = SecretKey::from_seed(&[5u8; 32]).public_key().to_bytes();
+        assert!(!is_weak_public_key(&good));
+        assert!(PublicKey::from_bytes(&good).is_ok());
+        // The identity, canonical (y = 1) and non-canonical (y = p + 1, and
+        // the sign bit set on x = 0).
+        let mut one = [0u8; 32];
+        one[0] = 1;
+        for weak in [one, p_plus(1), encode(&one, true)] {
+            assert!(is_weak_public_key(&weak), "{weak:?}");
+            assert!(matches!(
+                PublicKey::from_bytes(&weak),
+                Err(KeyError::WeakKey(_))
+            ));
+            assert!(PublicKey::from_base64(&BASE64.encode(weak)).is_err());
+        }
+        // Every non-canonical y (p ≤ y < 2^255, both signs) that decodes at
+        // all is weak; those that do not decode are invalid.
+        for k in 0..19u8 {
+            for sign in [false, true] {
+                let bytes = encode(&p_plus(k), sign);
+                match PublicKey::from_bytes(&bytes) {
+                    Ok(_) => panic!("y = p + {k}, sign {sign}: accepted"),
+                    Err(e) => assert!(
+                        matches!(e, KeyError::WeakKey(_) | KeyError::InvalidPoint),
+                        "{e}"
+                    ),
+                }
+            }
+        }
+    }
+
     /// p = 2^255 - 19, little-endian.
     fn field_prime() -> [u8; 32] {
         let mut p = [0xffu8; 32];
@@ -396,7 +464,7 @@ mod tests {
     fn generated_keys_are_usable() {
         for seed in 0u8..32 {
             let pk = SecretKey::from_seed(&[seed; 32]).public_key();
-            assert_eq!(pk.check_usable(), Ok(()), "seed {seed}");
+            assert_eq!(PublicKey::from_bytes(&pk.to_bytes()), Ok(pk), "seed {seed}");
         }
     }
 
@@ -420,12 +488,16 @@ mod tests {
             let mut b = [0u8; 32];
             hex::decode_to_slice(hex_key, &mut b).unwrap();
             // Those that decode (not every sign-bit spelling does) are refused.
-            if let Ok(pk) = PublicKey::from_bytes(&b) {
+            if let Ok(key) = VerifyingKey::from_bytes(&b) {
                 seen += 1;
-                assert_eq!(pk.check_usable(), Err(UnusableKey::SmallOrder), "{hex_key}");
+                assert_eq!(
+                    PublicKey::from_bytes(&b),
+                    Err(KeyError::WeakKey(UnusableKey::SmallOrder)),
+                    "{hex_key}"
+                );
                 // And strict verification agrees: nothing verifies.
-                let sig = Signature::from_bytes([0u8; 64]);
-                assert!(pk.verify_raw(b"m", &sig).is_err());
+                let sig = ed25519_dalek::Signature::from_bytes(&[0u8; 64]);
+                assert!(key.verify_strict(b"m", &sig).is_err());
             }
         }
         assert!(seen >= 6, "only {seen} torsion encodings decoded");
@@ -435,8 +507,11 @@ mod tests {
                 let mut b = field_prime();
                 b[0] += k;
                 b[31] |= sign;
-                let pk = PublicKey::from_bytes(&b).expect("decodes");
-                assert_eq!(pk.check_usable(), Err(UnusableKey::SmallOrder));
+                assert!(VerifyingKey::from_bytes(&b).is_ok(), "decodes");
+                assert_eq!(
+                    PublicKey::from_bytes(&b),
+                    Err(KeyError::WeakKey(UnusableKey::SmallOrder))
+                );
             }
         }
     }
@@ -453,12 +528,12 @@ mod tests {
                 let mut b = field_prime();
                 b[0] += k;
                 b[31] |= sign;
-                let Ok(pk) = PublicKey::from_bytes(&b) else {
+                if VerifyingKey::from_bytes(&b).is_err() {
                     continue;
-                };
-                let got = pk.check_usable();
+                }
+                let got = PublicKey::from_bytes(&b);
                 assert!(got.is_err(), "y = p + {k}, sign {sign}: accepted");
-                if got == Err(UnusableKey::NonCanonical) {
+                if got == Err(KeyError::WeakKey(UnusableKey::NonCanonical)) {
                     large_order += 1;
                 }
             }
@@ -469,8 +544,8 @@ mod tests {
         b[0] = 1;
         b[31] = 0x80;
         assert_eq!(
-            PublicKey::from_bytes(&b).unwrap().check_usable(),
-            Err(UnusableKey::SmallOrder)
+            PublicKey::from_bytes(&b),
+            Err(KeyError::WeakKey(UnusableKey::SmallOrder))
         );
         assert_eq!(UnusableKey::NonCanonical.code(), "non_canonical");
         assert_eq!(UnusableKey::SmallOrder.code(), "small_order");

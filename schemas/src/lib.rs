@@ -35,7 +35,7 @@ pub mod tree;
 
 pub use entry::{Entry, Receipt};
 pub use hash::Hash;
-pub use keys::{KeyId, PublicKey, SecretKey, Signature, UnusableKey};
+pub use keys::{KeyError, KeyId, PublicKey, SecretKey, Signature, UnusableKey};
 pub use note::{Checkpoint, NoteSigner, NoteVerifier};
 pub use record::{AgentName, Body, Nonce, Record, RecordKind, Seq, UnsignedRecord};
 pub use time::UnixMillis;

@@ -1,13 +1,20 @@
-//! C2SP checkpoints in C2SP signed notes, docs/protocol.md §7.
+//! C2SP checkpoints in C2SP signed notes, docs/protocol.md §7.4.
 //!
 //! - c2sp.org/tlog-checkpoint: the body is `origin\nsize\nbase64(root)\n` plus
 //!   optional extension lines.
 //! - c2sp.org/signed-note: Ed25519 signatures (algorithm byte 0x01), key id
 //!   `SHA-256(name ‖ "\n" ‖ 0x01 ‖ key)[:4]`, keys written as Go sumdb `vkey`
-//!   and `skey` strings.
+//!   and `skey` strings; C2SP tlog-cosignature/v1 keys (0x04) and the
+//!   message a cosignature signs.
 //!
-//! Note parsing and framing come from Cloudflare's `signed_note`; the
-//! signature check plugged into it is ours and strict (`verify_strict`).
+//! Notes are read by [`SignedNote::parse`], which implements the grammar
+//! §7.4 writes out: the one Go's golang.org/x/mod/sumdb/note accepts, plus
+//! tally's size bound. It is ours rather than the `signed_note` crate's
+//! because that crate refuses a signature line whose base64 has non-zero
+//! unused bits, which Go (the reference) accepts: a third party's
+//! cosignature line written that way would otherwise make tally refuse a
+//! note every other checker reads. Signing still goes through `signed_note`.
+//! Every signature check is ours and strict (`verify_strict`).
 
 use std::fmt;
 
@@ -20,10 +27,17 @@ use crate::keys::{PublicKey, SecretKey, Signature};
 use crate::tree::TreeSize;
 
 /// The signed-note algorithm byte for Ed25519.
-const ALG_ED25519: u8 = 0x01;
+pub const ALG_ED25519: u8 = 0x01;
+
+/// The signed-note algorithm byte of a C2SP tlog-cosignature/v1 key.
+pub const ALG_COSIGNATURE_V1: u8 = 0x04;
 
 /// Maximum size of a signed checkpoint note in bytes.
 pub const MAX_CHECKPOINT_NOTE_BYTES: usize = 8192;
+
+/// Signature lines a note may carry at most: the limit of Go's
+/// golang.org/x/mod/sumdb/note (C2SP signed-note asks for at least 16).
+pub const MAX_NOTE_SIGNATURES: usize = 100;
 
 /// Why a key string, checkpoint or note was refused.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -42,9 +56,12 @@ pub enum NoteError {
         /// What is wrong.
         reason: &'static str,
     },
-    /// A note that is not C2SP signed-note.
-    #[error("malformed signed note")]
-    NoteFormat,
+    /// A note that breaks the signed-note grammar of §7.4.
+    #[error("malformed signed note: {reason}")]
+    NoteFormat {
+        /// The rule broken.
+        reason: &'static str,
+    },
     /// The note carries no signature by the trusted key.
     #[error("checkpoint is not signed by the trusted key {key}")]
     NotSignedByKey {
@@ -86,6 +103,29 @@ pub fn key_id_for_algorithm(algorithm: u8, name: &str, public: &PublicKey) -> u3
     let mut encoded = vec![algorithm];
     encoded.extend_from_slice(&public.to_bytes());
     signed_note::key_id(name, &encoded)
+}
+
+/// The vkey string `name+hex8(key id)+base64(algorithm ‖ 32-byte key)` of an
+/// Ed25519 `public` key under signature algorithm byte `algorithm` (§4.4,
+/// and §11.1 for cosignature/v1 keys): the one place it is written.
+#[must_use]
+pub fn encode_vkey(algorithm: u8, name: &str, public: &PublicKey) -> String {
+    let mut encoded = vec![algorithm];
+    encoded.extend_from_slice(&public.to_bytes());
+    format!(
+        "{name}+{:08x}+{}",
+        key_id_for_algorithm(algorithm, name, public),
+        BASE64.encode(encoded)
+    )
+}
+
+/// The message a C2SP tlog-cosignature/v1 signature is over (§11.1):
+/// `"cosignature/v1\ntime " ‖ decimal timestamp ‖ "\n" ‖ checkpoint body`.
+#[must_use]
+pub fn cosignature_message(timestamp: u64, checkpoint_body: &[u8]) -> Vec<u8> {
+    let mut m = format!("cosignature/v1\ntime {timestamp}\n").into_bytes();
+    m.extend_from_slice(checkpoint_body);
+    m
 }
 
 /// Splits a vkey `name+hex8(id)+base64(algorithm ‖ 32-byte key)` whose
@@ -186,9 +226,7 @@ impl NoteVerifier {
     /// The vkey string.
     #[must_use]
     pub fn vkey(&self) -> String {
-        let mut encoded = vec![ALG_ED25519];
-        encoded.extend_from_slice(&self.key.to_bytes());
-        format!("{}+{:08x}+{}", self.name, self.id, BASE64.encode(encoded))
+        encode_vkey(ALG_ED25519, &self.name, &self.key)
     }
 
     /// The key name (for a log, its origin).
@@ -217,23 +255,6 @@ impl NoteVerifier {
 impl fmt::Debug for NoteVerifier {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         write!(f, "NoteVerifier({})", self.vkey())
-    }
-}
-
-impl signed_note::Verifier for NoteVerifier {
-    fn name(&self) -> &str {
-        &self.name
-    }
-    fn key_id(&self) -> u32 {
-        self.id
-    }
-    fn verify(&self, msg: &[u8], sig: &[u8]) -> bool {
-        let Ok(bytes) = <[u8; 64]>::try_from(sig) else {
-            return false;
-        };
-        self.key
-            .verify_raw(msg, &Signature::from_bytes(bytes))
-            .is_ok()
     }
 }
 
@@ -311,10 +332,14 @@ impl NoteSigner {
     /// # Errors
     /// [`NoteError::NoteFormat`] when `text` is not valid note text.
     pub fn sign_note(&self, text: &str) -> Result<String, NoteError> {
-        let mut note =
-            signed_note::Note::new(text.as_bytes(), &[]).map_err(|_| NoteError::NoteFormat)?;
-        note.add_sigs(&[self]).map_err(|_| NoteError::NoteFormat)?;
-        String::from_utf8(note.to_bytes()).map_err(|_| NoteError::NoteFormat)
+        let bad = |_| NoteError::NoteFormat {
+            reason: "the text is not note text",
+        };
+        let mut note = signed_note::Note::new(text.as_bytes(), &[]).map_err(bad)?;
+        note.add_sigs(&[self]).map_err(bad)?;
+        String::from_utf8(note.to_bytes()).map_err(|_| NoteError::NoteFormat {
+            reason: "not UTF-8",
+        })
     }
 
     /// Signs a checkpoint.
@@ -440,31 +465,127 @@ impl Checkpoint {
     }
 }
 
-/// Verifies a signed checkpoint note with `key` and returns the checkpoint.
-/// Signatures by other keys (witness cosignatures, say) are ignored here.
+/// One signature line of a signed note: `— <name> base64(key id ‖ signature)`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct NoteSignature {
+    /// The key name.
+    pub name: String,
+    /// The 4-byte key id, big-endian.
+    pub key_id: u32,
+    /// The bytes after the key id (at least one).
+    pub signature: Vec<u8>,
+}
+
+/// A signed note split by the grammar of §7.4 into its text and signature
+/// lines. Nothing in it is verified.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SignedNote {
+    /// The note text, ending in a newline (without the blank line).
+    pub text: String,
+    /// The signature lines in order.
+    pub signatures: Vec<NoteSignature>,
+}
+
+/// Base64 of signature lines: the standard alphabet with canonical padding,
+/// but non-zero unused bits in the last character accepted, as Go's
+/// `base64.StdEncoding` (which golang.org/x/mod/sumdb/note uses) accepts them.
+const SIGNATURE_BASE64: base64::engine::GeneralPurpose = base64::engine::GeneralPurpose::new(
+    &base64::alphabet::STANDARD,
+    base64::engine::GeneralPurposeConfig::new()
+        .with_encode_padding(true)
+        .with_decode_allow_trailing_bits(true)
+        .with_decode_padding_mode(base64::engine::DecodePaddingMode::RequireCanonical),
+);
+
+impl SignedNote {
+    /// Reads `note` by the signed-note grammar of §7.4: at most
+    /// [`MAX_CHECKPOINT_NOTE_BYTES`] bytes; no character below U+0020 but
+    /// newline; the text is everything up to and including the first newline
+    /// of the last blank line; after it, one to [`MAX_NOTE_SIGNATURES`]
+    /// lines `— <name> <base64>\n`, each name a valid key name, each base64
+    /// non-empty, padded, decoding to at least 5 bytes.
+    ///
+    /// # Errors
+    /// [`NoteError::NoteFormat`] naming the rule broken.
+    pub fn parse(note: &str) -> Result<Self, NoteError> {
+        let bad = |reason| NoteError::NoteFormat { reason };
+        if note.len() > MAX_CHECKPOINT_NOTE_BYTES {
+            return Err(bad("more than 8192 bytes"));
+        }
+        if note.chars().any(|c| c < '\u{20}' && c != '\n') {
+            return Err(bad("a control character other than newline"));
+        }
+        let (text, block) = note
+            .rsplit_once("\n\n")
+            .ok_or(bad("no blank line before the signatures"))?;
+        let block = block
+            .strip_suffix('\n')
+            .ok_or(bad("the signature lines do not end in a newline"))?;
+        let mut signatures = Vec::new();
+        for line in block.split('\n') {
+            if signatures.len() == MAX_NOTE_SIGNATURES {
+                return Err(bad("more than 100 signature lines"));
+            }
+            let rest = line.strip_prefix("\u{2014} ").ok_or(bad(
+                "a signature line does not start with an em dash and a space",
+            ))?;
+            let (name, b64) = rest.split_once(' ').unwrap_or((rest, ""));
+            if !is_valid_key_name(name) {
+                return Err(bad("a signature line's key name is not a valid key name"));
+            }
+            let raw = SIGNATURE_BASE64
+                .decode(b64)
+                .map_err(|_| bad("a signature line's signature is not padded standard base64"))?;
+            if raw.len() < 5 {
+                return Err(bad("a signature line holds fewer than 5 bytes"));
+            }
+            let mut id = [0u8; 4];
+            id.copy_from_slice(&raw[..4]);
+            signatures.push(NoteSignature {
+                name: name.to_owned(),
+                key_id: u32::from_be_bytes(id),
+                signature: raw[4..].to_vec(),
+            });
+        }
+        Ok(Self {
+            text: format!("{text}\n"),
+            signatures,
+        })
+    }
+
+    /// The first signature line with this key name and key id: the one a
+    /// verifier checks (later lines with the same name and id are ignored).
+    #[must_use]
+    pub fn signature_by(&self, name: &str, key_id: u32) -> Option<&NoteSignature> {
+        self.signatures
+            .iter()
+            .find(|s| s.key_id == key_id && s.name == name)
+    }
+}
+
+/// Verifies a signed checkpoint note with `key` and returns the checkpoint
+/// (§7.4): the note is well formed, its first line by `key`'s name and key
+/// id holds a 64-byte signature that verifies strictly over the text, the
+/// text is a checkpoint body, and its origin is the key's name. Lines by
+/// other keys (witness cosignatures, say) are not read.
 ///
 /// # Errors
 /// [`NoteError`] when the note is malformed, not signed by `key`, badly
 /// signed, or names another origin.
 pub fn open_checkpoint(note: &str, key: &NoteVerifier) -> Result<Checkpoint, NoteError> {
-    if note.len() > MAX_CHECKPOINT_NOTE_BYTES {
-        return Err(NoteError::NoteFormat);
+    let parsed = SignedNote::parse(note)?;
+    let checkpoint = Checkpoint::from_body(&parsed.text)?;
+    let Some(line) = parsed.signature_by(&key.name, key.id) else {
+        return Err(NoteError::NotSignedByKey { key: key.label() });
+    };
+    let verifies = <[u8; 64]>::try_from(line.signature.as_slice()).is_ok_and(|sig| {
+        key.key
+            .verify_raw(parsed.text.as_bytes(), &Signature::from_bytes(sig))
+            .is_ok()
+    });
+    if !verifies {
+        return Err(NoteError::BadSignature { key: key.label() });
     }
-    let parsed =
-        signed_note::Note::from_bytes(note.as_bytes()).map_err(|_| NoteError::NoteFormat)?;
-    let trusted = signed_note::VerifierList::new(vec![Box::new(key.clone())]);
-    match parsed.verify(&trusted) {
-        Ok(_) => {}
-        Err(signed_note::NoteError::InvalidSignature { .. }) => {
-            return Err(NoteError::BadSignature { key: key.label() })
-        }
-        Err(signed_note::NoteError::UnverifiedNote) => {
-            return Err(NoteError::NotSignedByKey { key: key.label() })
-        }
-        Err(_) => return Err(NoteError::NoteFormat),
-    }
-    let text = std::str::from_utf8(parsed.text()).map_err(|_| NoteError::NoteFormat)?;
-    let checkpoint = Checkpoint::from_body(text)?;
     if checkpoint.origin != key.name {
         return Err(NoteError::OriginMismatch {
             origin: checkpoint.origin,
@@ -475,14 +596,13 @@ pub fn open_checkpoint(note: &str, key: &NoteVerifier) -> Result<Checkpoint, Not
 }
 
 /// The checkpoint body of a note, without checking any signature. For
-/// display and routing only; never trust what it returns.
+/// display and routing, and for the checks that go on with what a note
+/// claims after its signature failed; never trust what it returns.
 ///
 /// # Errors
 /// [`NoteError`] when the note or body is malformed.
 pub fn peek_checkpoint(note: &str) -> Result<Checkpoint, NoteError> {
-    let parsed =
-        signed_note::Note::from_bytes(note.as_bytes()).map_err(|_| NoteError::NoteFormat)?;
-    Checkpoint::from_body(std::str::from_utf8(parsed.text()).map_err(|_| NoteError::NoteFormat)?)
+    Checkpoint::from_body(&SignedNote::parse(note)?.text)
 }
 
 #[cfg(test)]
@@ -542,5 +662,120 @@ mod tests {
         let cp = Checkpoint::from_body(&format!("o\n1\n{root}\next one\n")).unwrap();
         assert_eq!(cp.extensions, vec!["ext one".to_owned()]);
         assert_eq!(Checkpoint::from_body(&cp.to_body()).unwrap(), cp);
+    }
+
+    fn signed() -> (NoteSigner, String) {
+        let signer =
+            NoteSigner::from_secret("log.example/a", SecretKey::from_seed(&[3; 32])).unwrap();
+        let cp = Checkpoint::new("log.example/a", TreeSize::new(5), Hash::sha256(b"x"));
+        let note = signer.sign_checkpoint(&cp).unwrap();
+        (signer, note)
+    }
+
+    /// A signature line for `name` holding `raw` (key id and signature).
+    fn line(name: &str, raw: &[u8]) -> String {
+        format!("\u{2014} {name} {}\n", BASE64.encode(raw))
+    }
+
+    /// The base64 of the last signature line with one unused bit set.
+    fn with_stray_bit(note: &str) -> String {
+        let (head, last) = note.trim_end_matches('\n').rsplit_once(' ').unwrap();
+        let alphabet = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+        let mut chars: Vec<char> = last.chars().collect();
+        let i = chars.iter().position(|c| *c == '=').unwrap() - 1;
+        let pos = alphabet.find(chars[i]).unwrap();
+        chars[i] = alphabet.chars().nth(pos ^ 1).unwrap();
+        format!("{head} {}\n", chars.into_iter().collect::<String>())
+    }
+
+    #[test]
+    fn the_note_grammar_is_gos() {
+        let (signer, note) = signed();
+        let key = signer.verifier();
+        let cp = open_checkpoint(&note, key).unwrap();
+        // Non-zero unused bits in a signature's base64: accepted, in the log's
+        // own line and in a line of an unknown key, as Go's note.Open does.
+        let stray = with_stray_bit(&note);
+        assert_ne!(stray, note);
+        assert_eq!(open_checkpoint(&stray, key), Ok(cp.clone()));
+        let unknown = format!("{note}{}", line("w.example", &[1u8; 76]));
+        assert_eq!(
+            open_checkpoint(&with_stray_bit(&unknown), key),
+            Ok(cp.clone())
+        );
+        let malformed = |n: &str| {
+            matches!(
+                open_checkpoint(n, key),
+                Err(NoteError::NoteFormat { .. } | NoteError::CheckpointFormat { .. })
+            )
+        };
+        // An unknown key's line that breaks the grammar makes the note malformed.
+        let mut bad_b64 = format!("{note}{}", line("w.example", &[1u8; 76]));
+        bad_b64.insert(bad_b64.len() - 3, '*');
+        assert!(malformed(&bad_b64));
+        let unpadded = format!("{note}{}", line("w.example", &[1u8; 76])).replace("=\n", "\n");
+        assert!(malformed(&unpadded));
+        assert!(malformed(&format!(
+            "{note}{}",
+            line("w.example", &[1u8; 4])
+        )));
+        assert!(!malformed(&format!(
+            "{note}{}",
+            line("w.example", &[1u8; 5])
+        )));
+        assert!(malformed(&format!("{note}{}", line("w+x", &[1u8; 8]))));
+        assert!(malformed(&format!("{note}\u{2014} w.example\n")));
+        assert!(malformed(&format!("{note}- w.example AAAAAAAA\n")));
+        assert!(malformed(note.trim_end_matches('\n')));
+        assert!(malformed(&note.replacen("\n\n", "\n", 1)));
+        assert!(malformed(&note.replacen(
+            "log.example/a\n",
+            "log.example/a\t\n",
+            1
+        )));
+        assert!(malformed(&note.replacen("\n5\n", "\n05\n", 1)));
+        let too_many = format!("{note}{}", line("w.example", &[1u8; 8]).repeat(100));
+        assert!(malformed(&too_many));
+        let just_enough = format!("{note}{}", line("w.example", &[1u8; 8]).repeat(99));
+        assert_eq!(open_checkpoint(&just_enough, key), Ok(cp.clone()));
+        let long = format!("{note}{}", line("w.example", &[1u8; 8000]));
+        assert!(long.len() > MAX_CHECKPOINT_NOTE_BYTES);
+        assert!(malformed(&long));
+        // Characters from U+007F up are not control characters to the grammar.
+        assert!(SignedNote::parse("a\u{7f}\u{85}\n\n\u{2014} k AAAAAAA=\n").is_ok());
+    }
+
+    #[test]
+    fn the_first_line_of_the_pinned_key_decides() {
+        let (signer, note) = signed();
+        let key = signer.verifier();
+        let own = note.split("\n\n").nth(1).unwrap().to_owned();
+        let mut raw = key.id().to_be_bytes().to_vec();
+        raw.extend_from_slice(&[7u8; 64]);
+        let forged = line(key.name(), &raw);
+        // A repeat after a good line is ignored; a bad first line fails.
+        assert!(open_checkpoint(&format!("{note}{forged}"), key).is_ok());
+        let body = note.split("\n\n").next().unwrap();
+        let bad_first = format!("{body}\n\n{forged}{own}");
+        assert!(matches!(
+            open_checkpoint(&bad_first, key),
+            Err(NoteError::BadSignature { .. })
+        ));
+        // A line of the pinned name and id whose signature is not 64 bytes
+        // does not verify: it is a bad signature, not a malformed note.
+        raw.truncate(4 + 63);
+        let short = format!("{body}\n\n{}", line(key.name(), &raw));
+        assert!(matches!(
+            open_checkpoint(&short, key),
+            Err(NoteError::BadSignature { .. })
+        ));
+        // The pinned name with another key id is another key: not signed.
+        let mut other = (key.id() ^ 1).to_be_bytes().to_vec();
+        other.extend_from_slice(&[7u8; 64]);
+        let other = format!("{body}\n\n{}", line(key.name(), &other));
+        assert!(matches!(
+            open_checkpoint(&other, key),
+            Err(NoteError::NotSignedByKey { .. })
+        ));
     }
 }

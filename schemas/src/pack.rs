@@ -13,7 +13,9 @@ use serde_json::Value;
 use crate::canonical::{self, CanonicalError, Limits};
 use crate::hash::Hash;
 use crate::keys::{KeyId, PublicKey};
-use crate::limits::{MAX_AGENTS_PER_PACK, MAX_KEYS_PER_AGENT, MAX_WIRE_OBJECT_BYTES};
+use crate::limits::{
+    MAX_AGENTS_PER_PACK, MAX_KEYS_PER_AGENT, MAX_PROOF_HASHES, MAX_WIRE_OBJECT_BYTES,
+};
 use crate::record::{
     check_version, put_counter, put_hex, put_time, AgentName, Cursor, FastRecord, Nonce, Record,
     RecordError, Seq,
@@ -641,6 +643,32 @@ impl Head {
             })
             .collect::<Result<Vec<HeadAgent>, PackError>>()?;
         check_agents(WHAT, agents.iter().map(|a| &a.record.agent))?;
+        // The rules of the §9.4 table are the file's: a head.json that breaks
+        // one is refused whole, like agent-keys.json. Whether its checkpoint
+        // is signed by the pinned key, and whether it extends the pack, is
+        // check 11's to say.
+        let schema = |message: String| PackError::Schema {
+            what: WHAT,
+            message,
+        };
+        crate::note::peek_checkpoint(&raw.checkpoint)
+            .map_err(|e| schema(format!("checkpoint: {e}")))?;
+        if raw.consistency.len() > MAX_PROOF_HASHES {
+            return Err(schema(format!(
+                "consistency proof has {} hashes, more than {MAX_PROOF_HASHES}",
+                raw.consistency.len()
+            )));
+        }
+        if let Some(a) = agents
+            .iter()
+            .find(|a| a.witnessed.inclusion.len() > MAX_PROOF_HASHES)
+        {
+            return Err(schema(format!(
+                "the inclusion proof of {}'s record has {} hashes, more than {MAX_PROOF_HASHES}",
+                a.record.agent,
+                a.witnessed.inclusion.len()
+            )));
+        }
         Ok(Self {
             v: PACK_VERSION,
             checkpoint: raw.checkpoint,

@@ -1415,6 +1415,50 @@ impl Record {
         &self.unsigned
     }
 
+    /// The message the signature is over (§3.1):
+    /// `"tally/record/v1\n" ‖ JCS(record without "sig")`. The one place
+    /// these bytes are built for a parsed record.
+    ///
+    /// JCS sorts members, so the top-level `"sig"` member sits between `seq`
+    /// and `time`, and no body has a member named `sig`; inside JSON strings
+    /// every `"` is escaped, so the bytes `,"sig":"` occur only there. Cutting
+    /// that member out of the canonical bytes gives the canonical bytes
+    /// without it, without re-serialising the record; should the cut not find
+    /// exactly the record's own signature, the bytes are written afresh.
+    #[must_use]
+    pub fn signed_message(&self) -> Vec<u8> {
+        const KEY: &[u8] = b",\"sig\":\"";
+        let canonical = &self.canonical;
+        let sig = self.sig.to_base64();
+        let spliced = canonical
+            .windows(KEY.len())
+            .position(|w| w == KEY)
+            .and_then(|at| {
+                let value_start = at + KEY.len();
+                let value_end = value_start + sig.len();
+                (canonical.get(value_start..value_end) == Some(sig.as_bytes())
+                    && canonical.get(value_end) == Some(&b'"'))
+                .then_some((at, value_end + 1))
+            });
+        let mut message = Vec::with_capacity(RECORD_SIGNATURE_DOMAIN.len() + canonical.len());
+        message.extend_from_slice(RECORD_SIGNATURE_DOMAIN);
+        match spliced {
+            Some((from, to)) => {
+                message.extend_from_slice(&canonical[..from]);
+                message.extend_from_slice(&canonical[to..]);
+            }
+            None => {
+                // A parsed record was written by `write_canonical`, whose only
+                // failure (a time outside the wire range) it has passed.
+                let mut unsigned = Vec::with_capacity(canonical.len());
+                if write_canonical(&self.unsigned, None, &mut unsigned).is_ok() {
+                    message.extend_from_slice(&unsigned);
+                }
+            }
+        }
+        message
+    }
+
     /// Checks the signature with `key`, which the caller trusts for this
     /// agent at this record's time.
     ///
@@ -1429,11 +1473,7 @@ impl Record {
                 given_key_id: given,
             });
         }
-        let signing = self
-            .unsigned
-            .signing_bytes()
-            .map_err(|_| RecordSignatureError::BadSignature(BadSignature))?;
-        key.verify(RECORD_SIGNATURE_DOMAIN, &signing, &self.sig)?;
+        key.verify_raw(&self.signed_message(), &self.sig)?;
         Ok(())
     }
 }
@@ -1582,6 +1622,9 @@ mod tests {
                 r.unsigned().signing_bytes().unwrap(),
                 canonical::canonicalize(&r.unsigned().wire(None)).unwrap()
             );
+            let mut message = RECORD_SIGNATURE_DOMAIN.to_vec();
+            message.extend_from_slice(&r.unsigned().signing_bytes().unwrap());
+            assert_eq!(r.signed_message(), message);
         }
     }
 

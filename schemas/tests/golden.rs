@@ -1,4 +1,4 @@
-//! Golden vectors (testdata/golden, written by `examples/golden.rs`): every
+//! Golden vectors (testdata/golden, written by tally-testkit's golden.rs): every
 //! fixture parses into the Rust types, round-trips byte for byte, reproduces
 //! its derived hashes and signatures, and validates against its JSON Schema
 //! in schemas/json with a real validator; every refused fixture is refused by
@@ -203,7 +203,11 @@ fn log_fixtures() {
 
 #[test]
 fn pack_fixtures() {
-    let dir = root().join("testdata/golden/pack");
+    // The golden pack is the conformance corpus's golden-pack case, made by
+    // the same generator (tally-testkit's golden.rs); the refused documents
+    // stay with the golden vectors.
+    let dir = root().join("testdata/conformance/golden-pack");
+    let refused_dir = root().join("testdata/golden/pack");
     let line_schema = validator("pack-line.schema.json");
     let text = fs::read(dir.join("pack.jsonl")).unwrap();
     let lines: Vec<&[u8]> = text
@@ -252,7 +256,7 @@ fn pack_fixtures() {
     assert_eq!(serde_json::to_value(&head).unwrap(), head_value);
 
     let mut refused = 0;
-    for e in fs::read_dir(&dir).unwrap() {
+    for e in fs::read_dir(&refused_dir).unwrap() {
         let path = e.unwrap().path();
         let name = path.file_name().unwrap().to_string_lossy().into_owned();
         if !name.starts_with("refused-") {

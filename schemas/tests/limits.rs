@@ -7,7 +7,9 @@
 //!
 //! The origin and checkpoint strings are taken at `MAX_CHECKPOINT_NOTE_BYTES`
 //! with every byte escaped as `\u00XX`: more than any real checkpoint note can
-//! take on the wire, so the bound holds for every real document.
+//! take on the wire, so the bound holds for every real document. head.json's
+//! checkpoint must be a well-formed note (§9.4), so its worst case is the
+//! valid note that takes the most bytes in JSON.
 
 use tally_schemas::canonical::{canonicalize, CanonicalError};
 use tally_schemas::hash::Hash;
@@ -16,7 +18,7 @@ use tally_schemas::limits::{
     MAX_KEYS_PER_AGENT, MAX_NAME_BYTES, MAX_NONCE_BYTES, MAX_PACK_HEADER_BYTES, MAX_PROOF_HASHES,
     MAX_RECORD_BYTES, MAX_TOOLS_PER_RECORD, MAX_WIRE_OBJECT_BYTES,
 };
-use tally_schemas::note::MAX_CHECKPOINT_NOTE_BYTES;
+use tally_schemas::note::{Checkpoint, NoteSigner, MAX_CHECKPOINT_NOTE_BYTES};
 use tally_schemas::pack::{
     AgentKey, AgentKeyList, AgentKeys, Head, HeadAgent, PackAgent, PackEnd, PackError, PackHeader,
     PackLine, Witnessed, PACK_VERSION,
@@ -222,10 +224,26 @@ fn tools_record(agent: AgentName, extra: usize, key: &SecretKey) -> Record {
     .unwrap()
 }
 
+/// The signed checkpoint note that takes the most bytes in JSON: head.json
+/// refuses a note that breaks §7.4 (a control character, say), so its worst
+/// case is a valid note of `MAX_CHECKPOINT_NOTE_BYTES` whose extension line
+/// is all `"`, two bytes each in JSON.
+fn worst_note() -> String {
+    let signer = NoteSigner::from_secret("o", SecretKey::from_seed(&[2; 32])).expect("valid name");
+    let cp = Checkpoint::new("o", TreeSize::new(MAX_COUNTER), Hash::sha256(b"root"));
+    let short = signer.sign_checkpoint(&cp).unwrap();
+    let mut cp = cp;
+    // One extension line of `n` quotes adds `n + 1` bytes to the note.
+    cp.extensions = vec!["\"".repeat(MAX_CHECKPOINT_NOTE_BYTES - short.len() - 1)];
+    let note = signer.sign_checkpoint(&cp).unwrap();
+    assert_eq!(note.len(), MAX_CHECKPOINT_NOTE_BYTES);
+    note
+}
+
 fn head(records: Vec<Record>) -> Head {
     Head {
         v: PACK_VERSION,
-        checkpoint: worst_string(),
+        checkpoint: worst_note(),
         from_size: TreeSize::new(MAX_COUNTER),
         consistency: proof(),
         agents: records

@@ -16,8 +16,8 @@ use tally_schemas::record::{
 };
 use tally_schemas::tree::{reference, verify_consistency, verify_inclusion, LeafIndex, TreeSize};
 use tally_schemas::{
-    AgentName, Body, Entry, Hash, Nonce, Receipt, Record, SecretKey, Seq, UnixMillis,
-    UnsignedRecord,
+    AgentName, Body, Checkpoint, Entry, Hash, Nonce, NoteSigner, Receipt, Record, SecretKey, Seq,
+    UnixMillis, UnsignedRecord,
 };
 
 const LIMITS: Limits = Limits {
@@ -305,9 +305,27 @@ fn agent_keys() -> impl Strategy<Value = AgentKeys> {
         })
 }
 
+/// A well-formed signed checkpoint note (head.json refuses any other, §9.4).
+fn checkpoint_note() -> impl Strategy<Value = String> {
+    (
+        counter(),
+        hash(),
+        prop::collection::vec("[ -~]{1,20}", 0..3),
+    )
+        .prop_map(|(size, root, extensions)| {
+            let signer = NoteSigner::from_secret("log.example/p", SecretKey::from_seed(&[4; 32]))
+                .expect("valid name");
+            let mut cp = Checkpoint::new("log.example/p", TreeSize::new(size), root);
+            cp.extensions = extensions;
+            signer
+                .sign_checkpoint(&cp)
+                .expect("origin is the key's name")
+        })
+}
+
 fn head() -> impl Strategy<Value = Head> {
     (
-        note_text(),
+        checkpoint_note(),
         counter(),
         proof(),
         prop::collection::btree_map(agent(), (record(), witnessed()), 0..3),

@@ -21,7 +21,7 @@ use tally_schemas::keys::{PublicKey, Signature};
 use tally_schemas::note::NoteVerifier;
 use tally_schemas::pack::AgentKeys;
 use tally_schemas::report::Verdict;
-use tally_verifier::fixture::{bench_sample, write_bench_pack};
+use tally_verifier::bench::{bench_sample, write_bench_pack};
 use tally_verifier::sig::verify_many;
 use tally_verifier::{verify, VerifyOptions};
 

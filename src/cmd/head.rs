@@ -82,9 +82,12 @@ pub fn run(args: &Args) -> anyhow::Result<ExitCode> {
     };
     let mut query: Vec<(&str, String)> = vec![("from_size", from_size.to_string())];
     query.extend(agents.iter().map(|a| ("agent", a.to_string())));
-    args.remote
-        .reader(args.read_token.as_deref())?
-        .download("/v1/head", &query, &args.output, true)?;
+    args.remote.reader(args.read_token.as_deref())?.download(
+        "/v1/head",
+        &query,
+        &args.output,
+        true,
+    )?;
     if args.output.as_os_str() != "-" {
         errln!("wrote {}", args.output.display());
     }

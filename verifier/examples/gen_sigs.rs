@@ -7,7 +7,7 @@ use std::path::PathBuf;
 
 use serde_json::json;
 use tally_schemas::record::RECORD_SIGNATURE_DOMAIN;
-use tally_verifier::fixture::key_from_label;
+use tally_testkit::fixture::key_from_label;
 
 /// ℓ, little-endian.
 const ELL: [u8; 32] = [

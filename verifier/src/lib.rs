@@ -6,20 +6,24 @@
 //!
 //! - [`verify()`]: streams a pack line by line, verifies record signatures on
 //!   all cores (strict Ed25519, one signature at a time, never batched), and
-//!   returns a [`Report`](tally_schemas::report::Report).
+//!   returns a [`Report`](tally_schemas::report::Report). The twelve checks
+//!   are one module each under `src/checks/` (`checks/chain.rs` is check 5,
+//!   and so on); `src/verify.rs` is the driver that reads the pack and hands
+//!   them its lines.
 //! - [`render_text`]: the report as `tally verify` prints it.
 //! - [`trust`]: the pinned trust file (§11.1).
 //! - [`monitor`]: follows a log's checkpoints and proves each consistent with
 //!   the last one it verified.
-//! - [`fixture`]: builds valid packs from scratch (tests, the tampered corpus,
-//!   the benchmark). It uses only tally-schemas and does no I/O.
+//! - [`bench`]: the valid pack `tally bench verify` verifies. (The test
+//!   builders are in the dev-only tally-testkit crate.)
 //!
 //! It depends on tally-schemas and, for the monitor's HTTP GET, `ureq`; never
 //! on the log server, the witness, tokio or axum
 //! (`cargo tree -p tally-verifier -e normal`).
 
+pub mod bench;
+mod checks;
 mod coverage;
-pub mod fixture;
 mod lines;
 pub mod monitor;
 mod nonces;

@@ -10,6 +10,7 @@ use std::hash::BuildHasher;
 use std::sync::mpsc::{channel, sync_channel, Receiver, SyncSender};
 use std::sync::Mutex;
 
+use tally_schemas::entry::leaf_data;
 use tally_schemas::hash::leaf_hash;
 use tally_schemas::limits::{MAX_ENTRY_BYTES, MAX_PROOF_HASHES};
 use tally_schemas::pack::{AgentKey, PackCheckpoint, PackEnd, PackError, PackLine, PackRecord};
@@ -109,23 +110,6 @@ impl Batch {
     pub(crate) fn is_full(&self) -> bool {
         self.lines.len() >= BATCH_LINES || self.data.len() >= BATCH_BYTES
     }
-}
-
-/// `JCS(entry)` for the entry rebuilt from a pack record (§7.1, §8 step 4).
-/// Members in JCS order: `index`, `received`, `record`, `v`; the record's
-/// bytes are already canonical, so this equals `Entry::new(..).canonical_bytes()`
-/// (a test holds it to that) without re-serialising the record.
-pub(crate) fn leaf_data(index: LeafIndex, received: UnixMillis, record: &Record) -> Vec<u8> {
-    let head = format!(
-        "{{\"index\":{},\"received\":\"{}\",\"record\":",
-        index.get(),
-        received
-    );
-    let mut out = Vec::with_capacity(head.len() + record.canonical_bytes().len() + 8);
-    out.extend_from_slice(head.as_bytes());
-    out.extend_from_slice(record.canonical_bytes());
-    out.extend_from_slice(b",\"v\":1}");
-    out
 }
 
 /// Proves an entry at `index` in the tree `(size, root)`.

@@ -7,12 +7,12 @@
 //! corpus that pins this behaviour.
 
 use tally_schemas::keys::{PublicKey, Signature};
-use tally_schemas::record::RECORD_SIGNATURE_DOMAIN;
 use tally_schemas::Record;
 
 /// Whether `sig` is a strictly valid signature of `message` by the key whose
-/// 32-byte encoding is `public_key`. A key that does not decode to a point is
-/// refused like a bad signature.
+/// 32-byte encoding is `public_key`. Bytes that are not a usable key (§4.3:
+/// no point, a small-order point, a non-canonical encoding) are refused like
+/// a bad signature.
 #[must_use]
 pub fn verify_message(public_key: &[u8; 32], message: &[u8], sig: &[u8; 64]) -> bool {
     PublicKey::from_bytes(public_key).is_ok_and(|key| {
@@ -21,47 +21,12 @@ pub fn verify_message(public_key: &[u8; 32], message: &[u8], sig: &[u8; 64]) -> 
     })
 }
 
-/// `"tally/record/v1\n" ‖ JCS(record without sig)`, the message a record
-/// signs.
-///
-/// JCS sorts members, so the top-level `"sig"` member sits between `seq` and
-/// `time`, and no body has a member named `sig`; inside JSON strings every
-/// `"` is escaped, so the bytes `,"sig":"` occur only there. Cutting that
-/// member out of the record's canonical bytes gives the canonical bytes
-/// without it, without re-serialising the record. If the cut does not find
-/// exactly the record's own signature, the bytes are re-serialised instead.
-#[must_use]
-pub fn record_message(record: &Record) -> Option<Vec<u8>> {
-    const KEY: &[u8] = b",\"sig\":\"";
-    let canonical = record.canonical_bytes();
-    let sig = record.signature().to_base64();
-    let spliced = canonical
-        .windows(KEY.len())
-        .position(|w| w == KEY)
-        .and_then(|at| {
-            let value_start = at + KEY.len();
-            let value_end = value_start + sig.len();
-            (canonical.get(value_start..value_end) == Some(sig.as_bytes())
-                && canonical.get(value_end) == Some(&b'"'))
-            .then_some((at, value_end + 1))
-        });
-    let mut message = Vec::with_capacity(RECORD_SIGNATURE_DOMAIN.len() + canonical.len());
-    message.extend_from_slice(RECORD_SIGNATURE_DOMAIN);
-    match spliced {
-        Some((from, to)) => {
-            message.extend_from_slice(&canonical[..from]);
-            message.extend_from_slice(&canonical[to..]);
-        }
-        None => message.extend_from_slice(&record.unsigned().signing_bytes().ok()?),
-    }
-    Some(message)
-}
-
 /// Whether `record`'s signature verifies strictly with `key`
 /// (`"tally/record/v1\n" ‖ JCS(record without sig)`).
 #[must_use]
 pub fn verify_record(record: &Record, key: &PublicKey) -> bool {
-    record_message(record).is_some_and(|m| key.verify_raw(&m, record.signature()).is_ok())
+    key.verify_raw(&record.signed_message(), record.signature())
+        .is_ok()
 }
 
 /// Checks many signatures on `threads` cores (0: all), each one strictly and

@@ -18,15 +18,12 @@ use std::collections::BTreeSet;
 /// The trust file version this build reads.
 pub const TRUST_FILE_VERSION: u64 = 1;
 
-use base64::engine::general_purpose::STANDARD as BASE64;
-use base64::Engine as _;
 use tally_schemas::keys::{PublicKey, Signature};
+pub use tally_schemas::note::{cosignature_message, ALG_COSIGNATURE_V1};
 use tally_schemas::note::{
-    is_valid_key_name, key_id_for_algorithm, parse_vkey_with_algorithm, NoteVerifier,
+    encode_vkey, is_valid_key_name, key_id_for_algorithm, parse_vkey_with_algorithm, NoteVerifier,
+    SignedNote,
 };
-
-/// Algorithm byte of a C2SP tlog-cosignature/v1 key.
-pub const ALG_COSIGNATURE_V1: u8 = 0x04;
 
 /// Why a trust file or a witness key was refused.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -103,9 +100,7 @@ impl WitnessKey {
     /// The vkey string.
     #[must_use]
     pub fn vkey(&self) -> String {
-        let mut raw = vec![ALG_COSIGNATURE_V1];
-        raw.extend_from_slice(&self.key.to_bytes());
-        format!("{}+{:08x}+{}", self.name, self.id, BASE64.encode(raw))
+        encode_vkey(ALG_COSIGNATURE_V1, &self.name, &self.key)
     }
 
     /// The witness's name.
@@ -121,32 +116,22 @@ impl WitnessKey {
     }
 }
 
-/// The message a cosignature/v1 signs: `"cosignature/v1\ntime <t>\n" ‖ body`.
-#[must_use]
-pub fn cosignature_message(timestamp: u64, checkpoint_body: &[u8]) -> Vec<u8> {
-    let mut m = format!("cosignature/v1\ntime {timestamp}\n").into_bytes();
-    m.extend_from_slice(checkpoint_body);
-    m
-}
-
-impl signed_note::Verifier for WitnessKey {
-    fn name(&self) -> &str {
-        &self.name
-    }
-    fn key_id(&self) -> u32 {
-        self.id
-    }
-    fn verify(&self, msg: &[u8], sig: &[u8]) -> bool {
-        if sig.len() != 72 {
+impl WitnessKey {
+    /// Whether a cosignature line's bytes after the key id,
+    /// `timestamp (8 bytes, big-endian) ‖ Ed25519 signature (64)`, verify
+    /// strictly over `cosignature_message(timestamp, checkpoint_body)`.
+    #[must_use]
+    pub fn verifies(&self, checkpoint_body: &[u8], cosignature: &[u8]) -> bool {
+        if cosignature.len() != 72 {
             return false;
         }
         let mut ts = [0u8; 8];
-        ts.copy_from_slice(&sig[..8]);
+        ts.copy_from_slice(&cosignature[..8]);
         let mut s = [0u8; 64];
-        s.copy_from_slice(&sig[8..]);
+        s.copy_from_slice(&cosignature[8..]);
         self.key
             .verify_raw(
-                &cosignature_message(u64::from_be_bytes(ts), msg),
+                &cosignature_message(u64::from_be_bytes(ts), checkpoint_body),
                 &Signature::from_bytes(s),
             )
             .is_ok()
@@ -173,26 +158,23 @@ impl WitnessPolicy {
         if self.quorum == 0 {
             return Ok(0);
         }
-        let parsed = signed_note::Note::from_bytes(note.as_bytes())
-            .map_err(|_| "malformed signed note".to_owned())?;
-        let list = signed_note::VerifierList::new(
-            self.witnesses
-                .iter()
-                .map(|w| Box::new(w.clone()) as Box<dyn signed_note::Verifier>)
-                .collect(),
-        );
-        let count = match parsed.verify(&list) {
-            Ok((verified, _)) => verified
-                .iter()
-                .map(signed_note::Signature::name)
-                .collect::<BTreeSet<_>>()
-                .len(),
-            Err(signed_note::NoteError::UnverifiedNote) => 0,
-            Err(signed_note::NoteError::InvalidSignature { name, .. }) => {
-                return Err(format!("the cosignature of witness {name} does not verify"))
+        let parsed = SignedNote::parse(note).map_err(|e| e.to_string())?;
+        // Each listed key's first line is checked (§7.4); a witness counts
+        // once however many of its keys cosigned.
+        let mut names = BTreeSet::new();
+        for w in &self.witnesses {
+            let Some(line) = parsed.signature_by(&w.name, w.id) else {
+                continue;
+            };
+            if !w.verifies(parsed.text.as_bytes(), &line.signature) {
+                return Err(format!(
+                    "the cosignature of witness {} does not verify",
+                    w.name
+                ));
             }
-            Err(_) => return Err("malformed signed note".into()),
-        };
+            names.insert(w.name.as_str());
+        }
+        let count = names.len();
         if count < self.quorum {
             return Err(format!(
                 "{count} of the {} trusted witnesses cosigned it, the trust file requires {}",
@@ -324,6 +306,8 @@ fn decimal(text: &str) -> Option<u64> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use base64::engine::general_purpose::STANDARD as BASE64;
+    use base64::Engine as _;
     use tally_schemas::note::{Checkpoint, NoteSigner};
     use tally_schemas::tree::TreeSize;
     use tally_schemas::{Hash, SecretKey};

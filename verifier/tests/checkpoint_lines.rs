@@ -12,7 +12,7 @@ use tally_verifier::{verify, VerifyOptions};
 
 #[test]
 fn checkpoint_lines_beyond_the_claimed_records_fail_schema_once() {
-    let dir = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../testdata/tampered/valid");
+    let dir = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../testdata/conformance/valid");
     let keys = AgentKeys::from_json(&std::fs::read(dir.join("agent-keys.json")).unwrap()).unwrap();
     let vkey = std::fs::read_to_string(dir.join("log.vkey")).unwrap();
     let log_key = NoteVerifier::from_vkey(vkey.trim()).unwrap();

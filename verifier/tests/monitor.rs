@@ -11,7 +11,7 @@ use tally_schemas::hash::leaf_hash;
 use tally_schemas::note::{Checkpoint, NoteSigner};
 use tally_schemas::tree::{reference, TreeSize};
 use tally_schemas::Hash;
-use tally_verifier::fixture::log_signer;
+use tally_testkit::fixture::log_signer;
 use tally_verifier::monitor::{load_state, tile_path, Monitor, MonitorError, ProofSource, Round};
 
 const ORIGIN: &str = "tally.local/log";

@@ -188,7 +188,7 @@ fn inclusion_answer_schema() {
 #[test]
 fn key_directory_schema() {
     let v = schema("key-directory.schema.json");
-    let signer = tally_verifier::fixture::log_signer("tally.local/log", "log");
+    let signer = tally_testkit::fixture::log_signer("tally.local/log", "log");
     let vkey = signer.verifier().vkey();
     let good = json!({"v": 1, "origin": signer.verifier().name(), "keys": [
         {"vkey": vkey, "not_before": "2026-01-01T00:00:00.000Z", "not_after": "2026-06-01T00:00:00.000Z"},

@@ -1,14 +1,12 @@
 //! The JSON report (schemas/json/report.schema.json, docs/protocol.md §11)
-//! validates for passing, failing, pending and not-checked reports; the
-//! rebuilt entry equals tally-schemas' `Entry`; pending records and open
-//! decisions within the grace window are `pending`, not `fail`.
+//! validates for passing, failing, pending and not-checked reports; pending
+//! records and open decisions within the grace window are `pending`, not
+//! `fail`; the benchmark's pack is valid.
 
 use std::path::PathBuf;
 
 use tally_schemas::report::{CheckId, CheckStatus, Verdict};
-use tally_schemas::tree::LeafIndex;
-use tally_schemas::{Entry, UnixMillis};
-use tally_verifier::fixture::{self, decision, note, Fixture, PackSpec};
+use tally_testkit::fixture::{self, decision, note, Fixture, PackSpec};
 use tally_verifier::{verify, Verification, VerifyOptions};
 
 fn schema() -> jsonschema::Validator {
@@ -124,26 +122,9 @@ fn failing_reports_name_records_and_validate() {
 }
 
 #[test]
-fn the_rebuilt_entry_is_the_schemas_entry() {
-    let mut fx = Fixture::new("tally.local/log", "log");
-    fx.add_agent("claims-bot", "claims-bot/1");
-    for (i, t) in [0i64, 999, 1_796_025_600_123].iter().enumerate() {
-        let r = fx.log("claims-bot", note(&format!("é \u{2028} \"quoted\" {i}")));
-        for index in [0u64, 7, 9_007_199_254_740_991] {
-            let received = UnixMillis::new(*t);
-            let entry = Entry::new(LeafIndex::new(index), received, r.clone()).unwrap();
-            assert_eq!(
-                tally_verifier::fixture::leaf_bytes(LeafIndex::new(index), received, &r),
-                entry.canonical_bytes()
-            );
-        }
-    }
-}
-
-#[test]
 fn the_benchmark_pack_is_valid() {
     let mut pack = Vec::new();
-    let made = fixture::write_bench_pack(&mut pack, 300, 7, 2).unwrap();
+    let made = tally_verifier::bench::write_bench_pack(&mut pack, 300, 7, 2).unwrap();
     let key = tally_schemas::note::NoteVerifier::from_vkey(&made.vkey).unwrap();
     let v = verify(&pack[..], &made.keys, &key, None, VerifyOptions::default()).unwrap();
     let text = v.to_text();
@@ -154,7 +135,7 @@ fn the_benchmark_pack_is_valid() {
         ),
         "{text}"
     );
-    let sample = fixture::bench_sample(50, 7);
+    let sample = tally_verifier::bench::bench_sample(50, 7);
     assert!(tally_verifier::sig::verify_many(&sample, 2)
         .iter()
         .all(|ok| *ok));

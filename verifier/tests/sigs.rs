@@ -70,7 +70,7 @@ fn edge_cases_accept_and_reject_exactly_as_strict_single_verification() {
 #[test]
 fn the_record_message_is_the_domain_and_the_canonical_record_without_sig() {
     use tally_schemas::record::RECORD_SIGNATURE_DOMAIN;
-    use tally_verifier::fixture::{self, decision, note, tool, tools, Fixture};
+    use tally_testkit::fixture::{self, decision, note, tool, tools, Fixture};
     let mut fx = Fixture::new("tally.local/log", "log");
     fx.add_agent("a", "a/1");
     let texts = [",\"sig\":\"", "\\\",\"sig\":\"x", "sig", "é\u{2028}\"\\"];
@@ -82,7 +82,7 @@ fn the_record_message_is_the_domain_and_the_canonical_record_without_sig() {
     for r in records {
         let mut want = RECORD_SIGNATURE_DOMAIN.to_vec();
         want.extend_from_slice(&r.unsigned().signing_bytes().unwrap());
-        assert_eq!(tally_verifier::sig::record_message(&r).unwrap(), want);
+        assert_eq!(r.signed_message(), want);
         assert!(tally_verifier::sig::verify_record(
             &r,
             &fixture::key_from_label("a/1").public_key()

@@ -1,51 +1,18 @@
 //! The sets that span a whole pack (nonces, answered decisions, unmatched
 //! outcomes) spill to a temporary file past a memory budget; the report must
-//! not depend on the budget. Every tampered case, and a pack full of reused
-//! nonces, second outcomes and orphans, gives the same report with a budget
-//! of one item as with the default.
-
-mod common;
+//! not depend on the budget. A pack full of reused nonces, second outcomes
+//! and orphans gives the same report with a budget of one item as with the
+//! default (every case of the conformance corpus does too:
+//! tests/conformance.rs).
 
 use std::collections::BTreeMap;
-use std::path::Path;
 
 use tally_schemas::record::OutcomeStatus;
 use tally_schemas::report::{CheckId, CheckStatus};
-use tally_verifier::fixture::{self, decision, outcome, Fixture, PackSpec};
+use tally_testkit::fixture::{self, decision, outcome, Fixture, PackSpec};
 use tally_verifier::{verify, verify_with_budget, Verification, VerifyOptions};
 
 const TINY: usize = 1;
-
-fn run_case(dir: &Path, budget: Option<usize>) -> Option<Verification> {
-    let c = common::load(dir);
-    let options = VerifyOptions::default();
-    match budget {
-        None => verify(&c.pack[..], &c.keys, &c.log_key, Some(&c.head), options),
-        Some(b) => verify_with_budget(&c.pack[..], &c.keys, &c.log_key, Some(&c.head), options, b),
-    }
-    .ok()
-}
-
-#[test]
-fn every_tampered_case_reports_the_same_with_a_tiny_budget() {
-    let mut cases = 0;
-    for entry in std::fs::read_dir(common::corpus_dir()).unwrap() {
-        let dir = entry.unwrap().path();
-        if !dir.join("pack.jsonl").exists() {
-            continue;
-        }
-        let default = run_case(&dir, None);
-        let tiny = run_case(&dir, Some(TINY));
-        assert_eq!(
-            default.as_ref().map(|v| &v.report),
-            tiny.as_ref().map(|v| &v.report),
-            "{}",
-            dir.display()
-        );
-        cases += 1;
-    }
-    assert!(cases > 40, "{cases} cases");
-}
 
 fn check(v: &Verification, id: CheckId) -> &tally_schemas::report::CheckResult {
     v.report.checks.iter().find(|c| c.id == id).unwrap()

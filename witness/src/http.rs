@@ -25,7 +25,7 @@ use http_body_util::BodyExt;
 use serde::Deserialize;
 use serde_json::json;
 use tally_schemas::canonical::{self, Limits};
-use tally_schemas::{AgentName, PublicKey, Seq, TreeSize, UnixMillis};
+use tally_schemas::{AgentName, KeyError, PublicKey, Seq, TreeSize, UnixMillis};
 
 use crate::config::LogRead;
 use crate::error::WitnessError;
@@ -396,7 +396,8 @@ async fn agent_head(
 #[serde(deny_unknown_fields)]
 struct AddAgent {
     agent: AgentName,
-    public_key: PublicKey,
+    /// Parsed by [`public_key`], so a weak key gets its own code.
+    public_key: String,
     #[serde(default)]
     not_before: Option<UnixMillis>,
 }
@@ -404,7 +405,8 @@ struct AddAgent {
 #[derive(Deserialize)]
 #[serde(deny_unknown_fields)]
 struct RotateKey {
-    public_key: PublicKey,
+    /// Parsed by [`public_key`].
+    public_key: String,
     #[serde(default)]
     at: Option<UnixMillis>,
 }
@@ -414,6 +416,18 @@ struct RotateKey {
 struct Retire {
     #[serde(default)]
     at: Option<UnixMillis>,
+}
+
+/// A request's public key: a weak one (small order, non-canonical:
+/// protocol.md §4.3) is `unusable_public_key`, other bad ones `malformed`.
+fn public_key(text: &str) -> Result<PublicKey, WitnessError> {
+    PublicKey::from_base64(text).map_err(|e| match e {
+        KeyError::WeakKey(why) => WitnessError::UnusableKey(why),
+        other => WitnessError::Malformed {
+            reason: "schema",
+            message: format!("public_key: {other}"),
+        },
+    })
 }
 
 fn agent_json(agent: &AgentName, row: &crate::registry::AgentRow) -> serde_json::Value {
@@ -432,7 +446,7 @@ async fn add_agent(
         &w,
         &principal.project,
         &req.agent,
-        req.public_key,
+        public_key(&req.public_key)?,
         req.not_before,
     )
     .await?;
@@ -472,7 +486,7 @@ async fn rotate_key(
         &w,
         &principal.project,
         &agent,
-        KeyChange::Rotate(req.public_key),
+        KeyChange::Rotate(public_key(&req.public_key)?),
         req.at,
     )
     .await?;

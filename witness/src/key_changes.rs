@@ -175,9 +175,6 @@ pub async fn change_keys(
     change: KeyChange,
     at: Option<UnixMillis>,
 ) -> Result<AgentRow, WitnessError> {
-    if let KeyChange::Rotate(public_key) = change {
-        public_key.check_usable()?;
-    }
     w.registry().owned_agent(project, agent)?;
     let fence = fence_with_history(w, agent).await?;
     let latest = fence.latest().flatten();
@@ -209,7 +206,6 @@ pub async fn add_agent(
     public_key: PublicKey,
     not_before: Option<UnixMillis>,
 ) -> Result<AgentRow, WitnessError> {
-    public_key.check_usable()?;
     w.registry().check_name_free(project, agent)?;
     // A chain without a registration (a registry restored from an older
     // backup than the log) keeps its name: a new key list for it would

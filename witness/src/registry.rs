@@ -630,8 +630,8 @@ impl Registry {
     /// also refuses a name the log already holds a chain for.
     ///
     /// # Errors
-    /// As [`Registry::check_name_free`]; [`WitnessError::UnusableKey`] for a
-    /// key no signature can verify under.
+    /// As [`Registry::check_name_free`]. (A [`PublicKey`] is never weak:
+    /// parsing refuses small-order points and non-canonical encodings.)
     pub fn add_agent(
         &self,
         project: &str,
@@ -639,7 +639,6 @@ impl Registry {
         public_key: PublicKey,
         not_before: UnixMillis,
     ) -> Result<AgentRow, WitnessError> {
-        public_key.check_usable()?;
         let _w = self.writer();
         self.check_name_free(project, agent)?;
         let row = AgentRow {
@@ -687,7 +686,6 @@ impl Registry {
         public_key: PublicKey,
         at: UnixMillis,
     ) -> Result<AgentRow, WitnessError> {
-        public_key.check_usable()?;
         let _w = self.writer();
         let mut row = self.owned_agent(project, agent)?;
         if row.key(&public_key.key_id()).is_some() {
@@ -897,22 +895,8 @@ mod tests {
         ));
         let mut identity = [0u8; 32];
         identity[0] = 1;
-        let weak = PublicKey::from_bytes(&identity).unwrap();
-        let b = AgentName::new("weak").unwrap();
-        assert_eq!(
-            r.add_agent("default", &b, weak, UnixMillis::new(0)),
-            Err(WitnessError::UnusableKey(
-                tally_schemas::UnusableKey::SmallOrder
-            ))
-        );
-        assert!(r.agent(&b).is_none());
-        assert_eq!(
-            r.rotate_key("default", &a, weak, UnixMillis::new(5)),
-            Err(WitnessError::UnusableKey(
-                tally_schemas::UnusableKey::SmallOrder
-            ))
-        );
-        assert_eq!(r.agent(&a).unwrap().keys.len(), 1);
+        // A weak key cannot reach the registry: parsing refuses it.
+        assert!(PublicKey::from_bytes(&identity).is_err());
     }
 
     #[test]

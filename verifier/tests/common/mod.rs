@@ -1,26 +1,42 @@
-//! The tampered-pack corpus (testdata/tampered/) as the verifier's tests
-//! read it: a case folder holds its pack and, where the case changes them,
-//! its own agent-keys.json and head.json; the rest comes from `valid/`.
+//! The conformance corpus (testdata/conformance/, its README the runner
+//! contract) as the verifier's own tests read it: each case's inputs,
+//! parsed the way `tally verify` parses them, and its expected.json.
 
 // Each test binary uses a different part of this module.
 #![allow(dead_code)]
 
 use std::path::{Path, PathBuf};
 
+use serde_json::Value;
 use tally_schemas::note::NoteVerifier;
 use tally_schemas::pack::{AgentKeys, Head};
+use tally_verifier::trust::{TrustFile, WitnessPolicy};
 
-/// testdata/tampered.
+/// testdata/conformance.
 pub fn corpus_dir() -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../testdata/tampered")
+    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../testdata/conformance")
 }
 
-/// One case's inputs to the verifier.
+/// Every case folder, in name order.
+pub fn case_dirs() -> Vec<PathBuf> {
+    let mut dirs: Vec<PathBuf> = std::fs::read_dir(corpus_dir())
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .filter(|p| p.is_dir())
+        .collect();
+    dirs.sort();
+    dirs
+}
+
+/// One case's inputs to the verifier, parsed.
 pub struct Case {
     pub pack: Vec<u8>,
     pub keys: AgentKeys,
-    pub head: Head,
     pub log_key: NoteVerifier,
+    pub witnesses: Option<WitnessPolicy>,
+    pub head: Option<Head>,
+    pub max_skew_ms: u64,
+    pub grace_ms: u64,
 }
 
 /// The file `name` in `dir`, if there is one.
@@ -28,15 +44,40 @@ pub fn read(dir: &Path, name: &str) -> Option<Vec<u8>> {
     std::fs::read(dir.join(name)).ok()
 }
 
-/// The case in `dir`, with `valid/`'s files for those it does not have.
-pub fn load(dir: &Path) -> Case {
-    let valid = corpus_dir().join("valid");
-    let own_or_valid = |name| read(dir, name).unwrap_or_else(|| read(&valid, name).unwrap());
-    let vkey = String::from_utf8(read(&valid, "log.vkey").unwrap()).unwrap();
-    Case {
-        pack: read(dir, "pack.jsonl").unwrap(),
-        keys: AgentKeys::from_json(&own_or_valid("agent-keys.json")).unwrap(),
-        head: Head::from_json(&own_or_valid("head.json")).unwrap(),
-        log_key: NoteVerifier::from_vkey(vkey.trim()).unwrap(),
-    }
+/// A JSON file of the case.
+pub fn json(dir: &Path, name: &str) -> Value {
+    serde_json::from_slice(&read(dir, name).unwrap()).unwrap()
+}
+
+/// The case in `dir`, or `None` when one of its inputs is refused before
+/// the pack is read (agent-keys.json, head.json, the vkey or trust file:
+/// a usage error).
+pub fn load(dir: &Path) -> Option<Case> {
+    let options = json(dir, "options.json");
+    let file = |key: &str| options[key].as_str().map(|n| read(dir, n).unwrap());
+    let keys = AgentKeys::from_json(&file("agent_keys").unwrap()).ok()?;
+    let (log_key, witnesses) = match (file("witness_key"), file("trust")) {
+        (Some(v), None) => (
+            NoteVerifier::from_vkey(String::from_utf8(v).ok()?.trim()).ok()?,
+            None,
+        ),
+        (None, Some(t)) => {
+            let t = TrustFile::parse(&String::from_utf8(t).ok()?).ok()?;
+            (t.log, Some(t.witnesses))
+        }
+        _ => panic!("{}: witness_key or trust", dir.display()),
+    };
+    let head = match file("head") {
+        Some(h) => Some(Head::from_json(&h).ok()?),
+        None => None,
+    };
+    Some(Case {
+        pack: file("pack").unwrap(),
+        keys,
+        log_key,
+        witnesses,
+        head,
+        max_skew_ms: options["max_skew"].as_u64().unwrap() * 1000,
+        grace_ms: options["grace"].as_u64().unwrap() * 1000,
+    })
 }

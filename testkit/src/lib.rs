@@ -1,0 +1,16 @@
+//! # tally-testkit
+//!
+//! Test builders and the generators of checked-in test data, kept out of the
+//! product crates (it is `publish = false`, and only ever a
+//! dev-dependency):
+//!
+//! - [`fixture`]: a simulated agent, witness and log that make valid packs
+//!   from scratch, deterministically.
+//! - [`golden`]: the golden vectors of testdata/golden/.
+//! - [`conformance`]: the conformance corpus of testdata/conformance/.
+//!
+//! It depends on tally-schemas only, so every crate's tests may use it.
+
+pub mod conformance;
+pub mod fixture;
+pub mod golden;

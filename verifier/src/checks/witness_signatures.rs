@@ -1,0 +1,86 @@
+//! Check 6, `witness_signatures` (docs/protocol.md §7.4 and §11): the
+//! header checkpoint and every checkpoint line verify with the pinned log
+//! key, whose name is the pack's origin; with a trust file's quorum
+//! (§11.1), the header checkpoint also carries enough witness
+//! cosignatures.
+//!
+//! A checkpoint that does not verify fails here, and what the other checks
+//! do next depends on why (§7.4): an *unverified* checkpoint (well formed,
+//! not signed by the pinned key) still gives its size and root to the
+//! checks that use them; a *malformed* one gives nothing.
+
+use tally_schemas::note::{open_checkpoint, peek_checkpoint, Checkpoint, NoteVerifier};
+use tally_schemas::report::{CheckId, CheckResult};
+
+use super::plural;
+use crate::tally::Tally;
+use crate::trust::WitnessPolicy;
+
+pub(crate) struct WitnessSignatures<'a> {
+    tally: Tally,
+    key: &'a NoteVerifier,
+    origin: String,
+    verified: u64,
+}
+
+impl<'a> WitnessSignatures<'a> {
+    /// `origin` is the pack header's.
+    pub(crate) fn new(key: &'a NoteVerifier, origin: &str) -> Self {
+        let mut tally = Tally::new(CheckId::WitnessSignatures);
+        if origin != key.name() {
+            tally.fail(
+                None,
+                format!(
+                    "the pack's origin {origin:?} is not the pinned key's name {:?}",
+                    key.name()
+                ),
+            );
+        }
+        Self {
+            tally,
+            key,
+            origin: origin.to_owned(),
+            verified: 0,
+        }
+    }
+
+    /// Opens a checkpoint of the pack (`what` names it in messages): the
+    /// checkpoint when it verifies or is only unverified, `None` when it is
+    /// malformed.
+    pub(crate) fn open(&mut self, note: &str, what: &str) -> Option<Checkpoint> {
+        match open_checkpoint(note, self.key) {
+            Ok(cp) => {
+                if cp.origin != self.origin {
+                    self.tally.fail(
+                        None,
+                        format!(
+                            "{what} names origin {:?}, the pack's is {:?}",
+                            cp.origin, self.origin
+                        ),
+                    );
+                }
+                self.verified += 1;
+                Some(cp)
+            }
+            Err(e) => {
+                self.tally.fail(None, format!("{what}: {e}"));
+                peek_checkpoint(note).ok()
+            }
+        }
+    }
+
+    /// The trust file's quorum of cosignatures on the header checkpoint.
+    pub(crate) fn cosignatures(&mut self, policy: &WitnessPolicy, note: &str) {
+        if let Err(e) = policy.check(note) {
+            self.tally.fail(None, format!("pack checkpoint: {e}"));
+        }
+    }
+
+    pub(crate) fn finish(self) -> CheckResult {
+        self.tally.finish(format!(
+            "{} verify with the pinned key {}",
+            plural(self.verified, "checkpoint", "checkpoints"),
+            self.key.name()
+        ))
+    }
+}

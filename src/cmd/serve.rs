@@ -213,13 +213,13 @@ async fn serve(config: ServeConfig, origin: Option<String>) -> anyhow::Result<Ex
     use std::io::Write as _;
     let _ = std::io::stdout().flush();
 
-    let app = tally_witness::http::router(Arc::clone(&witness)).merge(
-        tally_witness::console::router(tally_witness::console::Console::open(
+    let app = tally_witness::http::router(Arc::clone(&witness)).merge(tally_console::router(
+        tally_console::Console::open(
             witness,
             &config.data_dir,
             tls.is_some() || config.secure_cookies,
-        )?),
-    );
+        )?,
+    ));
     let drain = Duration::from_secs(config.drain_timeout_secs);
     server::serve(listener, app, tls, shutdown_signal(), drain).await;
     tracing::info!("drained; stopping the log");

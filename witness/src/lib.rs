@@ -11,9 +11,11 @@
 //! - [`http`]: the routes; [`error`]: the one error → status/code table.
 //! - [`server`]: data folder, TLS, graceful drain; [`config`]: settings.
 //! - [`keydir`], [`metrics`], [`ratelimit`]: the smaller parts.
+//!
+//! The console at `/console` is its own crate, tally-console, on top of this
+//! one; `tally serve` merges its routes into [`http::router`].
 
 pub mod config;
-pub mod console;
 pub mod error;
 pub mod export;
 pub mod http;

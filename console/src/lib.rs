@@ -1,8 +1,11 @@
-//! The console (issue 7): server-rendered pages at `/console` for operators
+//! # tally-console
+//!
+//! The witness's console: server-rendered pages at `/console` for operators
 //! (login with a project API key) and auditors (a read-only link): overview,
 //! agent pages with the verifier's coverage, record pages with proofs, a
-//! verify page, and auditor links. docs/api.md "Console" lists the routes,
-//! docs/operations.md "Console" how to run it.
+//! verify page, and auditor links. docs/console.md describes the pages,
+//! docs/api.md "Console" lists the routes, docs/operations.md "Console" how
+//! to run it. `tally serve` merges [`router`] into the witness's router.
 //!
 //! - [`handlers`]: the routes; [`pages`]: the HTML (auto-escaped);
 //! - [`data`]: what the pages read from the log, and the verifier runs;
@@ -34,11 +37,11 @@ use axum::Router;
 use tally_schemas::{AgentName, Seq};
 use tally_verifier::Verification;
 
-use crate::error::WitnessError;
-use crate::export::ExportRange;
-use crate::witness::Witness;
 use data::{AgentSummary, ChainView, HourCounts, TimeRange};
 use store::{LinkStore, LinkStoreError};
+use tally_witness::error::WitnessError;
+use tally_witness::export::ExportRange;
+use tally_witness::witness::Witness;
 
 /// The console's file in the data folder.
 pub const CONSOLE_DB: &str = "console.redb";

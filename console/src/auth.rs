@@ -1,4 +1,4 @@
-//! Console sessions (issue 7, "Access"): an operator logs in with one of
+//! Console sessions (docs/console.md "Access"): an operator logs in with one of
 //! the project's API keys and gets a session cookie; every state-changing
 //! form carries the session's CSRF token.
 //!
@@ -26,8 +26,8 @@ use sha2::{Digest, Sha256};
 use subtle::ConstantTimeEq;
 use tally_schemas::UnixMillis;
 
-use crate::registry::Principal;
-use crate::witness::Witness;
+use tally_witness::registry::Principal;
+use tally_witness::witness::Witness;
 
 /// The session cookie's name.
 pub const COOKIE: &str = "tally_console";

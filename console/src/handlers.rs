@@ -22,14 +22,14 @@ use tally_schemas::pack::{AgentKeys, Head};
 use tally_schemas::{AgentName, LeafIndex, UnixMillis};
 use tally_verifier::Verification;
 
-use super::auth::{self, Operator};
-use super::data::{self, TimeRange};
-use super::pages::{self, AuditorScope, CallFilter, View};
-use super::store::{AuditorLink, LinkStoreError, NewLink};
-use super::{Console, MAX_VERIFY_PACK_BYTES};
-use crate::error::WitnessError;
-use crate::export::{self, ExportRange};
-use crate::http::PACK_CONTENT_TYPE;
+use crate::auth::{self, Operator};
+use crate::data::{self, TimeRange};
+use crate::pages::{self, AuditorScope, CallFilter, View};
+use crate::store::{AuditorLink, LinkStoreError, NewLink};
+use crate::{Console, MAX_VERIFY_PACK_BYTES};
+use tally_witness::error::WitnessError;
+use tally_witness::export::{self, ExportRange};
+use tally_witness::http::PACK_CONTENT_TYPE;
 
 type S = State<Arc<Console>>;
 
@@ -539,7 +539,7 @@ pub(crate) async fn auditor_agent(
 /// decision or outcome only when those are in the scope's range too: a link
 /// outside the range would name what the scope hides.
 fn scoped_detail(
-    w: &crate::witness::Witness,
+    w: &tally_witness::witness::Witness,
     scope: &Scope,
     index: LeafIndex,
 ) -> Result<data::RecordDetail, PageError> {

@@ -1,4 +1,4 @@
-//! The console's HTML (issue 7, "Pages"), written with `maud`, whose
+//! The console's HTML (docs/console.md "Pages"), written with `maud`, whose
 //! `(expr)` splices are HTML-escaped. Every value that came from a record
 //! (agent, tool, call id, list id, note text) is hostile input and is only
 //! ever spliced that way; this module never uses `PreEscaped` (maud's own
@@ -11,9 +11,9 @@ use tally_schemas::report::CheckStatus;
 use tally_schemas::{AgentName, UnixMillis};
 use tally_verifier::Verification;
 
-use super::data::{AgentSummary, CallRow, ChainView, RecordDetail, TimeRange, CHART_HOURS};
-use super::store::AuditorLink;
-use super::Report;
+use crate::data::{AgentSummary, CallRow, ChainView, RecordDetail, TimeRange, CHART_HOURS};
+use crate::store::AuditorLink;
+use crate::Report;
 
 /// Rows per page of the calls table.
 pub const PAGE_ROWS: usize = 50;

@@ -1,7 +1,7 @@
 //! Handler tests of the console, without sockets: a witness over a temp
 //! data folder, the witness's router with the console merged in, driven by
 //! `tower::ServiceExt::oneshot`. Records are signed here and admitted
-//! through [`crate::Witness::admit`], as `POST /v1/records` would.
+//! through [`tally_witness::Witness::admit`], as `POST /v1/records` would.
 
 use std::sync::atomic::{AtomicI64, Ordering};
 use std::sync::Arc;
@@ -23,8 +23,8 @@ use tally_schemas::{
 use tower::ServiceExt;
 
 use super::Console;
-use crate::config::{ServeConfig, WitnessConfig};
-use crate::{server, Witness};
+use tally_witness::config::{ServeConfig, WitnessConfig};
+use tally_witness::{server, Witness};
 
 /// 2026-11-30T08:00:00.000Z.
 const T0: i64 = 1_796_025_600_000;
@@ -99,7 +99,8 @@ fn harness() -> H {
     let witness = opened.witness;
     let other_key = witness.create_project("other").unwrap().token;
     let console = Console::open(Arc::clone(&witness), dir.path(), false).unwrap();
-    let app = crate::http::router(Arc::clone(&witness)).merge(super::router(Arc::clone(&console)));
+    let app = tally_witness::http::router(Arc::clone(&witness))
+        .merge(super::router(Arc::clone(&console)));
     H {
         _dir: dir,
         witness,
@@ -536,7 +537,7 @@ async fn console_agent_page_coverage_pairs_and_search() {
     assert_eq!(s, StatusCode::OK);
 
     // The coverage lines are the verifier's, over the same pack an export gives.
-    let keys = crate::export::agent_keys(
+    let keys = tally_witness::export::agent_keys(
         h.witness.registry(),
         h.witness.log().origin(),
         "default",
@@ -547,7 +548,7 @@ async fn console_agent_page_coverage_pairs_and_search() {
         &h.witness,
         "default",
         &[bot.name.clone()],
-        crate::export::ExportRange::All,
+        tally_witness::export::ExportRange::All,
     )
     .unwrap();
     assert!(!v.report.coverage.is_empty());
@@ -682,7 +683,7 @@ fn html_escape(s: &str) -> String {
 }
 
 async fn verify_pack(h: &H, pack: &[u8]) -> tally_verifier::Verification {
-    let keys = crate::export::agent_keys(
+    let keys = tally_witness::export::agent_keys(
         h.witness.registry(),
         h.witness.log().origin(),
         "default",
@@ -793,8 +794,8 @@ async fn console_verify_page_prints_what_tally_verify_prints() {
     let (h, _, _) = hostile_bot().await;
     let (cookie, csrf) = h.login(&h.api_key).await;
     let (_, _, pack) = h.get("/console/agents/bot/pack", Some(&cookie)).await;
-    let keys = crate::export::to_canonical(
-        &crate::export::agent_keys(
+    let keys = tally_witness::export::to_canonical(
+        &tally_witness::export::agent_keys(
             h.witness.registry(),
             h.witness.log().origin(),
             "default",
@@ -1087,7 +1088,7 @@ async fn console_auditor_link_is_scoped_read_only_and_revocable() {
     .unwrap();
     assert_eq!(v.report.records, 8);
     // The auditor's verify page works without a session.
-    let keys_bytes = crate::export::to_canonical(&keys).unwrap();
+    let keys_bytes = tally_witness::export::to_canonical(&keys).unwrap();
     let (s, body) = upload(
         &h,
         &format!("{url}/verify"),

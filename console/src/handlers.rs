@@ -8,7 +8,6 @@
 use std::collections::HashSet;
 use std::sync::Arc;
 
-use axum::body::{Body, Bytes};
 use axum::extract::multipart::MultipartRejection;
 use axum::extract::rejection::{FormRejection, PathRejection, QueryRejection};
 use axum::extract::{Form, Multipart, Path, Query, State};
@@ -659,24 +658,6 @@ async fn pack_download(
         }
     })
     .await?;
-    let (tx, rx) = tokio::sync::mpsc::channel::<Result<Bytes, std::io::Error>>(64);
-    let w = Arc::clone(&c.witness);
-    let created = w.now();
-    tokio::task::spawn_blocking(move || {
-        let mut sink = |line: Vec<u8>| {
-            tx.blocking_send(Ok(Bytes::from(line)))
-                .map_err(|_| WitnessError::ShuttingDown)
-        };
-        if let Err(e) = export::write_pack(w.log(), &plan, created, &mut sink) {
-            if !matches!(e, WitnessError::ShuttingDown) {
-                tracing::error!(error = %e, "console export failed mid-stream; the pack is cut short (no end line)");
-            }
-            let _ = tx.blocking_send(Err(std::io::Error::other("export failed")));
-        }
-    });
-    let stream = futures::stream::unfold(rx, |mut rx| async move {
-        rx.recv().await.map(|item| (item, rx))
-    });
     let disposition = HeaderValue::from_str(&format!("attachment; filename=\"{filename}\""))
         .map_err(|e| PageError::from(WitnessError::internal(&e)))?;
     Ok((
@@ -687,7 +668,7 @@ async fn pack_download(
             ),
             (header::CONTENT_DISPOSITION, disposition),
         ],
-        Body::from_stream(stream),
+        export::pack_body(Arc::clone(c.witness.log()), plan, c.witness.now()),
     )
         .into_response())
 }

@@ -6,11 +6,13 @@
 //! log).
 
 use std::collections::HashSet;
+use std::net::{IpAddr, SocketAddr};
 use std::sync::Arc;
 
 use axum::extract::multipart::MultipartRejection;
 use axum::extract::rejection::{FormRejection, PathRejection, QueryRejection};
-use axum::extract::{Form, Multipart, Path, Query, State};
+use axum::extract::{ConnectInfo, Form, FromRequestParts, Multipart, Path, Query, State};
+use axum::http::request::Parts;
 use axum::http::{header, HeaderMap, HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Redirect, Response};
 use maud::Markup;
@@ -267,11 +269,44 @@ pub(crate) struct LoginForm {
     login_token: Option<String>,
 }
 
+/// The client's address, when the server handed it over (`tally serve`
+/// does, as axum's `ConnectInfo`).
+pub(crate) struct ClientAddr(Option<IpAddr>);
+
+impl<St: Send + Sync> FromRequestParts<St> for ClientAddr {
+    type Rejection = std::convert::Infallible;
+
+    async fn from_request_parts(parts: &mut Parts, _: &St) -> Result<Self, Self::Rejection> {
+        Ok(Self(
+            parts
+                .extensions
+                .get::<ConnectInfo<SocketAddr>>()
+                .map(|ConnectInfo(a)| a.ip()),
+        ))
+    }
+}
+
 pub(crate) async fn login(
     State(c): S,
+    ClientAddr(client): ClientAddr,
     headers: HeaderMap,
     form: Result<Form<LoginForm>, FormRejection>,
 ) -> Response {
+    // Every attempt counts, before anything about it is looked at.
+    if let Err(wait_ms) = c.login_throttle.take(client, c.witness.now()) {
+        let secs = wait_ms.div_ceil(1000).max(1);
+        let mut r = login_page(
+            &c,
+            StatusCode::TOO_MANY_REQUESTS,
+            Some(&format!(
+                "Too many login attempts; try again in {secs} second{}.",
+                if secs == 1 { "" } else { "s" }
+            )),
+        );
+        r.headers_mut()
+            .insert(header::RETRY_AFTER, HeaderValue::from(secs));
+        return r;
+    }
     if !auth::same_site_post(&headers) {
         return PageError::new(StatusCode::FORBIDDEN, "Cross-site form posts are refused.")
             .into_response();

@@ -9,7 +9,9 @@
 //!
 //! - [`handlers`]: the routes; [`pages`]: the HTML (auto-escaped);
 //! - [`data`]: what the pages read from the log, and the verifier runs;
-//! - [`auth`]: sessions and CSRF; [`store`]: auditor links (`console.redb`).
+//! - [`auth`]: sessions and CSRF; [`throttle`]: the login throttle;
+//!   [`store`]: auditor links (`console.redb`).
+//! - [`ConsoleLimits`]: every limit the console keeps, with its default.
 //!
 //! Everything is served by the binary: the CSS and JS are embedded with
 //! `include_str!`, no CDN. Every response carries a strict
@@ -23,6 +25,7 @@ pub mod pages;
 pub mod store;
 #[cfg(test)]
 mod tests;
+pub mod throttle;
 
 use std::collections::HashMap;
 use std::path::Path;
@@ -69,6 +72,40 @@ pub const MAX_VERIFY_UPLOADS: usize = 2;
 /// Chain views kept for agent pages (each holds at most 1.25 ×
 /// [`data::MAX_SCAN_RECORDS`] records' rows).
 const MAX_CACHED_VIEWS: usize = 8;
+
+/// Default login throttle per client address: 10 attempts back to back,
+/// then one every 6 seconds.
+pub const LOGIN_PER_ADDRESS: throttle::Rate = throttle::Rate {
+    burst: 10,
+    per_minute: 10.0,
+};
+/// Default login throttle over all addresses: 100 attempts back to back,
+/// then 20 a second.
+pub const LOGIN_GLOBAL: throttle::Rate = throttle::Rate {
+    burst: 100,
+    per_minute: 1_200.0,
+};
+
+/// The console's limits. `tally serve` uses the defaults; tests lower them.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct ConsoleLimits {
+    /// Sessions per project and in all ([`auth::SessionLimits`]).
+    pub sessions: auth::SessionLimits,
+    /// Login attempts per client address ([`LOGIN_PER_ADDRESS`]).
+    pub login_per_address: throttle::Rate,
+    /// Login attempts over all addresses ([`LOGIN_GLOBAL`]).
+    pub login_global: throttle::Rate,
+}
+
+impl Default for ConsoleLimits {
+    fn default() -> Self {
+        Self {
+            sessions: auth::SessionLimits::default(),
+            login_per_address: LOGIN_PER_ADDRESS,
+            login_global: LOGIN_GLOBAL,
+        }
+    }
+}
 
 type ViewKey = (AgentName, TimeRange);
 
@@ -122,6 +159,7 @@ pub struct Console {
     witness: Arc<Witness>,
     links: LinkStore,
     sessions: auth::Sessions,
+    login_throttle: throttle::LoginThrottle,
     secure_cookies: bool,
     reports: Mutex<Reports>,
     report_done: Condvar,
@@ -175,10 +213,27 @@ impl Console {
         data_dir: &Path,
         secure_cookies: bool,
     ) -> Result<Arc<Self>, LinkStoreError> {
+        Self::open_with_limits(witness, data_dir, secure_cookies, ConsoleLimits::default())
+    }
+
+    /// [`Self::open`] with other limits than the defaults.
+    ///
+    /// # Errors
+    /// [`LinkStoreError`] when the link store cannot be opened.
+    pub fn open_with_limits(
+        witness: Arc<Witness>,
+        data_dir: &Path,
+        secure_cookies: bool,
+        limits: ConsoleLimits,
+    ) -> Result<Arc<Self>, LinkStoreError> {
         Ok(Arc::new(Self {
             witness,
             links: LinkStore::open(&data_dir.join(CONSOLE_DB))?,
-            sessions: auth::Sessions::default(),
+            sessions: auth::Sessions::new(limits.sessions),
+            login_throttle: throttle::LoginThrottle::new(
+                limits.login_per_address,
+                limits.login_global,
+            ),
             secure_cookies,
             reports: Mutex::new(Reports::default()),
             report_done: Condvar::new(),

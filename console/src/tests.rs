@@ -3,10 +3,12 @@
 //! `tower::ServiceExt::oneshot`. Records are signed here and admitted
 //! through [`tally_witness::Witness::admit`], as `POST /v1/records` would.
 
+use std::net::SocketAddr;
 use std::sync::atomic::{AtomicI64, Ordering};
 use std::sync::Arc;
 
 use axum::body::Body;
+use axum::extract::ConnectInfo;
 use axum::http::{header, Request, StatusCode};
 use axum::Router;
 use http_body_util::BodyExt;
@@ -22,7 +24,7 @@ use tally_schemas::{
 };
 use tower::ServiceExt;
 
-use super::Console;
+use super::{Console, ConsoleLimits};
 use tally_witness::config::{ServeConfig, WitnessConfig};
 use tally_witness::{server, Witness};
 
@@ -87,6 +89,10 @@ struct H {
 }
 
 fn harness() -> H {
+    harness_with(ConsoleLimits::default())
+}
+
+fn harness_with(limits: ConsoleLimits) -> H {
     let dir = tempfile::tempdir().unwrap();
     let clock = Arc::new(TestClock(AtomicI64::new(T0)));
     let cfg = ServeConfig {
@@ -98,7 +104,8 @@ fn harness() -> H {
     let first = opened.first_start.unwrap();
     let witness = opened.witness;
     let other_key = witness.create_project("other").unwrap().token;
-    let console = Console::open(Arc::clone(&witness), dir.path(), false).unwrap();
+    let console =
+        Console::open_with_limits(Arc::clone(&witness), dir.path(), false, limits).unwrap();
     let app = tally_witness::http::router(Arc::clone(&witness))
         .merge(super::router(Arc::clone(&console)));
     H {
@@ -177,14 +184,31 @@ impl H {
     /// Posts the login form as a browser would: with the token and cookie
     /// the login page handed out.
     async fn post_login(&self, key: &str) -> (StatusCode, axum::http::HeaderMap, String) {
+        self.post_login_from(key, None).await
+    }
+
+    /// [`Self::post_login`] from the client address `from`, as `tally
+    /// serve` hands it to the router (`ConnectInfo`); `None`: no address.
+    async fn post_login_from(
+        &self,
+        key: &str,
+        from: Option<SocketAddr>,
+    ) -> (StatusCode, axum::http::HeaderMap, String) {
         let (s, hd, page) = self.get("/console/login", None).await;
         assert_eq!(s, StatusCode::OK);
         let cookie = login_cookie(&hd);
         let token = between(&page, "name=\"login_token\" value=\"", "\"").to_owned();
-        self.post_form(
-            "/console/login",
-            Some(&cookie),
-            &format!("login_token={token}&api_key={key}"),
+        let mut req = Request::builder()
+            .method("POST")
+            .uri("/console/login")
+            .header(header::CONTENT_TYPE, "application/x-www-form-urlencoded")
+            .header(header::COOKIE, cookie);
+        if let Some(addr) = from {
+            req = req.extension(ConnectInfo(addr));
+        }
+        self.call(
+            req.body(Body::from(format!("login_token={token}&api_key={key}")))
+                .unwrap(),
         )
         .await
     }
@@ -1407,4 +1431,126 @@ async fn console_secure_cookie_with_tls() {
         .to_str()
         .unwrap();
     assert!(set.ends_with("; Secure"));
+}
+
+/// One project's logins never end another project's sessions: sessions are
+/// limited per project, and a full project gives up its own oldest.
+#[tokio::test]
+async fn console_logins_of_one_project_never_end_another_projects_session() {
+    let h = harness();
+    let (cookie_a, _) = h.login(&h.api_key).await;
+    // Later logins expire later (the old table dropped the session that
+    // expires first).
+    h.clock.0.fetch_add(1, Ordering::SeqCst);
+    // Far more logins with project "other"'s key than the session table
+    // holds (straight at the session table: the login throttle would
+    // refuse them long before over HTTP).
+    for _ in 0..=10_000 {
+        assert!(h.console.sessions.login(&h.witness, &h.other_key).is_some());
+    }
+    assert_eq!(
+        h.get("/console", Some(&cookie_a)).await.0,
+        StatusCode::OK,
+        "the default project's session survived"
+    );
+}
+
+/// Logins are throttled per client address and globally, with 429 and
+/// Retry-After; a throttled address does not slow another one down.
+#[tokio::test]
+async fn console_login_is_throttled_per_address_and_globally() {
+    let h = harness();
+    let a: SocketAddr = "192.0.2.1:40000".parse().unwrap();
+    let mut refused = None;
+    for i in 0..1_000 {
+        let (s, hd, body) = h.post_login_from("tally_wrong_key", Some(a)).await;
+        if s == StatusCode::TOO_MANY_REQUESTS {
+            refused = Some((i, hd, body));
+            break;
+        }
+        assert_eq!(s, StatusCode::UNAUTHORIZED);
+    }
+    let (attempts, hd, body) = refused.expect("wrong keys from one address are throttled");
+    assert_eq!(attempts, 10, "the 11th attempt in a burst is refused");
+    let retry: u64 = hd[header::RETRY_AFTER].to_str().unwrap().parse().unwrap();
+    assert!((1..=60).contains(&retry), "Retry-After {retry}");
+    assert!(body.contains("Too many login attempts"), "{body}");
+    // Even the right key waits.
+    assert_eq!(
+        h.post_login_from(&h.api_key, Some(a)).await.0,
+        StatusCode::TOO_MANY_REQUESTS
+    );
+    // Another address is not throttled.
+    let b: SocketAddr = "198.51.100.7:40000".parse().unwrap();
+    assert_eq!(
+        h.post_login_from(&h.api_key, Some(b)).await.0,
+        StatusCode::SEE_OTHER
+    );
+    // After Retry-After the address may try again.
+    h.clock
+        .0
+        .fetch_add(i64::try_from(retry).unwrap() * 1000, Ordering::SeqCst);
+    assert_eq!(
+        h.post_login_from(&h.api_key, Some(a)).await.0,
+        StatusCode::SEE_OTHER
+    );
+
+    // Globally: many addresses, one attempt each, are refused too once the
+    // witness-wide budget is spent.
+    let mut global = None;
+    for i in 0..10_000u32 {
+        let addr = SocketAddr::from(([10, (i >> 16) as u8, (i >> 8) as u8, i as u8], 1));
+        let (s, hd, _) = h.post_login_from("tally_wrong_key", Some(addr)).await;
+        if s == StatusCode::TOO_MANY_REQUESTS {
+            global = Some((i, hd));
+            break;
+        }
+    }
+    let (i, hd) = global.expect("a flood from many addresses is throttled");
+    assert!(i >= 50, "the global budget is not tiny ({i})");
+    assert!(hd.contains_key(header::RETRY_AFTER));
+}
+
+/// A full project gives up a session of the API key that holds the most of
+/// its sessions; a full table, one of the project that holds the most.
+#[tokio::test]
+async fn console_session_limits_end_the_biggest_holders_sessions() {
+    let h = harness_with(ConsoleLimits {
+        sessions: super::auth::SessionLimits {
+            per_project: 3,
+            total: 5,
+        },
+        ..ConsoleLimits::default()
+    });
+    let (cookie_first, _) = h.login(&h.api_key).await;
+    // A second key of the same project logs in again and again: it ends
+    // only its own sessions.
+    let second = h.witness.new_api_key("default").unwrap().token;
+    for _ in 0..20 {
+        h.clock.0.fetch_add(1, Ordering::SeqCst);
+        assert!(h.console.sessions.login(&h.witness, &second).is_some());
+    }
+    assert_eq!(h.console.sessions.count("default"), 3);
+    assert_eq!(
+        h.get("/console", Some(&cookie_first)).await.0,
+        StatusCode::OK
+    );
+    // Two sessions of another project fill the table (3 + 2 = 5) ...
+    let (cookie_other, _) = h.login(&h.other_key).await;
+    assert!(h.console.sessions.login(&h.witness, &h.other_key).is_some());
+    // ... so a third project's login ends one of the biggest project's,
+    // and there of the key that holds the most.
+    let third = h.witness.create_project("third").unwrap().token;
+    assert!(h.console.sessions.login(&h.witness, &third).is_some());
+    assert_eq!(h.console.sessions.count("default"), 2);
+    assert_eq!(h.console.sessions.count("other"), 2);
+    assert_eq!(h.console.sessions.count("third"), 1);
+    assert_eq!(
+        h.get("/console", Some(&cookie_first)).await.0,
+        StatusCode::OK
+    );
+    assert_eq!(
+        h.get("/console", Some(&cookie_other)).await.0,
+        StatusCode::OK
+    );
 }

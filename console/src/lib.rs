@@ -65,10 +65,14 @@ const MAX_CACHED_REPORTS: usize = 256;
 const MAX_RUNNING_VERIFICATIONS: usize = 1;
 /// How long a page with no report yet waits for one being computed.
 const REPORT_WAIT: Duration = Duration::from_secs(10);
-/// Uploads the verify page checks at once (each on
-/// [`data::VERIFY_THREADS`] threads); more get 503 and a pointer to `tally
-/// verify`.
-pub const MAX_VERIFY_UPLOADS: usize = 2;
+/// Default [`ConsoleLimits::operator_uploads`].
+pub const OPERATOR_UPLOADS: usize = 2;
+/// Default [`ConsoleLimits::auditor_uploads`].
+pub const AUDITOR_UPLOADS: usize = 1;
+/// Default [`ConsoleLimits::upload_idle`]: 20 seconds.
+pub const UPLOAD_IDLE: Duration = Duration::from_secs(20);
+/// Default [`ConsoleLimits::upload_deadline`]: 5 minutes.
+pub const UPLOAD_DEADLINE: Duration = Duration::from_secs(300);
 /// Chain views kept for agent pages (each holds at most 1.25 ×
 /// [`data::MAX_SCAN_RECORDS`] records' rows).
 const MAX_CACHED_VIEWS: usize = 8;
@@ -95,6 +99,17 @@ pub struct ConsoleLimits {
     pub login_per_address: throttle::Rate,
     /// Login attempts over all addresses ([`LOGIN_GLOBAL`]).
     pub login_global: throttle::Rate,
+    /// Uploads the operators' verify page checks at once (each on
+    /// [`data::VERIFY_THREADS`] threads); more get 503 and a pointer to
+    /// `tally verify`.
+    pub operator_uploads: usize,
+    /// The same for all auditor links together: slots of their own, so
+    /// link holders can never take the operators'.
+    pub auditor_uploads: usize,
+    /// An upload that sends nothing for this long is cut off (408).
+    pub upload_idle: Duration,
+    /// An upload and its verification that take longer are cut off (408).
+    pub upload_deadline: Duration,
 }
 
 impl Default for ConsoleLimits {
@@ -103,6 +118,10 @@ impl Default for ConsoleLimits {
             sessions: auth::SessionLimits::default(),
             login_per_address: LOGIN_PER_ADDRESS,
             login_global: LOGIN_GLOBAL,
+            operator_uploads: OPERATOR_UPLOADS,
+            auditor_uploads: AUDITOR_UPLOADS,
+            upload_idle: UPLOAD_IDLE,
+            upload_deadline: UPLOAD_DEADLINE,
         }
     }
 }
@@ -165,7 +184,9 @@ pub struct Console {
     report_done: Condvar,
     views: Mutex<Views>,
     hours: Mutex<HourCounts>,
-    uploads: tokio::sync::Semaphore,
+    limits: ConsoleLimits,
+    operator_uploads: Arc<tokio::sync::Semaphore>,
+    auditor_uploads: Arc<tokio::sync::Semaphore>,
 }
 
 impl std::fmt::Debug for Console {
@@ -239,7 +260,9 @@ impl Console {
             report_done: Condvar::new(),
             views: Mutex::new(Views::default()),
             hours: Mutex::new(HourCounts::default()),
-            uploads: tokio::sync::Semaphore::new(MAX_VERIFY_UPLOADS),
+            limits,
+            operator_uploads: Arc::new(tokio::sync::Semaphore::new(limits.operator_uploads)),
+            auditor_uploads: Arc::new(tokio::sync::Semaphore::new(limits.auditor_uploads)),
         }))
     }
 

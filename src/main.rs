@@ -76,7 +76,10 @@ fn main() -> ExitCode {
     match result {
         Ok(code) => code,
         Err(e) => {
-            eprintln!("tally: error: {e:#}");
+            // Errors quote what witnesses, packs and servers sent: escape
+            // what could spoof the line (protocol.md §11.2).
+            let text = format!("{e:#}");
+            eprintln!("tally: error: {}", tally_schemas::display::escape(&text));
             ExitCode::from(2)
         }
     }

@@ -1554,3 +1554,115 @@ async fn console_session_limits_end_the_biggest_holders_sessions() {
         StatusCode::OK
     );
 }
+
+/// Tool names, call ids and notes with bidirectional controls and
+/// invisible characters (which records may hold: a tool name is what a
+/// server declares) are isolated and shown as marked escapes, never raw.
+#[tokio::test]
+async fn console_isolates_and_marks_bidi_and_invisible_characters() {
+    let h = harness();
+    let mut bot = Agent::new("bot");
+    h.register(&bot, "default");
+    h.clock.0.store(T0 + 10, Ordering::SeqCst);
+    let spoof = "refund\u{202e}gnp.exe";
+    // Declared as not recorded, so that coverage names it.
+    let r = bot.sign(T0, tools_body("l\u{200b}1", vec![tool(spoof, false, 1)]));
+    h.post(&h.api_key, &r).await;
+    let d = bot.sign(T0 + 1, decision("c\u{2066}1", spoof));
+    let d_index = h.post(&h.api_key, &d).await;
+    let o = bot.sign(T0 + 2, outcome("c\u{2066}1", &d, OutcomeStatus::Ok));
+    h.post(&h.api_key, &o).await;
+    let n = bot.sign(
+        T0 + 3,
+        RecordBody::Note(NoteBody {
+            text: "first line\nsecond \u{202e}line\u{feff}".into(),
+        }),
+    );
+    h.post(&h.api_key, &n).await;
+    let (cookie, csrf) = h.login(&h.api_key).await;
+    let raw = ['\u{202e}', '\u{2066}', '\u{200b}', '\u{feff}'];
+    let no_raw = |page: &str, what: &str| {
+        for c in raw {
+            assert!(!page.contains(c), "{what}: U+{:04X} raw", u32::from(c));
+        }
+    };
+    let mark = |cp: &str| {
+        format!(
+            "<span class=\"hidden-char\" title=\"U+{}\">\\u{{{}}}</span>",
+            cp.to_uppercase(),
+            cp
+        )
+    };
+
+    let (s, _, page) = h.get("/console/agents/bot", Some(&cookie)).await;
+    assert_eq!(s, StatusCode::OK);
+    no_raw(&page, "agent page");
+    // The tool name in the calls table and the tool list, isolated.
+    assert!(
+        page.contains(&format!(
+            "<bdi class=\"ext\">refund{}gnp.exe</bdi>",
+            mark("202e")
+        )),
+        "{page}"
+    );
+    assert!(page.contains(&format!("c{}1", mark("2066"))), "call id");
+    assert!(page.contains(&format!("l{}1", mark("200b"))), "list id");
+    // The note keeps its line break and marks the rest.
+    assert!(
+        page.contains(&format!(
+            "<bdi class=\"ext\">first line\nsecond {}line{}</bdi>",
+            mark("202e"),
+            mark("feff")
+        )),
+        "{page}"
+    );
+    // The coverage line names it marked, and the report's text, as tally
+    // verify prints it, escaped.
+    assert!(
+        page.contains(&format!(
+            "1 declared tool is not recorded: refund{}gnp.exe</bdi>",
+            mark("202e")
+        )),
+        "{page}"
+    );
+    assert!(
+        page.contains("coverage: bot: 1 declared tool is not recorded: refund\\u{202e}gnp.exe\n"),
+        "{page}"
+    );
+
+    let (s, _, page) = h
+        .get(&format!("/console/records/{d_index}"), Some(&cookie))
+        .await;
+    assert_eq!(s, StatusCode::OK);
+    no_raw(&page, "record page");
+    // The JSON shown is the same value, with JSON escapes.
+    assert!(page.contains("refund\\u202egnp.exe"), "{page}");
+    assert!(page.contains("c\\u20661"), "{page}");
+
+    // An uploaded pack's report on the verify page.
+    let (_, _, pack) = h.get("/console/agents/bot/pack", Some(&cookie)).await;
+    let keys = tally_witness::export::to_canonical(
+        &tally_witness::export::agent_keys(
+            h.witness.registry(),
+            h.witness.log().origin(),
+            "default",
+            &[],
+        )
+        .unwrap(),
+    )
+    .unwrap();
+    let (s, page) = upload(
+        &h,
+        "/console/verify",
+        Some(&cookie),
+        &[
+            ("csrf", None, csrf.as_bytes()),
+            ("agent_keys", Some("agent-keys.json"), &keys),
+            ("pack", Some("pack.jsonl"), pack.as_bytes()),
+        ],
+    )
+    .await;
+    assert_eq!(s, StatusCode::OK, "{page}");
+    no_raw(&page, "verify page");
+    assert!(page.contains("PASS: 12 checks"), "{page}");
+}

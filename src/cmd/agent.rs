@@ -14,6 +14,7 @@ use tally_gateway::state::{AgentConfig, PinnedKey, StateDir, WitnessConfig};
 use tally_gateway::store::ChainStore;
 use tally_gateway::sync::Step;
 use tally_gateway::witness::WitnessClient;
+use tally_schemas::display::escape;
 use tally_schemas::note::NoteVerifier;
 use tally_schemas::time::SystemClock;
 use tally_schemas::{AgentName, SecretKey};
@@ -200,12 +201,12 @@ fn init(args: &InitArgs) -> anyhow::Result<ExitCode> {
             state.save_api_key(agent, api_key)?;
         }
         println!();
-        println!("witness: {url} (log {})", dir.origin);
+        println!("witness: {url} (log {})", escape(&dir.origin));
         println!(
             "pinned log key (trust on first use: compare it with the one your operator published):"
         );
         for p in &pinned {
-            println!("  {}", p.vkey);
+            println!("  {}", escape(&p.vkey));
         }
     } else {
         println!();
@@ -246,7 +247,9 @@ fn sync(args: &SyncArgs) -> anyhow::Result<ExitCode> {
         Step::Retry(n) | Step::Halt(n) => {
             println!(
                 "{pending} of {} records not yet receipted: [{}] {}",
-                status.records, n.code, n.message
+                status.records,
+                escape(&n.code),
+                escape(&n.message)
             );
             Ok(ExitCode::from(1))
         }

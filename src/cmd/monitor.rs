@@ -8,6 +8,7 @@ use std::process::ExitCode;
 use std::time::Duration;
 
 use anyhow::Context;
+use tally_schemas::display::{escape, escape_lines};
 use tally_schemas::note::NoteVerifier;
 use tally_verifier::monitor::{Monitor, ProofSource, Round};
 
@@ -74,8 +75,10 @@ pub fn run(args: &Args) -> anyhow::Result<ExitCode> {
                 println!("consistent: size {from} -> {} root {}", to.size, to.root)
             }
             Ok(Round::Inconsistent(evidence)) => {
-                println!("{evidence}");
-                eprintln!("tally monitor: ALERT: {}", evidence.reason);
+                // The evidence quotes checkpoints a log served: escape
+                // what could spoof a line (protocol.md §11.2).
+                println!("{}", escape_lines(&evidence.to_string()));
+                eprintln!("tally monitor: ALERT: {}", escape(&evidence.reason));
                 if args.once {
                     return Ok(ExitCode::from(1));
                 }
@@ -84,7 +87,7 @@ pub fn run(args: &Args) -> anyhow::Result<ExitCode> {
                 if args.once {
                     return Err(e.into());
                 }
-                eprintln!("tally monitor: error: {e}");
+                eprintln!("tally monitor: error: {}", escape(&e.to_string()));
             }
         }
         if args.once {

@@ -1223,18 +1223,19 @@ fn new_link(c: &Console, project: &str, pairs: &Pairs) -> Result<NewLink, String
         return Err(format!("a link shows at most {MAX_AGENTS_PER_PACK} agents"));
     }
     agents.sort();
-    let time = |name: &str| -> Result<Option<UnixMillis>, String> {
+    // Messages name the fields by their labels on the form ("from", "to").
+    let time = |name: &str, label: &str| -> Result<Option<UnixMillis>, String> {
         match field(pairs, name).map(str::trim) {
             None | Some("") => Ok(None),
             Some(t) => UnixMillis::parse_rfc3339(t)
                 .map(Some)
-                .map_err(|e| format!("{name}: {e}")),
+                .map_err(|e| format!("{label}: {e}")),
         }
     };
-    let (since, until) = (time("since")?, time("until")?);
+    let (since, until) = (time("since", "from")?, time("until", "to")?);
     if let (Some(s), Some(u)) = (since, until) {
         if s >= u {
-            return Err("the range's start must be before its end".into());
+            return Err("from must be before to".into());
         }
     }
     let hours = field(pairs, "expires_hours")

@@ -1036,7 +1036,13 @@ async fn console_auditor_link_is_scoped_read_only_and_revocable() {
         ("agent=nobody", "not in project"),
         ("", "at least one agent"),
         ("agent=bot&expires_hours=0", "1 to 8760"),
-        ("agent=bot&since=yesterday", "since:"),
+        // Errors name the fields as their labels do ("from", "to").
+        ("agent=bot&since=yesterday", "from: "),
+        ("agent=bot&until=yesterday", "to: "),
+        (
+            "agent=bot&since=2026-12-01T00:00:00.000Z&until=2026-11-30T00:00:00.000Z",
+            "from must be before to",
+        ),
     ] {
         let (s, _, body) = h
             .post_form(
@@ -1047,6 +1053,10 @@ async fn console_auditor_link_is_scoped_read_only_and_revocable() {
             .await;
         assert_eq!(s, StatusCode::BAD_REQUEST, "{form}");
         assert!(body.contains(want), "{form}: {want}");
+        assert!(
+            !body.contains("since:") && !body.contains("until:"),
+            "{form}"
+        );
     }
     // A link for bot, received before T0 + 10 + ...: all of bot's records.
     let until = UnixMillis::new(T0 + 100_000).to_string();

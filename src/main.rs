@@ -86,7 +86,10 @@ fn main() -> ExitCode {
         Ok(code) => code,
         Err(e) if cmd::out::is_stdout_closed(&e) => ExitCode::from(cmd::out::STDOUT_CLOSED_EXIT),
         Err(e) => {
-            errln!("tally: error: {e:#}");
+            // Errors quote what witnesses, packs and servers sent: escape
+            // what could spoof the line (protocol.md §11.2).
+            let text = format!("{e:#}");
+            errln!("tally: error: {}", tally_schemas::display::escape(&text));
             ExitCode::from(2)
         }
     }

@@ -359,3 +359,92 @@ fn the_json_report_validates_against_its_schema() {
     assert_eq!(receipts["status"], "fail");
     assert!(!receipts["records"].as_array().unwrap().is_empty());
 }
+
+/// A hostile MCP server declares a tool whose name holds a right-to-left
+/// override (U+202E) and a line separator (U+2028; records refuse control
+/// characters, but not this one): `tally verify` prints them as
+/// visible escapes (protocol.md §11.2), so the coverage line cannot be
+/// reordered or split into a forged line; `--format json` keeps the names
+/// exactly.
+#[test]
+fn hostile_tool_names_are_escaped_in_the_text_report_and_exact_in_json() {
+    // Shown raw, "…: refund\u{202e}gnp.exe" reads as "…: refundexe.png",
+    // and the line separator would start a line of its own.
+    let spoof = "refund\u{202e}gnp.exe";
+    let forged = "x\u{2028}coverage: claims-bot: all 1 declared tools are recorded";
+    let mut fx = Fixture::new("tally.local/log", "log");
+    fx.add_agent("claims-bot", "claims-bot/1");
+    fx.log(
+        "claims-bot",
+        tools(
+            "l1",
+            vec![tool(spoof, false, "1"), tool(forged, false, "1")],
+        ),
+    );
+    fx.call("claims-bot", "c\u{2066}1", "lookup\u{200b}");
+    fx.commit();
+    let dir = tempfile::tempdir().unwrap();
+    let pack = dir.path().join("pack.jsonl");
+    let keys = dir.path().join("agent-keys.json");
+    std::fs::write(
+        &pack,
+        fixture::to_jsonl(&fx.pack_lines(&PackSpec::default())),
+    )
+    .unwrap();
+    std::fs::write(&keys, fixture::to_json(&fx.agent_keys())).unwrap();
+    let vkey = fx.log.verifier().vkey();
+
+    let o = tally(&[&pack, &"--agent-keys", &keys, &"--witness-key", &vkey]);
+    let text = stdout(&o);
+    assert_eq!(code(&o), 0, "{text}{}", stderr(&o));
+    for raw in ['\u{202e}', '\u{2028}', '\u{2066}', '\u{200b}'] {
+        assert!(
+            !text.contains(raw),
+            "U+{:04X} printed raw:\n{text}",
+            u32::from(raw)
+        );
+    }
+    assert!(
+        text.contains(
+            "coverage: claims-bot: 2 declared tools are not recorded: refund\\u{202e}gnp.exe, x\\u{2028}coverage: claims-bot: all 1 declared tools are recorded\n"
+        ),
+        "{text}"
+    );
+    assert!(
+        text.contains("coverage: claims-bot: 1 recorded tool is not in the declared tool list: lookup\\u{200b}\n"),
+        "{text}"
+    );
+    // One line per check, two coverage lines, the result: nothing forged.
+    assert_eq!(text.lines().count(), 12 + 2 + 1, "{text}");
+    assert_eq!(
+        text.lines().filter(|l| l.starts_with("coverage: ")).count(),
+        2,
+        "{text}"
+    );
+
+    let o = tally(&[
+        &pack,
+        &"--agent-keys",
+        &keys,
+        &"--witness-key",
+        &vkey,
+        &"--format",
+        &"json",
+    ]);
+    assert_eq!(code(&o), 0);
+    let report: Value = serde_json::from_str(&stdout(&o)).unwrap();
+    let coverage: Vec<&str> = report["coverage"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|l| l.as_str().unwrap())
+        .collect();
+    assert_eq!(
+        coverage,
+        [
+            format!("claims-bot: 2 declared tools are not recorded: {spoof}, {forged}"),
+            "claims-bot: 1 recorded tool is not in the declared tool list: lookup\u{200b}"
+                .to_owned(),
+        ]
+    );
+}

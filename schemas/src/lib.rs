@@ -12,6 +12,7 @@
 //! - [`tree`]: RFC 9162 inclusion and consistency proof checking.
 //! - [`pack`], [`report`]: packs, agent-keys.json, head.json, the report.
 //! - [`limits`]: every numeric limit.
+//! - [`display`]: the characters text output escapes, and their escape.
 //!
 //! It does no I/O: no files, no sockets. Time comes from an injected
 //! [`time::Clock`]; the one direct read of the system clock is
@@ -19,6 +20,7 @@
 //! tokio, axum or redb.
 
 pub mod canonical;
+pub mod display;
 pub mod entry;
 pub mod hash;
 pub mod keys;

@@ -15,6 +15,7 @@ use tally_gateway::state::{AgentConfig, PinnedKey, StateDir, WitnessConfig};
 use tally_gateway::store::ChainStore;
 use tally_gateway::sync::Step;
 use tally_gateway::witness::WitnessClient;
+use tally_schemas::display::escape;
 use tally_schemas::note::NoteVerifier;
 use tally_schemas::time::SystemClock;
 use tally_schemas::{AgentName, SecretKey};
@@ -418,12 +419,16 @@ fn init(args: &InitArgs) -> anyhow::Result<ExitCode> {
     match &checked {
         Some(c) => {
             outln!()?;
-            outln!("witness: {} (log {})", c.config.url, c.config.origin)?;
+            outln!(
+                "witness: {} (log {})",
+                escape(&c.config.url),
+                escape(&c.config.origin)
+            )?;
             outln!(
                 "pinned log key (trust on first use: compare it with the one your operator published):"
             )?;
             for p in &c.config.keys {
-                outln!("  {}", p.vkey)?;
+                outln!("  {}", escape(&p.vkey))?;
             }
             if api_key.is_none() {
                 outln!("no API key: give --api-key, or TALLY_API_KEY when records are synced")?;
@@ -467,8 +472,8 @@ fn sync(args: &SyncArgs) -> anyhow::Result<ExitCode> {
             outln!(
                 "{pending} of {} records not yet receipted: [{}] {}",
                 status.records,
-                n.code,
-                n.message
+                escape(&n.code),
+                escape(&n.message)
             )?;
             Ok(ExitCode::from(1))
         }

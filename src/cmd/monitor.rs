@@ -9,6 +9,7 @@ use std::process::ExitCode;
 use std::time::Duration;
 
 use anyhow::Context;
+use tally_schemas::display::{escape, escape_lines};
 use tally_schemas::note::NoteVerifier;
 use tally_verifier::monitor::{Monitor, ProofSource, Round};
 
@@ -83,8 +84,10 @@ pub fn run(args: &Args) -> anyhow::Result<ExitCode> {
                 outln!("consistent: size {from} -> {} root {}", to.size, to.root)?
             }
             Ok(Round::Inconsistent(evidence)) => {
-                outln!("{evidence}")?;
-                errln!("tally monitor: ALERT: {}", evidence.reason);
+                // The evidence quotes checkpoints a log served: escape
+                // what could spoof a line (protocol.md §11.2).
+                outln!("{}", escape_lines(&evidence.to_string()))?;
+                errln!("tally monitor: ALERT: {}", escape(&evidence.reason));
                 if args.once {
                     return Ok(ExitCode::from(1));
                 }
@@ -93,7 +96,7 @@ pub fn run(args: &Args) -> anyhow::Result<ExitCode> {
                 if args.once {
                     return Err(e.into());
                 }
-                errln!("tally monitor: error: {e}");
+                errln!("tally monitor: error: {}", escape(&e.to_string()));
             }
         }
         if args.once {

@@ -9,7 +9,9 @@ use std::process::ExitCode;
 
 use serde_json::json;
 
+use super::out::outln;
 use super::project::AdminArgs;
+use tally_schemas::display::escape;
 
 /// Arguments of `tally read-token`.
 #[derive(Debug, clap::Args)]
@@ -54,15 +56,15 @@ pub fn run(args: &Args) -> anyhow::Result<ExitCode> {
             let v = admin
                 .remote()?
                 .post_json("/v1/read-tokens", &json!({ "label": label }))?;
-            println!(
+            outln!(
                 "read token: {}",
                 v["read_token"].as_str().unwrap_or_default()
-            );
-            println!(
+            )?;
+            outln!(
                 "id:         {}",
                 v["read_token_id"].as_str().unwrap_or_default()
-            );
-            println!("(shown once: it is stored only as a hash)");
+            )?;
+            outln!("(shown once: it is stored only as a hash)")?;
         }
         ReadTokenCommand::List { admin } => {
             let v = admin.remote()?.get_json("/v1/read-tokens", &[])?;
@@ -70,19 +72,19 @@ pub fn run(args: &Args) -> anyhow::Result<ExitCode> {
                 let state = t["revoked"]
                     .as_str()
                     .map_or_else(|| "active".to_owned(), |r| format!("revoked {r}"));
-                println!(
+                outln!(
                     "{}\tcreated {}\t{state}\t{}",
                     t["id"].as_str().unwrap_or_default(),
                     t["created"].as_str().unwrap_or_default(),
-                    t["label"].as_str().unwrap_or_default()
-                );
+                    escape(t["label"].as_str().unwrap_or_default())
+                )?;
             }
         }
         ReadTokenCommand::Revoke { id, admin } => {
             admin
                 .remote()?
                 .post_json(&format!("/v1/read-tokens/{id}/revoke"), &json!({}))?;
-            println!("read token {id} revoked");
+            outln!("read token {id} revoked")?;
         }
     }
     Ok(ExitCode::SUCCESS)

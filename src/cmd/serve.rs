@@ -197,7 +197,7 @@ async fn serve(config: ServeConfig, origin: Option<String>) -> anyhow::Result<Ex
     let url = format!("{scheme}://{addr}");
     let witness = Arc::clone(&opened.witness);
     let log = Arc::clone(witness.log());
-    let console = tally_witness::console::Console::open(
+    let console = tally_console::Console::open(
         Arc::clone(&witness),
         &config.data_dir,
         tls.is_some() || config.secure_cookies,
@@ -246,8 +246,7 @@ async fn serve(config: ServeConfig, origin: Option<String>) -> anyhow::Result<Ex
     )?;
 
     let app = tally_witness::refusal_log::with_refusal_log(
-        tally_witness::http::router(Arc::clone(&witness))
-            .merge(tally_witness::console::router(console)),
+        tally_witness::http::router(Arc::clone(&witness)).merge(tally_console::router(console)),
         Arc::clone(&witness),
     );
     let drain = Duration::from_secs(config.drain_timeout_secs);

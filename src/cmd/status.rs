@@ -2,15 +2,18 @@
 //! agent, the chain head, the records not yet receipted, the witness and
 //! the last sync error, and a fork, loudly.
 
-use super::out::outln;
+use std::fmt::Write as _;
+use std::io::Write as _;
 use std::process::ExitCode;
 
 use anyhow::Context;
 use serde_json::{json, Value};
 use tally_gateway::store::ChainStore;
+use tally_schemas::display::escape;
 use tally_schemas::AgentName;
 
 use super::agent::{parse_agent, StateArgs};
+use super::out::outln;
 
 /// Arguments of `tally status`.
 #[derive(Debug, clap::Args)]
@@ -91,70 +94,97 @@ fn agent_status(args: &Args, agent: &AgentName) -> anyhow::Result<Value> {
     Ok(out)
 }
 
-fn print_text(s: &Value) -> std::io::Result<()> {
-    let agent = s["agent"].as_str().unwrap_or("?");
-    outln!(
-        "agent {agent} (key id {})",
-        s["key_id"].as_str().unwrap_or("?")
-    )?;
-    if let Some(e) = s.get("store_error").and_then(Value::as_str) {
-        outln!("  store: {e}")?;
-        return Ok(());
+/// The text form of one agent's status. Every string here can come from a
+/// witness (sync errors, its origin) or from local files: the characters
+/// of protocol.md §11.2 are escaped.
+fn status_text(s: &Value) -> String {
+    let text = |v: &Value| escape(v.as_str().unwrap_or("?")).into_owned();
+    let mut out = String::new();
+    let _ = writeln!(
+        out,
+        "agent {} (key id {})",
+        text(&s["agent"]),
+        text(&s["key_id"])
+    );
+    if let Some(e) = s.get("store_error").filter(|e| e.is_string()) {
+        let _ = writeln!(out, "  store: {}", text(e));
+        return out;
     }
     match s["head"].as_object() {
-        Some(h) => outln!(
-            "  chain head: seq {} hash {}",
-            h["seq"],
-            h["hash"].as_str().unwrap_or("?")
-        )?,
-        None => outln!("  chain head: none (no records yet)")?,
+        Some(h) => {
+            let _ = writeln!(
+                out,
+                "  chain head: seq {} hash {}",
+                h["seq"],
+                text(&h["hash"])
+            );
+        }
+        None => {
+            let _ = writeln!(out, "  chain head: none (no records yet)");
+        }
     }
-    outln!(
+    let _ = writeln!(
+        out,
         "  records: {}, not yet receipted: {}",
-        s["records"],
-        s["not_receipted"]
-    )?;
+        s["records"], s["not_receipted"]
+    );
     match s["witness"].as_object() {
-        Some(w) => outln!(
-            "  witness: {} (log {})",
-            w["url"].as_str().unwrap_or("?"),
-            w["origin"].as_str().unwrap_or("?")
-        )?,
-        None => outln!("  witness: none configured, nothing is sent")?,
+        Some(w) => {
+            let _ = writeln!(
+                out,
+                "  witness: {} (log {})",
+                text(&w["url"]),
+                text(&w["origin"])
+            );
+        }
+        None => {
+            let _ = writeln!(out, "  witness: none configured, nothing is sent");
+        }
     }
     for k in s["witness"]["retired_keys"]
         .as_array()
         .into_iter()
         .flatten()
     {
-        outln!(
+        let _ = writeln!(
+            out,
             "  pinned log key {} retired at {}: receipts it signs from then on are refused",
-            k["vkey"].as_str().unwrap_or("?"),
-            k["not_after"].as_str().unwrap_or("?")
-        )?;
+            text(&k["vkey"]),
+            text(&k["not_after"])
+        );
     }
     match s.get("last_sync_error").and_then(Value::as_object) {
-        Some(e) => outln!(
-            "  last sync error: {} [{}] {}",
-            e["time"].as_str().unwrap_or("?"),
-            e["code"].as_str().unwrap_or("?"),
-            e["message"].as_str().unwrap_or("?")
-        )?,
-        None => outln!("  last sync error: none")?,
+        Some(e) => {
+            let _ = writeln!(
+                out,
+                "  last sync error: {} [{}] {}",
+                text(&e["time"]),
+                text(&e["code"]),
+                text(&e["message"])
+            );
+        }
+        None => {
+            let _ = writeln!(out, "  last sync error: none");
+        }
     }
     if s["superseded_receipts"].as_u64().unwrap_or(0) > 0 {
-        outln!(
+        let _ = writeln!(
+            out,
             "  !!! {} receipts were superseded: the witness lost records it had receipted (they were sent again)",
             s["superseded_receipts"]
-        )?;
+        );
     }
     if let Some(f) = s.get("fork").and_then(Value::as_object) {
-        outln!(
-            "  !!! {} — syncing is stopped until this is resolved by hand",
-            f["message"].as_str().unwrap_or("fork")
-        )?;
+        let message = f
+            .get("message")
+            .filter(|m| m.is_string())
+            .map_or_else(|| "fork".to_owned(), text);
+        let _ = writeln!(
+            out,
+            "  !!! {message} — syncing is stopped until this is resolved by hand"
+        );
     }
-    Ok(())
+    out
 }
 
 /// Runs `tally status`; exits 1 when any agent's chain is forked.
@@ -185,7 +215,7 @@ pub fn run(args: &Args) -> anyhow::Result<ExitCode> {
         outln!("{}", json!({"v": 1, "agents": statuses}))?;
     } else {
         for s in &statuses {
-            print_text(s)?;
+            super::out::stdout().write_all(status_text(s).as_bytes())?;
         }
     }
     Ok(if forked {
@@ -193,4 +223,37 @@ pub fn run(args: &Args) -> anyhow::Result<ExitCode> {
     } else {
         ExitCode::SUCCESS
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A witness's error message cannot reorder or forge status lines.
+    #[test]
+    fn status_text_escapes_what_a_witness_sent() {
+        let s = json!({
+            "agent": "claims-bot",
+            "key_id": "00112233aabbccdd",
+            "head": {"seq": 3, "hash": "ab"},
+            "records": 4,
+            "not_receipted": 1,
+            "witness": {"url": "http://127.0.0.1:7878", "origin": "evil\u{202e}gol/", "retired_keys": []},
+            "last_sync_error": {
+                "time": "2026-11-30T08:00:00.000Z",
+                "code": "chain_conflict",
+                "message": "head is \u{202e}0 qes\nsynced: all receipted"
+            },
+            "superseded_receipts": 0,
+            "fork": null,
+        });
+        let text = status_text(&s);
+        assert!(!text.contains('\u{202e}'), "{text}");
+        assert!(text.contains("(log evil\\u{202e}gol/)"), "{text}");
+        assert!(
+            text.contains("[chain_conflict] head is \\u{202e}0 qes\\u{a}synced: all receipted\n"),
+            "{text}"
+        );
+        assert_eq!(text.lines().count(), 5, "{text}");
+    }
 }

@@ -1,8 +1,12 @@
 //! The text form of a report, docs/protocol.md §11: one line per check, then
-//! the coverage lines, then the result line.
+//! the coverage lines, then the result line. Messages and coverage lines
+//! carry names from agents and MCP servers, so their bidirectional controls
+//! and other invisible characters are escaped (§11.2); the JSON report
+//! keeps them as they are.
 
 use std::fmt::Write as _;
 
+use tally_schemas::display::escape;
 use tally_schemas::report::{CheckStatus, Report, Verdict};
 
 /// The status as printed.
@@ -61,11 +65,11 @@ pub fn render_text(report: &Report, agents: usize) -> String {
             "{}: {}: {}",
             c.id.as_str(),
             status_text(c.status),
-            c.message
+            escape(&c.message)
         );
     }
     for line in &report.coverage {
-        let _ = writeln!(out, "coverage: {line}");
+        let _ = writeln!(out, "coverage: {}", escape(line));
     }
     let _ = writeln!(out, "{}", result_line(report, agents));
     out

@@ -323,7 +323,7 @@ impl WitnessError {
     }
 
     /// A storage failure, logged here and shown as a bare 500.
-    pub(crate) fn internal(e: &dyn std::fmt::Display) -> Self {
+    pub fn internal(e: &dyn std::fmt::Display) -> Self {
         tracing::error!(error = %e, "internal error");
         Self::Internal(e.to_string())
     }

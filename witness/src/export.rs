@@ -400,6 +400,37 @@ pub fn write_pack(
     })
 }
 
+/// The pack of `plan` as a streamed HTTP body: [`write_pack`] runs on a
+/// blocking thread and hands each line over a bounded channel, so memory
+/// stays at a few lines whatever the pack's length, and a client that stops
+/// reading stops the writer. `GET /v1/export` and the console's pack
+/// downloads both answer with this body.
+///
+/// The status line has gone out before the first byte is written, so a
+/// storage failure mid-stream cannot become an error answer: the error is
+/// logged and the body ends with an I/O error, which the client sees as a
+/// pack without its `end` line (check 1 fails on it, protocol.md §9.1).
+pub fn pack_body(log: Arc<Log>, plan: PackPlan, created: UnixMillis) -> axum::body::Body {
+    let (tx, rx) = tokio::sync::mpsc::channel::<Result<bytes::Bytes, std::io::Error>>(64);
+    tokio::task::spawn_blocking(move || {
+        let mut sink = |line: Vec<u8>| {
+            tx.blocking_send(Ok(bytes::Bytes::from(line)))
+                .map_err(|_| WitnessError::ShuttingDown)
+        };
+        if let Err(e) = write_pack(&log, &plan, created, &mut sink) {
+            // ShuttingDown here means the client went away.
+            if !matches!(e, WitnessError::ShuttingDown) {
+                tracing::error!(error = %e, "export failed mid-stream; the pack is cut short (no end line)");
+            }
+            let _ = tx.blocking_send(Err(std::io::Error::other("export failed")));
+        }
+    });
+    let stream = futures::stream::unfold(rx, |mut rx| async move {
+        rx.recv().await.map(|item| (item, rx))
+    });
+    axum::body::Body::from_stream(stream)
+}
+
 /// agent-keys.json for `project`'s agents (all of them, or those named).
 ///
 /// # Errors

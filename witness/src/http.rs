@@ -758,23 +758,7 @@ async fn export_pack(
     let agents = readable_agents(&w, &reader, named)?;
     let w2 = Arc::clone(&w);
     let plan = blocking(move || export::plan_pack(w2.log(), &agents, range)).await?;
-    let (tx, rx) = tokio::sync::mpsc::channel::<Result<Bytes, std::io::Error>>(64);
-    let created = w.now();
-    tokio::task::spawn_blocking(move || {
-        let mut sink = |line: Vec<u8>| {
-            tx.blocking_send(Ok(Bytes::from(line)))
-                .map_err(|_| WitnessError::ShuttingDown)
-        };
-        if let Err(e) = export::write_pack(w.log(), &plan, created, &mut sink) {
-            if !matches!(e, WitnessError::ShuttingDown) {
-                tracing::error!(error = %e, "export failed mid-stream; the pack is cut short (no end line)");
-            }
-            let _ = tx.blocking_send(Err(std::io::Error::other("export failed")));
-        }
-    });
-    let stream = futures::stream::unfold(rx, |mut rx| async move {
-        rx.recv().await.map(|item| (item, rx))
-    });
+    let body = export::pack_body(Arc::clone(w.log()), plan, w.now());
     Ok((
         [
             (
@@ -783,7 +767,7 @@ async fn export_pack(
             ),
             (header::CACHE_CONTROL, HeaderValue::from_static("no-store")),
         ],
-        Body::from_stream(stream),
+        body,
     )
         .into_response())
 }

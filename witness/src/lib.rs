@@ -12,9 +12,11 @@
 //! - [`server`]: data folder, TLS, graceful drain; [`config`]: settings.
 //! - [`key_changes`]: key changes never reach back before admitted records.
 //! - [`keydir`], [`metrics`], [`ratelimit`], [`refusal_log`]: the smaller parts.
+//!
+//! The console at `/console` is its own crate, tally-console, on top of this
+//! one; `tally serve` merges its routes into [`http::router`].
 
 pub mod config;
-pub mod console;
 pub mod error;
 pub mod export;
 pub mod http;

@@ -259,7 +259,7 @@ pub async fn serve(
     let acceptor = tls.map(tokio_rustls::TlsAcceptor::from);
     tokio::pin!(shutdown);
     loop {
-        let (stream, _) = tokio::select! {
+        let (stream, peer) = tokio::select! {
             accepted = listener.accept() => match accepted {
                 Ok(c) => c,
                 Err(e) => {
@@ -271,7 +271,16 @@ pub async fn serve(
             () = &mut shutdown => break,
         };
         let _ = stream.set_nodelay(true);
-        let service = TowerToHyperService::new(app.clone());
+        // The client's address reaches handlers as axum's ConnectInfo (the
+        // console's login throttle counts attempts per address).
+        let service = TowerToHyperService::new(tower::ServiceExt::map_request(
+            app.clone(),
+            move |mut req: axum::extract::Request<hyper::body::Incoming>| {
+                req.extensions_mut()
+                    .insert(axum::extract::ConnectInfo(peer));
+                req
+            },
+        ));
         let watcher = graceful.watcher();
         let acceptor = acceptor.clone();
         tokio::spawn(async move {

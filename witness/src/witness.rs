@@ -143,7 +143,7 @@ impl Witness {
     }
 
     /// Makes a secret with the injected randomness.
-    pub(crate) fn with_rng<T>(&self, f: impl FnOnce(&mut dyn CryptoRngCore) -> T) -> T {
+    pub fn with_rng<T>(&self, f: impl FnOnce(&mut dyn CryptoRngCore) -> T) -> T {
         let mut rng = self
             .rng
             .lock()

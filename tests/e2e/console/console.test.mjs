@@ -299,6 +299,10 @@ test("agent page: head, keys, calls with open decisions and errors standing out,
   assert.equal(await page.locator("#calls tr.ok").count(), 1);
   // Hostile text is text: no element was made from it, no script ran.
   assert.equal(await page.textContent("#notes td.note-text"), HOSTILE_NOTE);
+  // Text from records is isolated, so right-to-left text or a bidirectional
+  // control in it cannot reorder the rest of the row (protocol.md §11.2).
+  const bidi = await page.$eval("#calls tr.error td.tool bdi.ext", (b) => getComputedStyle(b).unicodeBidi);
+  assert.equal(bidi, "isolate");
   assert.equal(await page.locator("main script, main img, #notes img").count(), 0);
   assert.equal(await page.locator("script").count(), 1);
   noInjectedDialogs();
@@ -368,7 +372,7 @@ test("gateway agent page: the server's declared tools, the calls through the gat
   await page.$eval("#tool-lists", (d) => (d.open = true)); // shown in the screenshot
   await page.screenshot({ path: join(shots, "03-agent-gateway.png"), fullPage: true });
   // The echo call's decision: its record page names the tool, with a proof.
-  await page.click("#calls tbody tr:has(td.tool:text-is('echo')) td:nth-child(4) a");
+  await page.click("#calls tbody tr:has(td.tool > bdi:text-is('echo')) td:nth-child(4) a");
   await page.waitForURL(/\/console\/records\/\d+$/);
   assert.equal(await page.textContent("#record-kind"), "decision");
   const record = JSON.parse(await page.textContent("#record-json"));

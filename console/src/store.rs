@@ -1,4 +1,4 @@
-//! Auditor links of the console (issue 7, "Auditor view"): a read-only link
+//! Auditor links of the console (docs/console.md "Access"): a read-only link
 //! with an unguessable token, scoped to chosen agents of one project and a
 //! time range, with an expiry, revocable at once.
 //!

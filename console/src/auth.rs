@@ -1,4 +1,4 @@
-//! Console sessions (issue 7, "Access"): an operator logs in with one of
+//! Console sessions (docs/console.md "Access"): an operator logs in with one of
 //! the project's API keys and gets a session cookie; every state-changing
 //! form carries the session's CSRF token.
 //!
@@ -8,8 +8,13 @@
 //!   memory. A restart logs everyone out, which is the safe direction.
 //! - The API key is kept in the session (memory only) and re-checked on every
 //!   request, so revoking the key ends its console sessions at once.
-//! - Sessions end after [`SESSION_TTL_MS`]; at most [`MAX_SESSIONS`] live at
-//!   once (the oldest is dropped first).
+//! - Sessions end after [`SESSION_TTL_MS`]. A project holds at most
+//!   [`SessionLimits::per_project`] sessions: a login past that ends the
+//!   oldest session of the project's API key that holds the most, so one
+//!   key holder logging in again and again ends only its own sessions, and
+//!   never another project's. The whole table holds at most
+//!   [`SessionLimits::total`]: past that a login ends the oldest session of
+//!   the project that holds the most.
 //! - CSRF: a per-session random token in a hidden field, compared in
 //!   constant time, on top of `SameSite=Strict`; and any POST whose
 //!   `Sec-Fetch-Site` or `Origin` says it came from another site is refused.
@@ -26,8 +31,8 @@ use sha2::{Digest, Sha256};
 use subtle::ConstantTimeEq;
 use tally_schemas::UnixMillis;
 
-use crate::registry::Principal;
-use crate::witness::Witness;
+use tally_witness::registry::Principal;
+use tally_witness::witness::Witness;
 
 /// The session cookie's name.
 pub const COOKIE: &str = "tally_console";
@@ -37,13 +42,38 @@ pub const LOGIN_COOKIE: &str = "tally_login";
 pub const LOGIN_TTL_SECS: i64 = 3_600;
 /// How long a session lasts: 8 hours.
 pub const SESSION_TTL_MS: i64 = 8 * 3_600_000;
-/// Most sessions at once.
+/// Default [`SessionLimits::per_project`].
+pub const MAX_SESSIONS_PER_PROJECT: usize = 100;
+/// Default [`SessionLimits::total`].
 pub const MAX_SESSIONS: usize = 10_000;
+
+/// How many sessions are kept.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct SessionLimits {
+    /// Most sessions of one project.
+    pub per_project: usize,
+    /// Most sessions in all.
+    pub total: usize,
+}
+
+impl Default for SessionLimits {
+    fn default() -> Self {
+        Self {
+            per_project: MAX_SESSIONS_PER_PROJECT,
+            total: MAX_SESSIONS,
+        }
+    }
+}
 
 struct Session {
     api_key: String,
+    /// The API key's public id and its project, for the limits.
+    key_id: String,
+    project: String,
     csrf: String,
     expires: UnixMillis,
+    /// Login order (clock ties are common).
+    order: u64,
 }
 
 /// A logged-in operator.
@@ -58,15 +88,67 @@ pub struct Operator {
 }
 
 /// The sessions, in memory.
-#[derive(Default)]
 pub struct Sessions {
-    by_hash: Mutex<HashMap<String, Session>>,
+    limits: SessionLimits,
+    table: Mutex<Table>,
+}
+
+#[derive(Default)]
+struct Table {
+    by_hash: HashMap<String, Session>,
+    logins: u64,
+}
+
+impl Default for Sessions {
+    fn default() -> Self {
+        Self::new(SessionLimits::default())
+    }
 }
 
 impl std::fmt::Debug for Sessions {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Sessions").finish_non_exhaustive()
+        f.debug_struct("Sessions")
+            .field("limits", &self.limits)
+            .finish_non_exhaustive()
     }
+}
+
+/// The session to end so that a new one fits, if one must end: see the
+/// module docs.
+fn victim(map: &HashMap<String, Session>, project: &str, limits: SessionLimits) -> Option<String> {
+    let in_project = map.values().filter(|s| s.project == project).count();
+    let project = if in_project >= limits.per_project.max(1) {
+        project.to_owned()
+    } else if map.len() >= limits.total.max(1) {
+        // The project with the most sessions (ties: the one whose oldest
+        // session is oldest).
+        let mut counts: HashMap<&str, (usize, u64)> = HashMap::new();
+        for s in map.values() {
+            let c = counts.entry(&s.project).or_insert((0, u64::MAX));
+            c.0 += 1;
+            c.1 = c.1.min(s.order);
+        }
+        counts
+            .into_iter()
+            .max_by_key(|(_, (n, oldest))| (*n, std::cmp::Reverse(*oldest)))
+            .map(|(p, _)| p.to_owned())?
+    } else {
+        return None;
+    };
+    // Within it, the API key with the most sessions, and its oldest one.
+    let mut by_key: HashMap<&str, (usize, u64, &str)> = HashMap::new();
+    for (id, s) in map.iter().filter(|(_, s)| s.project == project) {
+        let e = by_key.entry(&s.key_id).or_insert((0, u64::MAX, id));
+        e.0 += 1;
+        if s.order < e.1 {
+            e.1 = s.order;
+            e.2 = id;
+        }
+    }
+    by_key
+        .into_values()
+        .max_by_key(|(n, oldest, _)| (*n, std::cmp::Reverse(*oldest)))
+        .map(|(_, _, id)| id.to_owned())
 }
 
 fn sha256_hex(s: &str) -> String {
@@ -74,8 +156,17 @@ fn sha256_hex(s: &str) -> String {
 }
 
 impl Sessions {
-    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<String, Session>> {
-        self.by_hash
+    /// An empty table with these limits.
+    #[must_use]
+    pub fn new(limits: SessionLimits) -> Self {
+        Self {
+            limits,
+            table: Mutex::new(Table::default()),
+        }
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, Table> {
+        self.table
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner)
     }
@@ -92,24 +183,22 @@ impl Sessions {
             (hex::encode(t), hex::encode(c))
         });
         let now = w.now();
-        let mut map = self.lock();
-        map.retain(|_, s| s.expires > now);
-        while map.len() >= MAX_SESSIONS {
-            let Some(oldest) = map
-                .iter()
-                .min_by_key(|(_, s)| s.expires)
-                .map(|(k, _)| k.clone())
-            else {
-                break;
-            };
-            map.remove(&oldest);
+        let mut table = self.lock();
+        table.by_hash.retain(|_, s| s.expires > now);
+        if let Some(id) = victim(&table.by_hash, &principal.project, self.limits) {
+            table.by_hash.remove(&id);
         }
-        map.insert(
+        table.logins += 1;
+        let order = table.logins;
+        table.by_hash.insert(
             sha256_hex(&token),
             Session {
                 api_key: api_key.trim().to_owned(),
+                key_id: principal.key_id.clone(),
+                project: principal.project.clone(),
                 csrf,
                 expires: UnixMillis::new(now.as_millis().saturating_add(SESSION_TTL_MS)),
+                order,
             },
         );
         Some((principal, token))
@@ -121,7 +210,8 @@ impl Sessions {
         let token = cookie(headers, COOKIE)?;
         let id = sha256_hex(token);
         let now = w.now();
-        let mut map = self.lock();
+        let mut table = self.lock();
+        let map = &mut table.by_hash;
         let session = map.get(&id)?;
         if session.expires <= now {
             map.remove(&id);
@@ -140,7 +230,17 @@ impl Sessions {
 
     /// Ends a session.
     pub fn logout(&self, session_id: &str) {
-        self.lock().remove(session_id);
+        self.lock().by_hash.remove(session_id);
+    }
+
+    /// Sessions held now by `project` (expired ones not yet dropped count).
+    #[must_use]
+    pub fn count(&self, project: &str) -> usize {
+        self.lock()
+            .by_hash
+            .values()
+            .filter(|s| s.project == project)
+            .count()
     }
 }
 

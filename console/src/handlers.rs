@@ -6,12 +6,13 @@
 //! log).
 
 use std::collections::HashSet;
+use std::net::{IpAddr, SocketAddr};
 use std::sync::Arc;
 
-use axum::body::{Body, Bytes};
 use axum::extract::multipart::MultipartRejection;
 use axum::extract::rejection::{FormRejection, PathRejection, QueryRejection};
-use axum::extract::{Form, Multipart, Path, Query, State};
+use axum::extract::{ConnectInfo, Form, FromRequestParts, Multipart, Path, Query, State};
+use axum::http::request::Parts;
 use axum::http::{header, HeaderMap, HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Redirect, Response};
 use maud::Markup;
@@ -21,15 +22,16 @@ use tally_schemas::note::NoteVerifier;
 use tally_schemas::pack::{AgentKeys, Head};
 use tally_schemas::{AgentName, LeafIndex, UnixMillis};
 use tally_verifier::Verification;
+use tokio::sync::OwnedSemaphorePermit;
 
-use super::auth::{self, Operator};
-use super::data::{self, TimeRange};
-use super::pages::{self, AuditorScope, CallFilter, View};
-use super::store::{AuditorLink, LinkStoreError, NewLink};
-use super::{Console, MAX_VERIFY_PACK_BYTES};
-use crate::error::WitnessError;
-use crate::export::{self, ExportRange};
-use crate::http::PACK_CONTENT_TYPE;
+use crate::auth::{self, Operator};
+use crate::data::{self, TimeRange};
+use crate::pages::{self, AuditorScope, CallFilter, View};
+use crate::store::{AuditorLink, LinkStoreError, NewLink};
+use crate::{Console, MAX_VERIFY_PACK_BYTES};
+use tally_witness::error::WitnessError;
+use tally_witness::export::{self, ExportRange};
+use tally_witness::http::PACK_CONTENT_TYPE;
 
 type S = State<Arc<Console>>;
 
@@ -268,11 +270,44 @@ pub(crate) struct LoginForm {
     login_token: Option<String>,
 }
 
+/// The client's address, when the server handed it over (`tally serve`
+/// does, as axum's `ConnectInfo`).
+pub(crate) struct ClientAddr(Option<IpAddr>);
+
+impl<St: Send + Sync> FromRequestParts<St> for ClientAddr {
+    type Rejection = std::convert::Infallible;
+
+    async fn from_request_parts(parts: &mut Parts, _: &St) -> Result<Self, Self::Rejection> {
+        Ok(Self(
+            parts
+                .extensions
+                .get::<ConnectInfo<SocketAddr>>()
+                .map(|ConnectInfo(a)| a.ip()),
+        ))
+    }
+}
+
 pub(crate) async fn login(
     State(c): S,
+    ClientAddr(client): ClientAddr,
     headers: HeaderMap,
     form: Result<Form<LoginForm>, FormRejection>,
 ) -> Response {
+    // Every attempt counts, before anything about it is looked at.
+    if let Err(wait_ms) = c.login_throttle.take(client, c.witness.now()) {
+        let secs = wait_ms.div_ceil(1000).max(1);
+        let mut r = login_page(
+            &c,
+            StatusCode::TOO_MANY_REQUESTS,
+            Some(&format!(
+                "Too many login attempts; try again in {secs} second{}.",
+                if secs == 1 { "" } else { "s" }
+            )),
+        );
+        r.headers_mut()
+            .insert(header::RETRY_AFTER, HeaderValue::from(secs));
+        return r;
+    }
     if !auth::same_site_post(&headers) {
         return PageError::new(StatusCode::FORBIDDEN, "Cross-site form posts are refused.")
             .into_response();
@@ -539,7 +574,7 @@ pub(crate) async fn auditor_agent(
 /// decision or outcome only when those are in the scope's range too: a link
 /// outside the range would name what the scope hides.
 fn scoped_detail(
-    w: &crate::witness::Witness,
+    w: &tally_witness::witness::Witness,
     scope: &Scope,
     index: LeafIndex,
 ) -> Result<data::RecordDetail, PageError> {
@@ -659,24 +694,6 @@ async fn pack_download(
         }
     })
     .await?;
-    let (tx, rx) = tokio::sync::mpsc::channel::<Result<Bytes, std::io::Error>>(64);
-    let w = Arc::clone(&c.witness);
-    let created = w.now();
-    tokio::task::spawn_blocking(move || {
-        let mut sink = |line: Vec<u8>| {
-            tx.blocking_send(Ok(Bytes::from(line)))
-                .map_err(|_| WitnessError::ShuttingDown)
-        };
-        if let Err(e) = export::write_pack(w.log(), &plan, created, &mut sink) {
-            if !matches!(e, WitnessError::ShuttingDown) {
-                tracing::error!(error = %e, "console export failed mid-stream; the pack is cut short (no end line)");
-            }
-            let _ = tx.blocking_send(Err(std::io::Error::other("export failed")));
-        }
-    });
-    let stream = futures::stream::unfold(rx, |mut rx| async move {
-        rx.recv().await.map(|item| (item, rx))
-    });
     let disposition = HeaderValue::from_str(&format!("attachment; filename=\"{filename}\""))
         .map_err(|e| PageError::from(WitnessError::internal(&e)))?;
     Ok((
@@ -687,7 +704,7 @@ async fn pack_download(
             ),
             (header::CONTENT_DISPOSITION, disposition),
         ],
-        Body::from_stream(stream),
+        export::pack_body(Arc::clone(c.witness.log()), plan, c.witness.now()),
     )
         .into_response())
 }
@@ -848,23 +865,59 @@ pub(crate) async fn auditor_verify_form(
     }
 }
 
-/// Why an upload was refused before a report could be made.
-type UploadError = String;
+/// Why an upload gave no report: the status to answer and a message.
+#[derive(Debug, Clone)]
+struct UploadError {
+    status: StatusCode,
+    message: String,
+}
+
+impl From<String> for UploadError {
+    fn from(message: String) -> Self {
+        Self {
+            status: StatusCode::BAD_REQUEST,
+            message,
+        }
+    }
+}
+
+impl From<&str> for UploadError {
+    fn from(message: &str) -> Self {
+        message.to_owned().into()
+    }
+}
+
+/// One read from an upload, cut off when the client sends nothing for the
+/// console's idle timeout (a stalled upload must not hold a slot).
+async fn within_idle<T>(
+    c: &Console,
+    read: impl std::future::Future<Output = T>,
+) -> Result<T, UploadError> {
+    let idle = c.limits.upload_idle;
+    tokio::time::timeout(idle, read)
+        .await
+        .map_err(|_| UploadError {
+            status: StatusCode::REQUEST_TIMEOUT,
+            message: format!(
+                "the upload sent nothing for {idle:?} and was cut off; send it again, or run tally verify on your machine"
+            ),
+        })
+}
 
 /// Reads a small multipart field whole, refusing one over `max` bytes.
 async fn small_field(
+    c: &Console,
     field: &mut axum::extract::multipart::Field<'_>,
     name: &str,
     max: usize,
 ) -> Result<Vec<u8>, UploadError> {
     let mut out = Vec::new();
-    while let Some(chunk) = field
-        .chunk()
-        .await
+    while let Some(chunk) = within_idle(c, field.chunk())
+        .await?
         .map_err(|e| format!("reading {name}: {}", e.body_text()))?
     {
         if out.len() + chunk.len() > max {
-            return Err(format!("{name} is larger than {max} bytes"));
+            return Err(format!("{name} is larger than {max} bytes").into());
         }
         out.extend_from_slice(&chunk);
     }
@@ -873,29 +926,31 @@ async fn small_field(
 
 /// Reads the verify form (fields in the form's order: csrf, witness key,
 /// agent keys, head, then the pack, streamed into the verifier) and returns
-/// the report. Nothing is written anywhere.
+/// the report. Nothing is written anywhere. `turn` is the upload's slot: it
+/// is held until the verifier's thread has ended.
 async fn run_upload(
     c: &Console,
     mut multipart: Multipart,
     csrf: Option<&Operator>,
     settings: &mut pages::VerifySettings,
+    turn: OwnedSemaphorePermit,
 ) -> Result<Verification, UploadError> {
     let mut log_key: Option<NoteVerifier> = None;
     let mut keys: Option<AgentKeys> = None;
     let mut head: Option<Head> = None;
     let mut csrf_seen = csrf.is_none();
     loop {
-        let mut field = match multipart.next_field().await {
+        let mut field = match within_idle(c, multipart.next_field()).await? {
             Ok(Some(f)) => f,
             Ok(None) => return Err("the form has no pack; choose a pack file".into()),
-            Err(e) => return Err(format!("the upload could not be read: {}", e.body_text())),
+            Err(e) => return Err(format!("the upload could not be read: {}", e.body_text()).into()),
         };
         let name = field.name().unwrap_or("").to_owned();
         if !csrf_seen {
             if name != "csrf" {
                 return Err("the form's token is missing; reload the page".into());
             }
-            let token = small_field(&mut field, "csrf", 256).await?;
+            let token = small_field(c, &mut field, "csrf", 256).await?;
             let token = String::from_utf8(token).unwrap_or_default();
             if csrf.is_some_and(|op| auth::csrf_ok(op, Some(&token))) {
                 csrf_seen = true;
@@ -905,7 +960,7 @@ async fn run_upload(
         }
         match name.as_str() {
             "witness_key" => {
-                let text = small_field(&mut field, "the witness key", 1024).await?;
+                let text = small_field(c, &mut field, "the witness key", 1024).await?;
                 let text = String::from_utf8(text)
                     .map_err(|_| "the witness key is not UTF-8".to_owned())?;
                 let text = text.trim();
@@ -917,19 +972,19 @@ async fn run_upload(
             }
             "agent_keys" => {
                 let bytes =
-                    small_field(&mut field, "agent-keys.json", MAX_WIRE_OBJECT_BYTES).await?;
+                    small_field(c, &mut field, "agent-keys.json", MAX_WIRE_OBJECT_BYTES).await?;
                 keys = Some(
                     AgentKeys::from_json(&bytes).map_err(|e| format!("agent-keys.json: {e}"))?,
                 );
             }
             "head" => {
-                let bytes = small_field(&mut field, "head.json", MAX_WIRE_OBJECT_BYTES).await?;
+                let bytes = small_field(c, &mut field, "head.json", MAX_WIRE_OBJECT_BYTES).await?;
                 if !bytes.is_empty() {
                     head = Some(Head::from_json(&bytes).map_err(|e| format!("head.json: {e}"))?);
                 }
             }
             "max_skew" | "grace" => {
-                let text = small_field(&mut field, &name, 32).await?;
+                let text = small_field(c, &mut field, &name, 32).await?;
                 let text = String::from_utf8(text).unwrap_or_default();
                 let text = text.trim();
                 if !text.is_empty() {
@@ -954,13 +1009,14 @@ async fn run_upload(
             "pack" => {
                 let keys = keys.ok_or_else(|| "choose an agent-keys.json file".to_owned())?;
                 settings.head = head.is_some();
-                return stream_pack(c, field, keys, log_key, head, settings).await;
+                return stream_pack(c, field, keys, log_key, head, settings, turn).await;
             }
             _ => {
                 return Err(format!(
                     "unexpected form field {:?}",
                     name.chars().take(40).collect::<String>()
-                ))
+                )
+                .into())
             }
         }
     }
@@ -973,12 +1029,16 @@ async fn stream_pack(
     log_key: Option<NoteVerifier>,
     head: Option<Head>,
     settings: &pages::VerifySettings,
+    turn: OwnedSemaphorePermit,
 ) -> Result<Verification, UploadError> {
     let log_key = log_key.unwrap_or_else(|| c.witness.log().verifier().clone());
     let max_skew_ms = settings.max_skew_secs.saturating_mul(1000);
     let grace_ms = settings.grace_secs.saturating_mul(1000);
     let (tx, mut rx) = tokio::sync::mpsc::channel::<std::io::Result<Vec<u8>>>(16);
     let verifier = tokio::task::spawn_blocking(move || {
+        // The slot is free only once this thread is done, even when the
+        // request was cut off before.
+        let _turn = turn;
         let reader = data::ChunkReader::new(move || rx.blocking_recv());
         data::run_verify(
             reader,
@@ -990,16 +1050,28 @@ async fn stream_pack(
         )
     });
     let mut total = 0usize;
-    let mut too_large = false;
+    let mut refused: Option<UploadError> = None;
     loop {
-        match field.chunk().await {
+        let chunk = match within_idle(c, field.chunk()).await {
+            Ok(chunk) => chunk,
+            Err(stalled) => {
+                let _ = tx
+                    .send(Err(std::io::Error::other("the upload stalled")))
+                    .await;
+                refused = Some(stalled);
+                break;
+            }
+        };
+        match chunk {
             Ok(Some(chunk)) => {
                 total += chunk.len();
                 if total > MAX_VERIFY_PACK_BYTES {
-                    too_large = true;
                     let _ = tx
                         .send(Err(std::io::Error::other("the pack is too large")))
                         .await;
+                    refused = Some(format!(
+                        "the pack is larger than the {MAX_VERIFY_PACK_BYTES} bytes the console accepts; verify it with `tally verify`"
+                    ).into());
                     break;
                 }
                 if tx.send(Ok(chunk.to_vec())).await.is_err() {
@@ -1017,12 +1089,33 @@ async fn stream_pack(
     let result = verifier
         .await
         .map_err(|_| "the verifier stopped unexpectedly".to_owned())?;
-    if too_large {
-        return Err(format!(
-            "the pack is larger than the {MAX_VERIFY_PACK_BYTES} bytes the console accepts; verify it with `tally verify`"
-        ));
+    if let Some(e) = refused {
+        return Err(e);
     }
-    result.map_err(|e| format!("pack: {e}"))
+    result.map_err(|e| format!("pack: {e}").into())
+}
+
+/// Runs an upload in its slot, within the console's upload deadline.
+async fn upload_within_deadline(
+    c: &Console,
+    multipart: Result<Multipart, MultipartRejection>,
+    csrf: Option<&Operator>,
+    settings: &mut pages::VerifySettings,
+    turn: OwnedSemaphorePermit,
+) -> Result<Verification, UploadError> {
+    let multipart =
+        multipart.map_err(|e| format!("the upload could not be read: {}", e.body_text()))?;
+    let deadline = c.limits.upload_deadline;
+    tokio::time::timeout(deadline, run_upload(c, multipart, csrf, settings, turn))
+        .await
+        .unwrap_or_else(|_| {
+            Err(UploadError {
+                status: StatusCode::REQUEST_TIMEOUT,
+                message: format!(
+                    "the upload and its verification took longer than {deadline:?} and were cut off; run tally verify on your machine"
+                ),
+            })
+        })
 }
 
 pub(crate) async fn verify_upload(
@@ -1039,15 +1132,12 @@ pub(crate) async fn verify_upload(
             .with_view(&view)
             .into_response();
     }
-    // At most MAX_VERIFY_UPLOADS run at once.
-    let Ok(_turn) = c.uploads.try_acquire() else {
+    // Operators have slots of their own: auditor links cannot take them.
+    let Ok(turn) = Arc::clone(&c.operator_uploads).try_acquire_owned() else {
         return busy(&view);
     };
     let mut settings = pages::VerifySettings::default();
-    let result = match multipart {
-        Ok(m) => run_upload(&c, m, Some(&op), &mut settings).await,
-        Err(e) => Err(format!("the upload could not be read: {}", e.body_text())),
-    };
+    let result = upload_within_deadline(&c, multipart, Some(&op), &mut settings, turn).await;
     verify_result(&c, &view, &settings, result)
 }
 
@@ -1075,14 +1165,11 @@ pub(crate) async fn auditor_verify_upload(
             .with_view(&scope.view)
             .into_response();
     }
-    let Ok(_turn) = c.uploads.try_acquire() else {
+    let Ok(turn) = Arc::clone(&c.auditor_uploads).try_acquire_owned() else {
         return busy(&scope.view);
     };
     let mut settings = pages::VerifySettings::default();
-    let result = match multipart {
-        Ok(m) => run_upload(&c, m, None, &mut settings).await,
-        Err(e) => Err(format!("the upload could not be read: {}", e.body_text())),
-    };
+    let result = upload_within_deadline(&c, multipart, None, &mut settings, turn).await;
     verify_result(&c, &scope.view, &settings, result)
 }
 
@@ -1092,11 +1179,11 @@ fn verify_result(
     settings: &pages::VerifySettings,
     result: Result<Verification, UploadError>,
 ) -> Response {
-    match &result {
-        Ok(v) => ok(&pages::verify(view, &vkey(c), settings, Some(Ok(v)))),
+    match result {
+        Ok(v) => ok(&pages::verify(view, &vkey(c), settings, Some(Ok(&v)))),
         Err(e) => page(
-            StatusCode::BAD_REQUEST,
-            &pages::verify(view, &vkey(c), settings, Some(Err(e.clone()))),
+            e.status,
+            &pages::verify(view, &vkey(c), settings, Some(Err(e.message))),
         ),
     }
 }
@@ -1136,18 +1223,19 @@ fn new_link(c: &Console, project: &str, pairs: &Pairs) -> Result<NewLink, String
         return Err(format!("a link shows at most {MAX_AGENTS_PER_PACK} agents"));
     }
     agents.sort();
-    let time = |name: &str| -> Result<Option<UnixMillis>, String> {
+    // Messages name the fields by their labels on the form ("from", "to").
+    let time = |name: &str, label: &str| -> Result<Option<UnixMillis>, String> {
         match field(pairs, name).map(str::trim) {
             None | Some("") => Ok(None),
             Some(t) => UnixMillis::parse_rfc3339(t)
                 .map(Some)
-                .map_err(|e| format!("{name}: {e}")),
+                .map_err(|e| format!("{label}: {e}")),
         }
     };
-    let (since, until) = (time("since")?, time("until")?);
+    let (since, until) = (time("since", "from")?, time("until", "to")?);
     if let (Some(s), Some(u)) = (since, until) {
         if s >= u {
-            return Err("the range's start must be before its end".into());
+            return Err("from must be before to".into());
         }
     }
     let hours = field(pairs, "expires_hours")

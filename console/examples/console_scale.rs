@@ -4,7 +4,7 @@
 //! through the console's router (no sockets), cold and warm, and after new
 //! records arrive.
 //!
-//!     cargo run --release -p tally-witness --example console_scale -- 100000
+//!     cargo run --release -p tally-console --example console_scale -- 100000
 //!
 //! The records are admitted through `Witness::admit` in windows of 512 in
 //! chain order, so group commit batches them (one fsync per batch).
@@ -18,6 +18,7 @@ use axum::http::{header, Request, StatusCode};
 use axum::Router;
 use http_body_util::BodyExt;
 use rand_core::OsRng;
+use tally_console::Console;
 use tally_schemas::record::{
     Decision, Outcome, OutcomeStatus, ToolEntry, ToolList, ToolPartDigests,
 };
@@ -26,7 +27,6 @@ use tally_schemas::{
     AgentName, Body as RecordBody, Hash, Nonce, Record, SecretKey, Seq, UnixMillis, UnsignedRecord,
 };
 use tally_witness::config::{ServeConfig, WitnessConfig};
-use tally_witness::console::Console;
 use tally_witness::{server, Witness};
 use tower::ServiceExt;
 
@@ -188,8 +188,7 @@ async fn main() {
     let api_key = opened.first_start.expect("first start").api_key.token;
     let w = opened.witness;
     let console = Console::open(Arc::clone(&w), dir.path(), false).expect("console");
-    let app =
-        tally_witness::http::router(Arc::clone(&w)).merge(tally_witness::console::router(console));
+    let app = tally_witness::http::router(Arc::clone(&w)).merge(tally_console::router(console));
 
     let mut bot = Agent {
         name: AgentName::new("big-bot").expect("name"),

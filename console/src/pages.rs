@@ -1,4 +1,4 @@
-//! The console's HTML (issue 7, "Pages"), written with `maud`, whose
+//! The console's HTML (docs/console.md "Pages"), written with `maud`, whose
 //! `(expr)` splices are HTML-escaped. Every value that came from a record
 //! (agent, tool, call id, list id, note text) is hostile input and is only
 //! ever spliced that way; this module never uses `PreEscaped` (maud's own
@@ -7,13 +7,14 @@
 //! through classes.
 
 use maud::{html, Markup, DOCTYPE};
+use tally_schemas::display;
 use tally_schemas::report::CheckStatus;
 use tally_schemas::{AgentName, UnixMillis};
 use tally_verifier::Verification;
 
-use super::data::{AgentSummary, CallRow, ChainView, RecordDetail, TimeRange, CHART_HOURS};
-use super::store::AuditorLink;
-use super::Report;
+use crate::data::{AgentSummary, CallRow, ChainView, RecordDetail, TimeRange, CHART_HOURS};
+use crate::store::AuditorLink;
+use crate::Report;
 
 /// Rows per page of the calls table.
 pub const PAGE_ROWS: usize = 50;
@@ -40,6 +41,85 @@ pub struct AuditorScope {
     pub range: TimeRange,
     /// Expiry.
     pub expires: UnixMillis,
+}
+
+/// A piece of hostile text: plain text, or one character that
+/// protocol.md §11.2 escapes.
+enum Piece<'a> {
+    Text(&'a str),
+    Hidden(char),
+}
+
+fn pieces(s: &str, keep_newlines: bool) -> Vec<Piece<'_>> {
+    let mut out = Vec::new();
+    let mut start = 0;
+    for (i, c) in s.char_indices() {
+        if display::is_escaped(c) && !(keep_newlines && c == '\n') {
+            if start < i {
+                out.push(Piece::Text(&s[start..i]));
+            }
+            out.push(Piece::Hidden(c));
+            start = i + c.len_utf8();
+        }
+    }
+    if start < s.len() {
+        out.push(Piece::Text(&s[start..]));
+    }
+    out
+}
+
+/// Text that came from a record, a report or an upload (tool names, call
+/// ids, list ids, notes, labels, messages): HTML-escaped like every splice,
+/// in a `<bdi>` so that right-to-left text or a bidirectional control
+/// cannot reorder what is around it, and with each character of
+/// protocol.md §11.2 (bidirectional controls, invisible and line-breaking
+/// characters) shown as a marked escape, `\u{202e}`, as `tally verify`
+/// prints it.
+fn ext(s: &str) -> Markup {
+    ext_text(s, false)
+}
+
+/// [`ext`] for text of several lines (notes): line breaks stay breaks.
+fn ext_lines(s: &str) -> Markup {
+    ext_text(s, true)
+}
+
+fn ext_text(s: &str, keep_newlines: bool) -> Markup {
+    html! {
+        bdi.ext {
+            @for piece in pieces(s, keep_newlines) {
+                @match piece {
+                    Piece::Text(t) => (t),
+                    Piece::Hidden(c) => {
+                        span.hidden-char title=(format!("U+{:04X}", u32::from(c))) {
+                            "\\u{" (format!("{:x}", u32::from(c))) "}"
+                        }
+                    }
+                }
+            }
+        }
+    }
+}
+
+/// Pretty JSON of a record or entry for a `pre`: the characters of
+/// protocol.md §11.2 (which can only be inside strings) written as JSON
+/// `\uXXXX` escapes, so the text is the same JSON value and shows them.
+fn json_text(canonical: &[u8]) -> String {
+    let pretty = serde_json::from_slice::<serde_json::Value>(canonical)
+        .and_then(|v| serde_json::to_string_pretty(&v))
+        .unwrap_or_default();
+    let mut out = String::with_capacity(pretty.len());
+    for c in pretty.chars() {
+        if display::is_escaped(c) && c != '\n' {
+            let mut units = [0u16; 2];
+            for u in c.encode_utf16(&mut units) {
+                out.push_str(&format!("\\u{u:04x}"));
+            }
+        } else {
+            out.push(c);
+        }
+    }
+    out
 }
 
 fn time(t: UnixMillis) -> String {
@@ -130,7 +210,7 @@ pub fn error(view: Option<&View>, status: u16, message: &str) -> Markup {
         "Error",
         html! {
             h1 { "Error " (status) }
-            p.error role="alert" { (message) }
+            p.error role="alert" { (ext(message)) }
         },
     )
 }
@@ -300,14 +380,14 @@ pub fn report(v: &Verification, text_open: bool) -> Markup {
                     tr class=(status_class(c.status)) data-check=(c.id.as_str()) {
                         td.mono { (c.id.as_str()) }
                         td { span class=(format!("st {}", status_class(c.status))) { (status_word(c.status)) } }
-                        td { (c.message) }
+                        td { (ext(&c.message)) }
                     }
                 }
             }
         }
         @if !v.report.coverage.is_empty() {
             ul.coverage {
-                @for line in &v.report.coverage { li { "coverage: " (line) } }
+                @for line in &v.report.coverage { li { "coverage: " (ext(line)) } }
             }
         }
         p class=(if result.starts_with("PASS") { "result pass" } else { "result fail" }) { (result) }
@@ -404,7 +484,7 @@ pub fn agent(view: &View, p: &AgentPage<'_>) -> Markup {
         Some(Report::Busy | Report::Failed) | None => None,
     };
     // The verifier's coverage lines about tool definitions that changed
-    // (docs/protocol.md §11.2), and its note when it listed only some.
+    // (docs/protocol.md §11), and its note when it listed only some.
     let changes: Vec<&String> = verification
         .map(|v| {
             v.report
@@ -475,18 +555,18 @@ pub fn agent(view: &View, p: &AgentPage<'_>) -> Markup {
             @if changes.is_empty() {
                 p.small #no-changes { "No tool definition changed between the declared tool lists." }
             } @else {
-                ul #tool-changes { @for c in &changes { li { (c) } } }
+                ul #tool-changes { @for c in &changes { li { (ext(c)) } } }
             }
             @if p.chain.tool_lists().len() > 0 {
                 details #tool-lists {
                     summary { "Declared tool lists (" (p.chain.tool_lists().len()) " newest parts)" }
                     @for l in p.chain.tool_lists() {
-                        h3 { "list " span.mono { (l.list_id) } ", part " (l.part + 1) " of " (l.parts) " — seq " a href=(format!("{base}/records/{}", l.at.index)) { (l.at.seq) } " at " (time(l.at.received)) }
+                        h3 { "list " span.mono { (ext(&l.list_id)) } ", part " (l.part + 1) " of " (l.parts) " — seq " a href=(format!("{base}/records/{}", l.at.index)) { (l.at.seq) } " at " (time(l.at.received)) }
                         table {
                             thead { tr { th { "tool" } th { "recorded" } th { "digest" } } }
                             tbody {
                                 @for t in &l.tools {
-                                    tr { td { (t.name) } td { (if t.recorded { "yes" } else { "no" }) } td.mono { (t.digest) } }
+                                    tr { td { (ext(&t.name)) } td { (if t.recorded { "yes" } else { "no" }) } td.mono { (t.digest) } }
                                 }
                             }
                         }
@@ -509,8 +589,8 @@ pub fn agent(view: &View, p: &AgentPage<'_>) -> Markup {
                 tbody {
                     @for c in shown {
                         tr class=(if c.is_open() { "open" } else if c.is_error() { "error" } else { "ok" }) {
-                            td.tool { @if c.tool.is_empty() { em { "(decision not shown)" } } @else { (c.tool) } }
-                            td.mono { (c.call_id) }
+                            td.tool { @if c.tool.is_empty() { em { "(decision not shown)" } } @else { (ext(&c.tool)) } }
+                            td.mono { (ext(&c.call_id)) }
                             td { span class=(format!("st {}", if c.is_open() { "pending" } else if c.is_error() { "fail" } else { "pass" })) { (c.status()) } }
                             td { @if let Some(d) = &c.decision { a href=(format!("{base}/records/{}", d.index)) { (time(d.time)) } } @else { "—" } }
                             td { @if let Some((o, _)) = &c.outcome { a href=(format!("{base}/records/{}", o.index)) { (time(o.time)) } } @else { "—" } }
@@ -542,7 +622,7 @@ pub fn agent(view: &View, p: &AgentPage<'_>) -> Markup {
                                 td { a href=(format!("{base}/records/{}", n.at.index)) { (n.at.seq) } }
                                 td { (time(n.at.received)) }
                                 td { (n.kind) }
-                                td.note-text { (n.text) }
+                                td.note-text { (ext_lines(&n.text)) }
                             }
                         }
                     }
@@ -559,12 +639,8 @@ pub fn agent(view: &View, p: &AgentPage<'_>) -> Markup {
 pub fn record(view: &View, d: &RecordDetail) -> Markup {
     let r = d.entry.record();
     let base = &view.base;
-    let record_json = serde_json::from_slice::<serde_json::Value>(r.canonical_bytes())
-        .and_then(|v| serde_json::to_string_pretty(&v))
-        .unwrap_or_default();
-    let entry_json = serde_json::from_slice::<serde_json::Value>(d.entry.canonical_bytes())
-        .and_then(|v| serde_json::to_string_pretty(&v))
-        .unwrap_or_default();
+    let record_json = json_text(r.canonical_bytes());
+    let entry_json = json_text(d.entry.canonical_bytes());
     let (from, to) = d.pack_range();
     layout(
         Some(view),
@@ -675,7 +751,7 @@ pub fn verify(
                         (report(v, true))
                     }
                 }
-                Some(Err(e)) => { section #verify-result { h2 { "Result" } p.error role="alert" { (e) } } }
+                Some(Err(e)) => { section #verify-result { h2 { "Result" } p.error role="alert" { (ext(&e)) } } }
             }
         },
     )
@@ -703,7 +779,7 @@ pub fn links(
                     p { a #new-link-url href=(url) { (url) } " " button.copy type="button" data-copy=(url) { "Copy" } }
                 }
             }
-            @if let Some(m) = message { p.error role="alert" { (m) } }
+            @if let Some(m) = message { p.error role="alert" { (ext(m)) } }
             h2 { "New link" }
             form #link-form method="post" action="/console/links" {
                 input type="hidden" name="csrf" value=(csrf);
@@ -729,7 +805,7 @@ pub fn links(
                 tbody {
                     @for (id, l) in links {
                         tr data-link-id=(id) {
-                            td { (l.label) }
+                            td { (ext(&l.label)) }
                             td { @for (i, a) in l.agents.iter().enumerate() { @if i > 0 { ", " } (a) } }
                             td { (range_text(&TimeRange { since: l.since, until: l.until })) }
                             td { (time(l.expires)) }

@@ -1,10 +1,10 @@
 //! What the console's pages show, read from the log and the registry
-//! (issue 7, "Pages"): per-agent summaries, records per hour, an agent's
+//! (docs/console.md "Pages"): per-agent summaries, records per hour, an agent's
 //! decision/outcome pairs, tool lists and notes, one record with its proof,
 //! and the verifier's report over a pack exported on the fly.
 //!
 //! Coverage and the twelve checks are never computed here: a pack of the
-//! agent's records is written by [`crate::export::write_pack`] into a pipe
+//! agent's records is written by [`tally_witness::export::write_pack`] into a pipe
 //! and read by [`tally_verifier::verify`], exactly as an auditor's
 //! `tally verify` would read it (docs/protocol.md §9, §11). Memory stays
 //! bounded: the pack is never held whole.
@@ -22,9 +22,9 @@ use tally_schemas::record::{Body, OutcomeStatus};
 use tally_schemas::{AgentName, Entry, Hash, LeafIndex, Seq, TreeSize, UnixMillis};
 use tally_verifier::{verify, Verification, VerifyError, VerifyOptions};
 
-use crate::error::WitnessError;
-use crate::export::{self, ExportRange};
-use crate::witness::Witness;
+use tally_witness::error::WitnessError;
+use tally_witness::export::{self, ExportRange};
+use tally_witness::witness::Witness;
 
 /// Most records of one chain an agent page reads (the newest ones in range).
 pub const MAX_SCAN_RECORDS: u64 = 50_000;

@@ -1,12 +1,17 @@
-//! The console (issue 7): server-rendered pages at `/console` for operators
+//! # tally-console
+//!
+//! The witness's console: server-rendered pages at `/console` for operators
 //! (login with a project API key) and auditors (a read-only link): overview,
 //! agent pages with the verifier's coverage, record pages with proofs, a
-//! verify page, and auditor links. docs/api.md "Console" lists the routes,
-//! docs/operations.md "Console" how to run it.
+//! verify page, and auditor links. docs/console.md describes the pages,
+//! docs/api.md "Console" lists the routes, docs/operations.md "Console" how
+//! to run it. `tally serve` merges [`router`] into the witness's router.
 //!
 //! - [`handlers`]: the routes; [`pages`]: the HTML (auto-escaped);
 //! - [`data`]: what the pages read from the log, and the verifier runs;
-//! - [`auth`]: sessions and CSRF; [`store`]: auditor links (`console.redb`).
+//! - [`auth`]: sessions and CSRF; [`throttle`]: the login throttle;
+//!   [`store`]: auditor links (`console.redb`).
+//! - [`ConsoleLimits`]: every limit the console keeps, with its default.
 //!
 //! Everything is served by the binary: the CSS and JS are embedded with
 //! `include_str!`, no CDN. Every response carries a strict
@@ -20,6 +25,7 @@ pub mod pages;
 pub mod store;
 #[cfg(test)]
 mod tests;
+pub mod throttle;
 
 use std::collections::HashMap;
 use std::path::Path;
@@ -34,11 +40,11 @@ use axum::Router;
 use tally_schemas::{AgentName, Seq};
 use tally_verifier::Verification;
 
-use crate::error::WitnessError;
-use crate::export::ExportRange;
-use crate::witness::Witness;
 use data::{AgentSummary, ChainView, HourCounts, TimeRange};
 use store::{LinkStore, LinkStoreError};
+use tally_witness::error::WitnessError;
+use tally_witness::export::ExportRange;
+use tally_witness::witness::Witness;
 
 /// The console's file in the data folder.
 pub const CONSOLE_DB: &str = "console.redb";
@@ -59,13 +65,66 @@ const MAX_CACHED_REPORTS: usize = 256;
 const MAX_RUNNING_VERIFICATIONS: usize = 1;
 /// How long a page with no report yet waits for one being computed.
 const REPORT_WAIT: Duration = Duration::from_secs(10);
-/// Uploads the verify page checks at once (each on
-/// [`data::VERIFY_THREADS`] threads); more get 503 and a pointer to `tally
-/// verify`.
-pub const MAX_VERIFY_UPLOADS: usize = 2;
+/// Default [`ConsoleLimits::operator_uploads`].
+pub const OPERATOR_UPLOADS: usize = 2;
+/// Default [`ConsoleLimits::auditor_uploads`].
+pub const AUDITOR_UPLOADS: usize = 1;
+/// Default [`ConsoleLimits::upload_idle`]: 20 seconds.
+pub const UPLOAD_IDLE: Duration = Duration::from_secs(20);
+/// Default [`ConsoleLimits::upload_deadline`]: 5 minutes.
+pub const UPLOAD_DEADLINE: Duration = Duration::from_secs(300);
 /// Chain views kept for agent pages (each holds at most 1.25 ×
 /// [`data::MAX_SCAN_RECORDS`] records' rows).
 const MAX_CACHED_VIEWS: usize = 8;
+
+/// Default login throttle per client address: 10 attempts back to back,
+/// then one every 6 seconds.
+pub const LOGIN_PER_ADDRESS: throttle::Rate = throttle::Rate {
+    burst: 10,
+    per_minute: 10.0,
+};
+/// Default login throttle over all addresses: 100 attempts back to back,
+/// then 20 a second.
+pub const LOGIN_GLOBAL: throttle::Rate = throttle::Rate {
+    burst: 100,
+    per_minute: 1_200.0,
+};
+
+/// The console's limits. `tally serve` uses the defaults; tests lower them.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct ConsoleLimits {
+    /// Sessions per project and in all ([`auth::SessionLimits`]).
+    pub sessions: auth::SessionLimits,
+    /// Login attempts per client address ([`LOGIN_PER_ADDRESS`]).
+    pub login_per_address: throttle::Rate,
+    /// Login attempts over all addresses ([`LOGIN_GLOBAL`]).
+    pub login_global: throttle::Rate,
+    /// Uploads the operators' verify page checks at once (each on
+    /// [`data::VERIFY_THREADS`] threads); more get 503 and a pointer to
+    /// `tally verify`.
+    pub operator_uploads: usize,
+    /// The same for all auditor links together: slots of their own, so
+    /// link holders can never take the operators'.
+    pub auditor_uploads: usize,
+    /// An upload that sends nothing for this long is cut off (408).
+    pub upload_idle: Duration,
+    /// An upload and its verification that take longer are cut off (408).
+    pub upload_deadline: Duration,
+}
+
+impl Default for ConsoleLimits {
+    fn default() -> Self {
+        Self {
+            sessions: auth::SessionLimits::default(),
+            login_per_address: LOGIN_PER_ADDRESS,
+            login_global: LOGIN_GLOBAL,
+            operator_uploads: OPERATOR_UPLOADS,
+            auditor_uploads: AUDITOR_UPLOADS,
+            upload_idle: UPLOAD_IDLE,
+            upload_deadline: UPLOAD_DEADLINE,
+        }
+    }
+}
 
 type ViewKey = (AgentName, TimeRange);
 
@@ -119,12 +178,15 @@ pub struct Console {
     witness: Arc<Witness>,
     links: LinkStore,
     sessions: auth::Sessions,
+    login_throttle: throttle::LoginThrottle,
     secure_cookies: bool,
     reports: Mutex<Reports>,
     report_done: Condvar,
     views: Mutex<Views>,
     hours: Mutex<HourCounts>,
-    uploads: tokio::sync::Semaphore,
+    limits: ConsoleLimits,
+    operator_uploads: Arc<tokio::sync::Semaphore>,
+    auditor_uploads: Arc<tokio::sync::Semaphore>,
 }
 
 impl std::fmt::Debug for Console {
@@ -172,16 +234,35 @@ impl Console {
         data_dir: &Path,
         secure_cookies: bool,
     ) -> Result<Arc<Self>, LinkStoreError> {
+        Self::open_with_limits(witness, data_dir, secure_cookies, ConsoleLimits::default())
+    }
+
+    /// [`Self::open`] with other limits than the defaults.
+    ///
+    /// # Errors
+    /// [`LinkStoreError`] when the link store cannot be opened.
+    pub fn open_with_limits(
+        witness: Arc<Witness>,
+        data_dir: &Path,
+        secure_cookies: bool,
+        limits: ConsoleLimits,
+    ) -> Result<Arc<Self>, LinkStoreError> {
         Ok(Arc::new(Self {
             witness,
             links: LinkStore::open(&data_dir.join(CONSOLE_DB))?,
-            sessions: auth::Sessions::default(),
+            sessions: auth::Sessions::new(limits.sessions),
+            login_throttle: throttle::LoginThrottle::new(
+                limits.login_per_address,
+                limits.login_global,
+            ),
             secure_cookies,
             reports: Mutex::new(Reports::default()),
             report_done: Condvar::new(),
             views: Mutex::new(Views::default()),
             hours: Mutex::new(HourCounts::default()),
-            uploads: tokio::sync::Semaphore::new(MAX_VERIFY_UPLOADS),
+            limits,
+            operator_uploads: Arc::new(tokio::sync::Semaphore::new(limits.operator_uploads)),
+            auditor_uploads: Arc::new(tokio::sync::Semaphore::new(limits.auditor_uploads)),
         }))
     }
 

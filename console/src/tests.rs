@@ -1,12 +1,14 @@
 //! Handler tests of the console, without sockets: a witness over a temp
 //! data folder, the witness's router with the console merged in, driven by
 //! `tower::ServiceExt::oneshot`. Records are signed here and admitted
-//! through [`crate::Witness::admit`], as `POST /v1/records` would.
+//! through [`tally_witness::Witness::admit`], as `POST /v1/records` would.
 
+use std::net::SocketAddr;
 use std::sync::atomic::{AtomicI64, Ordering};
 use std::sync::Arc;
 
 use axum::body::Body;
+use axum::extract::ConnectInfo;
 use axum::http::{header, Request, StatusCode};
 use axum::Router;
 use http_body_util::BodyExt;
@@ -22,9 +24,9 @@ use tally_schemas::{
 };
 use tower::ServiceExt;
 
-use super::Console;
-use crate::config::{ServeConfig, WitnessConfig};
-use crate::{server, Witness};
+use super::{Console, ConsoleLimits};
+use tally_witness::config::{ServeConfig, WitnessConfig};
+use tally_witness::{server, Witness};
 
 /// 2026-11-30T08:00:00.000Z.
 const T0: i64 = 1_796_025_600_000;
@@ -87,6 +89,10 @@ struct H {
 }
 
 fn harness() -> H {
+    harness_with(ConsoleLimits::default())
+}
+
+fn harness_with(limits: ConsoleLimits) -> H {
     let dir = tempfile::tempdir().unwrap();
     let clock = Arc::new(TestClock(AtomicI64::new(T0)));
     let cfg = ServeConfig {
@@ -98,8 +104,10 @@ fn harness() -> H {
     let first = opened.first_start.unwrap();
     let witness = opened.witness;
     let other_key = witness.create_project("other").unwrap().token;
-    let console = Console::open(Arc::clone(&witness), dir.path(), false).unwrap();
-    let app = crate::http::router(Arc::clone(&witness)).merge(super::router(Arc::clone(&console)));
+    let console =
+        Console::open_with_limits(Arc::clone(&witness), dir.path(), false, limits).unwrap();
+    let app = tally_witness::http::router(Arc::clone(&witness))
+        .merge(super::router(Arc::clone(&console)));
     H {
         _dir: dir,
         witness,
@@ -176,14 +184,31 @@ impl H {
     /// Posts the login form as a browser would: with the token and cookie
     /// the login page handed out.
     async fn post_login(&self, key: &str) -> (StatusCode, axum::http::HeaderMap, String) {
+        self.post_login_from(key, None).await
+    }
+
+    /// [`Self::post_login`] from the client address `from`, as `tally
+    /// serve` hands it to the router (`ConnectInfo`); `None`: no address.
+    async fn post_login_from(
+        &self,
+        key: &str,
+        from: Option<SocketAddr>,
+    ) -> (StatusCode, axum::http::HeaderMap, String) {
         let (s, hd, page) = self.get("/console/login", None).await;
         assert_eq!(s, StatusCode::OK);
         let cookie = login_cookie(&hd);
         let token = between(&page, "name=\"login_token\" value=\"", "\"").to_owned();
-        self.post_form(
-            "/console/login",
-            Some(&cookie),
-            &format!("login_token={token}&api_key={key}"),
+        let mut req = Request::builder()
+            .method("POST")
+            .uri("/console/login")
+            .header(header::CONTENT_TYPE, "application/x-www-form-urlencoded")
+            .header(header::COOKIE, cookie);
+        if let Some(addr) = from {
+            req = req.extension(ConnectInfo(addr));
+        }
+        self.call(
+            req.body(Body::from(format!("login_token={token}&api_key={key}")))
+                .unwrap(),
         )
         .await
     }
@@ -536,7 +561,7 @@ async fn console_agent_page_coverage_pairs_and_search() {
     assert_eq!(s, StatusCode::OK);
 
     // The coverage lines are the verifier's, over the same pack an export gives.
-    let keys = crate::export::agent_keys(
+    let keys = tally_witness::export::agent_keys(
         h.witness.registry(),
         h.witness.log().origin(),
         "default",
@@ -547,7 +572,7 @@ async fn console_agent_page_coverage_pairs_and_search() {
         &h.witness,
         "default",
         &[bot.name.clone()],
-        crate::export::ExportRange::All,
+        tally_witness::export::ExportRange::All,
     )
     .unwrap();
     assert!(!v.report.coverage.is_empty());
@@ -682,7 +707,7 @@ fn html_escape(s: &str) -> String {
 }
 
 async fn verify_pack(h: &H, pack: &[u8]) -> tally_verifier::Verification {
-    let keys = crate::export::agent_keys(
+    let keys = tally_witness::export::agent_keys(
         h.witness.registry(),
         h.witness.log().origin(),
         "default",
@@ -793,8 +818,8 @@ async fn console_verify_page_prints_what_tally_verify_prints() {
     let (h, _, _) = hostile_bot().await;
     let (cookie, csrf) = h.login(&h.api_key).await;
     let (_, _, pack) = h.get("/console/agents/bot/pack", Some(&cookie)).await;
-    let keys = crate::export::to_canonical(
-        &crate::export::agent_keys(
+    let keys = tally_witness::export::to_canonical(
+        &tally_witness::export::agent_keys(
             h.witness.registry(),
             h.witness.log().origin(),
             "default",
@@ -1011,7 +1036,13 @@ async fn console_auditor_link_is_scoped_read_only_and_revocable() {
         ("agent=nobody", "not in project"),
         ("", "at least one agent"),
         ("agent=bot&expires_hours=0", "1 to 8760"),
-        ("agent=bot&since=yesterday", "since:"),
+        // Errors name the fields as their labels do ("from", "to").
+        ("agent=bot&since=yesterday", "from: "),
+        ("agent=bot&until=yesterday", "to: "),
+        (
+            "agent=bot&since=2026-12-01T00:00:00.000Z&until=2026-11-30T00:00:00.000Z",
+            "from must be before to",
+        ),
     ] {
         let (s, _, body) = h
             .post_form(
@@ -1022,6 +1053,10 @@ async fn console_auditor_link_is_scoped_read_only_and_revocable() {
             .await;
         assert_eq!(s, StatusCode::BAD_REQUEST, "{form}");
         assert!(body.contains(want), "{form}: {want}");
+        assert!(
+            !body.contains("since:") && !body.contains("until:"),
+            "{form}"
+        );
     }
     // A link for bot, received before T0 + 10 + ...: all of bot's records.
     let until = UnixMillis::new(T0 + 100_000).to_string();
@@ -1087,7 +1122,7 @@ async fn console_auditor_link_is_scoped_read_only_and_revocable() {
     .unwrap();
     assert_eq!(v.report.records, 8);
     // The auditor's verify page works without a session.
-    let keys_bytes = crate::export::to_canonical(&keys).unwrap();
+    let keys_bytes = tally_witness::export::to_canonical(&keys).unwrap();
     let (s, body) = upload(
         &h,
         &format!("{url}/verify"),
@@ -1406,4 +1441,238 @@ async fn console_secure_cookie_with_tls() {
         .to_str()
         .unwrap();
     assert!(set.ends_with("; Secure"));
+}
+
+/// One project's logins never end another project's sessions: sessions are
+/// limited per project, and a full project gives up its own oldest.
+#[tokio::test]
+async fn console_logins_of_one_project_never_end_another_projects_session() {
+    let h = harness();
+    let (cookie_a, _) = h.login(&h.api_key).await;
+    // Later logins expire later (the old table dropped the session that
+    // expires first).
+    h.clock.0.fetch_add(1, Ordering::SeqCst);
+    // Far more logins with project "other"'s key than the session table
+    // holds (straight at the session table: the login throttle would
+    // refuse them long before over HTTP).
+    for _ in 0..=10_000 {
+        assert!(h.console.sessions.login(&h.witness, &h.other_key).is_some());
+    }
+    assert_eq!(
+        h.get("/console", Some(&cookie_a)).await.0,
+        StatusCode::OK,
+        "the default project's session survived"
+    );
+}
+
+/// Logins are throttled per client address and globally, with 429 and
+/// Retry-After; a throttled address does not slow another one down.
+#[tokio::test]
+async fn console_login_is_throttled_per_address_and_globally() {
+    let h = harness();
+    let a: SocketAddr = "192.0.2.1:40000".parse().unwrap();
+    let mut refused = None;
+    for i in 0..1_000 {
+        let (s, hd, body) = h.post_login_from("tally_wrong_key", Some(a)).await;
+        if s == StatusCode::TOO_MANY_REQUESTS {
+            refused = Some((i, hd, body));
+            break;
+        }
+        assert_eq!(s, StatusCode::UNAUTHORIZED);
+    }
+    let (attempts, hd, body) = refused.expect("wrong keys from one address are throttled");
+    assert_eq!(attempts, 10, "the 11th attempt in a burst is refused");
+    let retry: u64 = hd[header::RETRY_AFTER].to_str().unwrap().parse().unwrap();
+    assert!((1..=60).contains(&retry), "Retry-After {retry}");
+    assert!(body.contains("Too many login attempts"), "{body}");
+    // Even the right key waits.
+    assert_eq!(
+        h.post_login_from(&h.api_key, Some(a)).await.0,
+        StatusCode::TOO_MANY_REQUESTS
+    );
+    // Another address is not throttled.
+    let b: SocketAddr = "198.51.100.7:40000".parse().unwrap();
+    assert_eq!(
+        h.post_login_from(&h.api_key, Some(b)).await.0,
+        StatusCode::SEE_OTHER
+    );
+    // After Retry-After the address may try again.
+    h.clock
+        .0
+        .fetch_add(i64::try_from(retry).unwrap() * 1000, Ordering::SeqCst);
+    assert_eq!(
+        h.post_login_from(&h.api_key, Some(a)).await.0,
+        StatusCode::SEE_OTHER
+    );
+
+    // Globally: many addresses, one attempt each, are refused too once the
+    // witness-wide budget is spent.
+    let mut global = None;
+    for i in 0..10_000u32 {
+        let addr = SocketAddr::from(([10, (i >> 16) as u8, (i >> 8) as u8, i as u8], 1));
+        let (s, hd, _) = h.post_login_from("tally_wrong_key", Some(addr)).await;
+        if s == StatusCode::TOO_MANY_REQUESTS {
+            global = Some((i, hd));
+            break;
+        }
+    }
+    let (i, hd) = global.expect("a flood from many addresses is throttled");
+    assert!(i >= 50, "the global budget is not tiny ({i})");
+    assert!(hd.contains_key(header::RETRY_AFTER));
+}
+
+/// A full project gives up a session of the API key that holds the most of
+/// its sessions; a full table, one of the project that holds the most.
+#[tokio::test]
+async fn console_session_limits_end_the_biggest_holders_sessions() {
+    let h = harness_with(ConsoleLimits {
+        sessions: super::auth::SessionLimits {
+            per_project: 3,
+            total: 5,
+        },
+        ..ConsoleLimits::default()
+    });
+    let (cookie_first, _) = h.login(&h.api_key).await;
+    // A second key of the same project logs in again and again: it ends
+    // only its own sessions.
+    let second = h.witness.new_api_key("default").unwrap().token;
+    for _ in 0..20 {
+        h.clock.0.fetch_add(1, Ordering::SeqCst);
+        assert!(h.console.sessions.login(&h.witness, &second).is_some());
+    }
+    assert_eq!(h.console.sessions.count("default"), 3);
+    assert_eq!(
+        h.get("/console", Some(&cookie_first)).await.0,
+        StatusCode::OK
+    );
+    // Two sessions of another project fill the table (3 + 2 = 5) ...
+    let (cookie_other, _) = h.login(&h.other_key).await;
+    assert!(h.console.sessions.login(&h.witness, &h.other_key).is_some());
+    // ... so a third project's login ends one of the biggest project's,
+    // and there of the key that holds the most.
+    let third = h.witness.create_project("third").unwrap().token;
+    assert!(h.console.sessions.login(&h.witness, &third).is_some());
+    assert_eq!(h.console.sessions.count("default"), 2);
+    assert_eq!(h.console.sessions.count("other"), 2);
+    assert_eq!(h.console.sessions.count("third"), 1);
+    assert_eq!(
+        h.get("/console", Some(&cookie_first)).await.0,
+        StatusCode::OK
+    );
+    assert_eq!(
+        h.get("/console", Some(&cookie_other)).await.0,
+        StatusCode::OK
+    );
+}
+
+/// Tool names, call ids and notes with bidirectional controls and
+/// invisible characters (which records may hold: a tool name is what a
+/// server declares) are isolated and shown as marked escapes, never raw.
+#[tokio::test]
+async fn console_isolates_and_marks_bidi_and_invisible_characters() {
+    let h = harness();
+    let mut bot = Agent::new("bot");
+    h.register(&bot, "default");
+    h.clock.0.store(T0 + 10, Ordering::SeqCst);
+    let spoof = "refund\u{202e}gnp.exe";
+    // Declared as not recorded, so that coverage names it.
+    let r = bot.sign(T0, tools_body("l\u{200b}1", vec![tool(spoof, false, 1)]));
+    h.post(&h.api_key, &r).await;
+    let d = bot.sign(T0 + 1, decision("c\u{2066}1", spoof));
+    let d_index = h.post(&h.api_key, &d).await;
+    let o = bot.sign(T0 + 2, outcome("c\u{2066}1", &d, OutcomeStatus::Ok));
+    h.post(&h.api_key, &o).await;
+    let n = bot.sign(
+        T0 + 3,
+        RecordBody::Note(NoteBody {
+            text: "first line\nsecond \u{202e}line\u{feff}".into(),
+        }),
+    );
+    h.post(&h.api_key, &n).await;
+    let (cookie, csrf) = h.login(&h.api_key).await;
+    let raw = ['\u{202e}', '\u{2066}', '\u{200b}', '\u{feff}'];
+    let no_raw = |page: &str, what: &str| {
+        for c in raw {
+            assert!(!page.contains(c), "{what}: U+{:04X} raw", u32::from(c));
+        }
+    };
+    let mark = |cp: &str| {
+        format!(
+            "<span class=\"hidden-char\" title=\"U+{}\">\\u{{{}}}</span>",
+            cp.to_uppercase(),
+            cp
+        )
+    };
+
+    let (s, _, page) = h.get("/console/agents/bot", Some(&cookie)).await;
+    assert_eq!(s, StatusCode::OK);
+    no_raw(&page, "agent page");
+    // The tool name in the calls table and the tool list, isolated.
+    assert!(
+        page.contains(&format!(
+            "<bdi class=\"ext\">refund{}gnp.exe</bdi>",
+            mark("202e")
+        )),
+        "{page}"
+    );
+    assert!(page.contains(&format!("c{}1", mark("2066"))), "call id");
+    assert!(page.contains(&format!("l{}1", mark("200b"))), "list id");
+    // The note keeps its line break and marks the rest.
+    assert!(
+        page.contains(&format!(
+            "<bdi class=\"ext\">first line\nsecond {}line{}</bdi>",
+            mark("202e"),
+            mark("feff")
+        )),
+        "{page}"
+    );
+    // The coverage line names it marked, and the report's text, as tally
+    // verify prints it, escaped.
+    assert!(
+        page.contains(&format!(
+            "1 declared tool is not recorded: refund{}gnp.exe</bdi>",
+            mark("202e")
+        )),
+        "{page}"
+    );
+    assert!(
+        page.contains("coverage: bot: 1 declared tool is not recorded: refund\\u{202e}gnp.exe\n"),
+        "{page}"
+    );
+
+    let (s, _, page) = h
+        .get(&format!("/console/records/{d_index}"), Some(&cookie))
+        .await;
+    assert_eq!(s, StatusCode::OK);
+    no_raw(&page, "record page");
+    // The JSON shown is the same value, with JSON escapes.
+    assert!(page.contains("refund\\u202egnp.exe"), "{page}");
+    assert!(page.contains("c\\u20661"), "{page}");
+
+    // An uploaded pack's report on the verify page.
+    let (_, _, pack) = h.get("/console/agents/bot/pack", Some(&cookie)).await;
+    let keys = tally_witness::export::to_canonical(
+        &tally_witness::export::agent_keys(
+            h.witness.registry(),
+            h.witness.log().origin(),
+            "default",
+            &[],
+        )
+        .unwrap(),
+    )
+    .unwrap();
+    let (s, page) = upload(
+        &h,
+        "/console/verify",
+        Some(&cookie),
+        &[
+            ("csrf", None, csrf.as_bytes()),
+            ("agent_keys", Some("agent-keys.json"), &keys),
+            ("pack", Some("pack.jsonl"), pack.as_bytes()),
+        ],
+    )
+    .await;
+    assert_eq!(s, StatusCode::OK, "{page}");
+    no_raw(&page, "verify page");
+    assert!(page.contains("PASS: 12 checks"), "{page}");
 }

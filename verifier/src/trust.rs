@@ -18,15 +18,14 @@ use std::collections::BTreeSet;
 /// The trust file version this build reads.
 pub const TRUST_FILE_VERSION: u64 = 1;
 
-use base64::engine::general_purpose::STANDARD as BASE64;
-use base64::Engine as _;
-use tally_schemas::keys::{PublicKey, Signature};
-use tally_schemas::note::{
-    is_valid_key_name, key_id_for_algorithm, parse_vkey_with_algorithm, NoteVerifier,
-};
+use tally_schemas::note::NoteVerifier;
 
-/// Algorithm byte of a C2SP tlog-cosignature/v1 key.
-pub const ALG_COSIGNATURE_V1: u8 = 0x04;
+pub use tally_schemas::cosignature::{cosignature_message, ALG_COSIGNATURE_V1};
+
+/// A cosigner's key (C2SP tlog-cosignature/v1), listed as `witness` in the
+/// trust file; the type and the signed message live in tally-schemas
+/// (`cosignature`), shared with `tally cosigner`.
+pub type WitnessKey = tally_schemas::cosignature::CosignatureVerifier;
 
 /// Why a trust file or a witness key was refused.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -58,99 +57,6 @@ pub enum TrustError {
         /// Distinct witness names listed.
         witnesses: usize,
     },
-}
-
-/// A witness's cosignature key (C2SP tlog-cosignature/v1).
-#[derive(Clone, PartialEq, Eq)]
-pub struct WitnessKey {
-    name: String,
-    id: u32,
-    key: PublicKey,
-}
-
-impl std::fmt::Debug for WitnessKey {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "WitnessKey({}+{:08x})", self.name, self.id)
-    }
-}
-
-impl WitnessKey {
-    /// A witness key from its name and public key.
-    ///
-    /// # Errors
-    /// A message when the name is not a valid key name.
-    pub fn new(name: &str, key: PublicKey) -> Result<Self, String> {
-        if !is_valid_key_name(name) {
-            return Err("invalid key name".into());
-        }
-        Ok(Self {
-            name: name.to_owned(),
-            id: key_id_for_algorithm(ALG_COSIGNATURE_V1, name, &key),
-            key,
-        })
-    }
-
-    /// Parses `name+hex8(id)+base64(0x04 ‖ key)`.
-    ///
-    /// # Errors
-    /// A message naming what is malformed.
-    pub fn from_vkey(vkey: &str) -> Result<Self, String> {
-        let (name, key) =
-            parse_vkey_with_algorithm(vkey, ALG_COSIGNATURE_V1).map_err(|e| e.to_string())?;
-        Self::new(&name, key)
-    }
-
-    /// The vkey string.
-    #[must_use]
-    pub fn vkey(&self) -> String {
-        let mut raw = vec![ALG_COSIGNATURE_V1];
-        raw.extend_from_slice(&self.key.to_bytes());
-        format!("{}+{:08x}+{}", self.name, self.id, BASE64.encode(raw))
-    }
-
-    /// The witness's name.
-    #[must_use]
-    pub fn name(&self) -> &str {
-        &self.name
-    }
-
-    /// The note key id.
-    #[must_use]
-    pub fn id(&self) -> u32 {
-        self.id
-    }
-}
-
-/// The message a cosignature/v1 signs: `"cosignature/v1\ntime <t>\n" ‖ body`.
-#[must_use]
-pub fn cosignature_message(timestamp: u64, checkpoint_body: &[u8]) -> Vec<u8> {
-    let mut m = format!("cosignature/v1\ntime {timestamp}\n").into_bytes();
-    m.extend_from_slice(checkpoint_body);
-    m
-}
-
-impl signed_note::Verifier for WitnessKey {
-    fn name(&self) -> &str {
-        &self.name
-    }
-    fn key_id(&self) -> u32 {
-        self.id
-    }
-    fn verify(&self, msg: &[u8], sig: &[u8]) -> bool {
-        if sig.len() != 72 {
-            return false;
-        }
-        let mut ts = [0u8; 8];
-        ts.copy_from_slice(&sig[..8]);
-        let mut s = [0u8; 64];
-        s.copy_from_slice(&sig[8..]);
-        self.key
-            .verify_raw(
-                &cosignature_message(u64::from_be_bytes(ts), msg),
-                &Signature::from_bytes(s),
-            )
-            .is_ok()
-    }
 }
 
 /// Independent witnesses and how many must cosign.
@@ -262,7 +168,7 @@ impl TrustFile {
                     log = Some(NoteVerifier::from_vkey(value).map_err(|e| bad(e.to_string()))?);
                 }
                 "witness" => {
-                    let w = WitnessKey::from_vkey(value).map_err(bad)?;
+                    let w = WitnessKey::from_vkey(value).map_err(|e| bad(e.to_string()))?;
                     if witnesses.contains(&w) {
                         return Err(bad(format!("witness {} is listed twice", w.vkey())));
                     }
@@ -324,6 +230,7 @@ fn decimal(text: &str) -> Option<u64> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use tally_schemas::cosignature::CosignatureSigner;
     use tally_schemas::note::{Checkpoint, NoteSigner};
     use tally_schemas::tree::TreeSize;
     use tally_schemas::{Hash, SecretKey};
@@ -342,13 +249,9 @@ mod tests {
     }
 
     fn cosign(note: &str, name: &str, key: &SecretKey, ts: u64) -> String {
-        let w = WitnessKey::new(name, key.public_key()).unwrap();
+        let signer = CosignatureSigner::from_secret(name, key.clone()).unwrap();
         let body = note.split("\n\n").next().unwrap().to_owned() + "\n";
-        let sig = key.sign_raw(&cosignature_message(ts, body.as_bytes()));
-        let mut raw = w.id().to_be_bytes().to_vec();
-        raw.extend_from_slice(&ts.to_be_bytes());
-        raw.extend_from_slice(sig.as_bytes());
-        format!("{note}\u{2014} {name} {}\n", BASE64.encode(raw))
+        format!("{note}{}", signer.cosign(body.as_bytes(), ts))
     }
 
     #[test]

@@ -97,12 +97,18 @@ pub enum DataDirError {
         state: PathBuf,
     },
     /// The key file does not parse.
-    #[error("{path}: {source}")]
+    #[error("{path}: {error}")]
     Key {
         /// The key file.
         path: PathBuf,
         /// Why.
-        source: NoteError,
+        error: NoteError,
+    },
+    /// `init` was given a name that cannot be a key name.
+    #[error("invalid cosigner name {name:?}: a name is not empty and has no spaces and no '+' (for example cosigner.example.com/c1)")]
+    Name {
+        /// The name given.
+        name: String,
     },
     /// The state file could not be made or opened.
     #[error(transparent)]
@@ -135,16 +141,15 @@ fn io(path: &Path) -> impl Fn(std::io::Error) -> DataDirError + '_ {
 ///
 /// # Errors
 /// [`DataDirError::Exists`] when any of the files is there already; a bad
-/// name ([`DataDirError::Key`]); I/O errors.
+/// name ([`DataDirError::Name`]); I/O errors.
 pub fn init<R: CryptoRngCore + ?Sized>(
     dir: &Path,
     name: &str,
     rng: &mut R,
 ) -> Result<CosignatureSigner, DataDirError> {
     let key_path = dir.join(files::KEY);
-    let signer = CosignatureSigner::generate(name, rng).map_err(|source| DataDirError::Key {
-        path: key_path.clone(),
-        source,
+    let signer = CosignatureSigner::generate(name, rng).map_err(|_| DataDirError::Name {
+        name: name.to_owned(),
     })?;
     for f in [files::KEY, files::STATE, files::LOGS] {
         let p = dir.join(f);
@@ -198,9 +203,9 @@ pub fn read_key(dir: &Path) -> Result<CosignatureSigner, DataDirError> {
         }
         Err(e) => return Err(io(&key_path)(e)),
     };
-    CosignatureSigner::from_skey(text.trim()).map_err(|source| DataDirError::Key {
+    CosignatureSigner::from_skey(text.trim()).map_err(|error| DataDirError::Key {
         path: key_path,
-        source,
+        error,
     })
 }
 

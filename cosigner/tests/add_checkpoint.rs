@@ -362,3 +362,52 @@ fn concurrent_requests_from_two_forks_cosign_one_branch_only() {
     let branch = if first.0 { &a } else { &b };
     assert_eq!(held.root, reference::root(&branch.leaves));
 }
+
+/// A clock the test sets.
+struct SetClock(std::sync::atomic::AtomicI64);
+
+impl tally_schemas::time::Clock for SetClock {
+    fn now(&self) -> UnixMillis {
+        UnixMillis::new(self.0.load(std::sync::atomic::Ordering::SeqCst))
+    }
+}
+
+#[test]
+fn cosignature_timestamps_of_a_log_never_go_back() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut log = TestLog::new(1);
+    let key = cosigner_key();
+    let state = State::create(&dir.path().join("state.redb"), &key.verifier().vkey()).unwrap();
+    let mut logs = Logs::default();
+    logs.add(ORIGIN, &[log.signer.verifier().clone()]).unwrap();
+    let clock = Arc::new(SetClock(std::sync::atomic::AtomicI64::new(NOW)));
+    let c = Cosigner::new(key.clone(), logs, state, clock.clone());
+    let timestamp = |line: &str| {
+        let sig = signed_note::Signature::from_bytes(line.trim_end().as_bytes()).unwrap();
+        u64::from_be_bytes(sig.signature()[..8].try_into().unwrap())
+    };
+    log.grow(2, "a");
+    let first = c.add_checkpoint(log.request(0).as_bytes()).unwrap();
+    assert_eq!(timestamp(&first), (NOW / 1000) as u64);
+    // The clock steps back an hour: the next cosignature keeps the time of
+    // the last one rather than claim an earlier view.
+    clock
+        .0
+        .store(NOW - 3_600_000, std::sync::atomic::Ordering::SeqCst);
+    log.grow(2, "a");
+    let second = c.add_checkpoint(log.request(2).as_bytes()).unwrap();
+    assert_eq!(timestamp(&second), (NOW / 1000) as u64);
+    // A clock at or before the epoch still gives a timestamp of at least 1.
+    let dir2 = tempfile::tempdir().unwrap();
+    let state = State::create(&dir2.path().join("state.redb"), &key.verifier().vkey()).unwrap();
+    let mut logs = Logs::default();
+    logs.add(ORIGIN, &[log.signer.verifier().clone()]).unwrap();
+    let c = Cosigner::new(
+        key,
+        logs,
+        state,
+        Arc::new(SetClock(std::sync::atomic::AtomicI64::new(-5))),
+    );
+    let line = c.add_checkpoint(log.request(0).as_bytes()).unwrap();
+    assert_eq!(timestamp(&line), 1);
+}

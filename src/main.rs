@@ -46,6 +46,10 @@ enum Command {
     /// Follow a log's checkpoints and prove each consistent with the last
     /// one verified; print both checkpoints as evidence of a fork.
     Monitor(cmd::monitor::Args),
+    /// Run a cosigner: a C2SP tlog-witness that cosigns a log's checkpoints
+    /// after proving each consistent with the last it cosigned (not to be
+    /// confused with `tally serve`, tally's witness).
+    Cosigner(cmd::cosigner::Args),
     /// Benchmarks (`tally bench verify`: the offline verifier).
     Bench(cmd::bench_verify::Args),
     /// Run the witness: admit signed records, issue receipts, serve the
@@ -74,6 +78,7 @@ fn main() -> ExitCode {
         Command::Status(args) => cmd::status::run(&args),
         Command::Verify(args) => cmd::verify::run(&args),
         Command::Monitor(args) => cmd::monitor::run(&args),
+        Command::Cosigner(args) => cmd::cosigner::run(&args),
         Command::Bench(args) => cmd::bench_verify::run(&args),
         Command::Serve(args) => cmd::serve::run(&args),
         Command::Project(args) => cmd::project::run(&args),

@@ -9,6 +9,8 @@
 //! - [`record`], [`tools`]: records, bodies, tool-definition digests.
 //! - [`entry`]: log entries (leaves) and receipts.
 //! - [`note`]: C2SP checkpoints and signed notes.
+//! - [`cosignature`]: C2SP cosignatures (`cosignature/v1`) and the
+//!   add-checkpoint request of the C2SP witness protocol.
 //! - [`tree`]: RFC 9162 inclusion and consistency proof checking.
 //! - [`pack`], [`report`]: packs, agent-keys.json, head.json, the report.
 //! - [`limits`]: every numeric limit.
@@ -20,6 +22,7 @@
 //! tokio, axum or redb.
 
 pub mod canonical;
+pub mod cosignature;
 pub mod display;
 pub mod entry;
 pub mod hash;

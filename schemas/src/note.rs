@@ -29,9 +29,6 @@ use crate::tree::TreeSize;
 /// The signed-note algorithm byte for Ed25519.
 pub const ALG_ED25519: u8 = 0x01;
 
-/// The signed-note algorithm byte of a C2SP tlog-cosignature/v1 key.
-pub const ALG_COSIGNATURE_V1: u8 = 0x04;
-
 /// Maximum size of a signed checkpoint note in bytes.
 pub const MAX_CHECKPOINT_NOTE_BYTES: usize = 8192;
 
@@ -117,15 +114,6 @@ pub fn encode_vkey(algorithm: u8, name: &str, public: &PublicKey) -> String {
         key_id_for_algorithm(algorithm, name, public),
         BASE64.encode(encoded)
     )
-}
-
-/// The message a C2SP tlog-cosignature/v1 signature is over (§11.1):
-/// `"cosignature/v1\ntime " ‖ decimal timestamp ‖ "\n" ‖ checkpoint body`.
-#[must_use]
-pub fn cosignature_message(timestamp: u64, checkpoint_body: &[u8]) -> Vec<u8> {
-    let mut m = format!("cosignature/v1\ntime {timestamp}\n").into_bytes();
-    m.extend_from_slice(checkpoint_body);
-    m
 }
 
 /// Splits a vkey `name+hex8(id)+base64(algorithm ‖ 32-byte key)` whose
@@ -245,6 +233,18 @@ impl NoteVerifier {
     #[must_use]
     pub fn public_key(&self) -> &PublicKey {
         &self.key
+    }
+
+    /// Whether `signature` (the bytes of a signature line after the key id)
+    /// is a 64-byte Ed25519 signature by this key that verifies strictly
+    /// (§4.3) over the note text `text`.
+    #[must_use]
+    pub fn verifies(&self, text: &[u8], signature: &[u8]) -> bool {
+        <[u8; 64]>::try_from(signature).is_ok_and(|sig| {
+            self.key
+                .verify_raw(text, &Signature::from_bytes(sig))
+                .is_ok()
+        })
     }
 
     fn label(&self) -> String {
@@ -476,6 +476,17 @@ pub struct NoteSignature {
     pub signature: Vec<u8>,
 }
 
+impl NoteSignature {
+    /// The signature line, `— <name> base64(key id ‖ signature)\n`, in
+    /// canonical base64.
+    #[must_use]
+    pub fn to_line(&self) -> String {
+        let mut raw = self.key_id.to_be_bytes().to_vec();
+        raw.extend_from_slice(&self.signature);
+        format!("\u{2014} {} {}\n", self.name, BASE64.encode(raw))
+    }
+}
+
 /// A signed note split by the grammar of §7.4 into its text and signature
 /// lines. Nothing in it is verified.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -578,12 +589,7 @@ pub fn open_checkpoint(note: &str, key: &NoteVerifier) -> Result<Checkpoint, Not
     let Some(line) = parsed.signature_by(&key.name, key.id) else {
         return Err(NoteError::NotSignedByKey { key: key.label() });
     };
-    let verifies = <[u8; 64]>::try_from(line.signature.as_slice()).is_ok_and(|sig| {
-        key.key
-            .verify_raw(parsed.text.as_bytes(), &Signature::from_bytes(sig))
-            .is_ok()
-    });
-    if !verifies {
+    if !key.verifies(parsed.text.as_bytes(), &line.signature) {
         return Err(NoteError::BadSignature { key: key.label() });
     }
     if checkpoint.origin != key.name {

@@ -5,6 +5,7 @@ pub mod agent_admin;
 pub mod bench_ingest;
 pub mod bench_verify;
 pub mod canon;
+pub mod cosigner;
 pub mod data_folder;
 pub mod export;
 pub mod gateway;

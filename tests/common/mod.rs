@@ -125,3 +125,72 @@ pub fn tally(args: &[&str], env: &[(&str, &str)]) -> (bool, String, String) {
         String::from_utf8_lossy(&out.stderr).into_owned(),
     )
 }
+
+/// Registers `agent` (its key kept in `state`) with the witness at `server`
+/// using the project API key `key`.
+pub fn add_agent(server: &Server, key: &str, state: &Path, agent: &str) {
+    let env = [("TALLY_STATE_DIR", state.to_str().unwrap())];
+    let (ok, out, err) = tally(
+        &[
+            "agent",
+            "init",
+            agent,
+            "--witness",
+            &server.url,
+            "--api-key",
+            key,
+        ],
+        &env,
+    );
+    assert!(ok, "agent init: {err}");
+    let public = out
+        .lines()
+        .find_map(|l| l.strip_prefix("public key: "))
+        .unwrap_or_else(|| panic!("no public key in {out}"))
+        .trim()
+        .to_owned();
+    let (ok, _, err) = tally(
+        &[
+            "agent",
+            "add",
+            agent,
+            "--public-key",
+            &public,
+            "--witness",
+            &server.url,
+            "--api-key",
+            key,
+        ],
+        &[],
+    );
+    assert!(ok, "agent add: {err}");
+}
+
+/// Records `n` notes for `agent` (state in `state`), waiting for each receipt.
+pub fn record_notes(state: &Path, agent: &str, n: usize) {
+    let env = [("TALLY_STATE_DIR", state.to_str().unwrap())];
+    for i in 0..n {
+        let (ok, _, err) = tally(
+            &[
+                "record",
+                "note",
+                "--agent",
+                agent,
+                &format!("note {i}"),
+                "--wait-receipt",
+            ],
+            &env,
+        );
+        assert!(ok, "record note: {err}");
+    }
+}
+
+/// Copies the files of folder `from` into `to` (a data folder copied while
+/// its server is stopped).
+pub fn copy_dir(from: &Path, to: &Path) {
+    std::fs::create_dir_all(to).unwrap();
+    for e in std::fs::read_dir(from).unwrap() {
+        let e = e.unwrap();
+        std::fs::copy(e.path(), to.join(e.file_name())).unwrap();
+    }
+}

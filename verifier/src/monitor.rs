@@ -20,6 +20,11 @@
 //! A log that serves its reads to read-token holders only (a witness run
 //! with `--log-read token`) is read with [`Monitor::with_read_token`], sent
 //! as `Authorization: Bearer` on every request.
+//!
+//! With a trust file's cosigners ([`Monitor::with_cosigners`], §11.1 and
+//! §14) each checkpoint fetched is also checked for a quorum of valid
+//! cosignatures ([`Checked::cosignatures`]); a shortfall is reported, and
+//! does not stop the consistency check or the saving of the state.
 
 use std::collections::HashMap;
 use std::io::Write as _;
@@ -35,6 +40,8 @@ use tally_schemas::note::{
 };
 use tally_schemas::tree::{empty_root, verify_consistency};
 use tally_schemas::Hash;
+
+use crate::trust::WitnessPolicy;
 
 /// Tile height of C2SP tlog-tiles.
 pub const TILE_HEIGHT: u32 = 8;
@@ -112,6 +119,36 @@ pub enum Round {
     Inconsistent(Evidence),
 }
 
+/// A round's result with the cosignature check of the checkpoint fetched.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Checked {
+    /// The consistency result.
+    pub round: Round,
+    /// `None` without cosigners to check (no trust file, or quorum 0).
+    pub cosignatures: Option<Cosignatures>,
+}
+
+/// Whether the checkpoint fetched carries the trust file's quorum of
+/// cosignatures (§11.1: valid cosignatures by at least `quorum` distinct
+/// listed cosigner names, and no listed key's line that fails).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Cosignatures {
+    /// The quorum is met.
+    Met {
+        /// Distinct cosigners whose cosignature verified.
+        count: usize,
+        /// The quorum.
+        quorum: usize,
+    },
+    /// The quorum is not met, or a listed cosigner's line does not verify.
+    NotMet {
+        /// The checkpoint (signed note) as fetched, as evidence.
+        note: String,
+        /// Why.
+        reason: String,
+    },
+}
+
 /// Where the consistency proof comes from.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum ProofSource {
@@ -130,6 +167,7 @@ pub struct Monitor {
     source: ProofSource,
     agent: ureq::Agent,
     read_token: Option<String>,
+    cosigners: Option<WitnessPolicy>,
 }
 
 /// Reads the last verified checkpoint from `path` (`None` if absent).
@@ -213,7 +251,16 @@ impl Monitor {
             source,
             agent,
             read_token: None,
+            cosigners: None,
         }
+    }
+
+    /// Also checks every checkpoint fetched for `policy`'s quorum of
+    /// cosignatures (a trust file's `witness` and `quorum` lines).
+    #[must_use]
+    pub fn with_cosigners(mut self, policy: WitnessPolicy) -> Self {
+        self.cosigners = (policy.quorum > 0).then_some(policy);
+        self
     }
 
     /// Sends `token` as `Authorization: Bearer` with every request (a log
@@ -258,12 +305,42 @@ impl Monitor {
     /// [`MonitorError`] when the log cannot be read, answers malformed data,
     /// signs with another key, or the state file fails.
     pub fn check_once(&self) -> Result<Round, MonitorError> {
+        self.check_round().map(|c| c.round)
+    }
+
+    /// One round, and the cosignature check of the checkpoint fetched
+    /// when cosigners were given ([`Monitor::with_cosigners`]).
+    ///
+    /// # Errors
+    /// As [`Monitor::check_once`].
+    pub fn check_round(&self) -> Result<Checked, MonitorError> {
         let note = String::from_utf8(self.get("checkpoint", MAX_CHECKPOINT_NOTE_BYTES as u64)?)
             .map_err(|_| MonitorError::BadResponse {
                 url: format!("{}/checkpoint", self.base),
                 reason: "not UTF-8".into(),
             })?;
         let new = open_checkpoint(&note, &self.key)?;
+        let cosignatures = self
+            .cosigners
+            .as_ref()
+            .map(|policy| match policy.check(&note) {
+                Ok(count) => Cosignatures::Met {
+                    count,
+                    quorum: policy.quorum,
+                },
+                Err(reason) => Cosignatures::NotMet {
+                    note: note.clone(),
+                    reason,
+                },
+            });
+        let round = self.consistency_round(note, new)?;
+        Ok(Checked {
+            round,
+            cosignatures,
+        })
+    }
+
+    fn consistency_round(&self, note: String, new: Checkpoint) -> Result<Round, MonitorError> {
         let Some(old_note) = load_state(&self.state)? else {
             if new.size.get() == 0 && new.root != empty_root() {
                 return Ok(Round::Inconsistent(Evidence {

@@ -18,12 +18,14 @@ use std::collections::BTreeSet;
 /// The trust file version this build reads.
 pub const TRUST_FILE_VERSION: u64 = 1;
 
-use tally_schemas::keys::{PublicKey, Signature};
-pub use tally_schemas::note::{cosignature_message, ALG_COSIGNATURE_V1};
-use tally_schemas::note::{
-    encode_vkey, is_valid_key_name, key_id_for_algorithm, parse_vkey_with_algorithm, NoteVerifier,
-    SignedNote,
-};
+use tally_schemas::note::{NoteVerifier, SignedNote};
+
+pub use tally_schemas::cosignature::{cosignature_message, ALG_COSIGNATURE_V1};
+
+/// A cosigner's key (C2SP tlog-cosignature/v1), listed as `witness` in the
+/// trust file; the type and the signed message live in tally-schemas
+/// (`cosignature`), shared with `tally cosigner`.
+pub type WitnessKey = tally_schemas::cosignature::CosignatureVerifier;
 
 /// Why a trust file or a witness key was refused.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -57,87 +59,6 @@ pub enum TrustError {
     },
 }
 
-/// A witness's cosignature key (C2SP tlog-cosignature/v1).
-#[derive(Clone, PartialEq, Eq)]
-pub struct WitnessKey {
-    name: String,
-    id: u32,
-    key: PublicKey,
-}
-
-impl std::fmt::Debug for WitnessKey {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "WitnessKey({}+{:08x})", self.name, self.id)
-    }
-}
-
-impl WitnessKey {
-    /// A witness key from its name and public key.
-    ///
-    /// # Errors
-    /// A message when the name is not a valid key name.
-    pub fn new(name: &str, key: PublicKey) -> Result<Self, String> {
-        if !is_valid_key_name(name) {
-            return Err("invalid key name".into());
-        }
-        Ok(Self {
-            name: name.to_owned(),
-            id: key_id_for_algorithm(ALG_COSIGNATURE_V1, name, &key),
-            key,
-        })
-    }
-
-    /// Parses `name+hex8(id)+base64(0x04 ‖ key)`.
-    ///
-    /// # Errors
-    /// A message naming what is malformed.
-    pub fn from_vkey(vkey: &str) -> Result<Self, String> {
-        let (name, key) =
-            parse_vkey_with_algorithm(vkey, ALG_COSIGNATURE_V1).map_err(|e| e.to_string())?;
-        Self::new(&name, key)
-    }
-
-    /// The vkey string.
-    #[must_use]
-    pub fn vkey(&self) -> String {
-        encode_vkey(ALG_COSIGNATURE_V1, &self.name, &self.key)
-    }
-
-    /// The witness's name.
-    #[must_use]
-    pub fn name(&self) -> &str {
-        &self.name
-    }
-
-    /// The note key id.
-    #[must_use]
-    pub fn id(&self) -> u32 {
-        self.id
-    }
-}
-
-impl WitnessKey {
-    /// Whether a cosignature line's bytes after the key id,
-    /// `timestamp (8 bytes, big-endian) ‖ Ed25519 signature (64)`, verify
-    /// strictly over `cosignature_message(timestamp, checkpoint_body)`.
-    #[must_use]
-    pub fn verifies(&self, checkpoint_body: &[u8], cosignature: &[u8]) -> bool {
-        if cosignature.len() != 72 {
-            return false;
-        }
-        let mut ts = [0u8; 8];
-        ts.copy_from_slice(&cosignature[..8]);
-        let mut s = [0u8; 64];
-        s.copy_from_slice(&cosignature[8..]);
-        self.key
-            .verify_raw(
-                &cosignature_message(u64::from_be_bytes(ts), checkpoint_body),
-                &Signature::from_bytes(s),
-            )
-            .is_ok()
-    }
-}
-
 /// Independent witnesses and how many must cosign.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct WitnessPolicy {
@@ -163,16 +84,18 @@ impl WitnessPolicy {
         // once however many of its keys cosigned.
         let mut names = BTreeSet::new();
         for w in &self.witnesses {
-            let Some(line) = parsed.signature_by(&w.name, w.id) else {
+            let Some(line) = parsed.signature_by(w.name(), w.id()) else {
                 continue;
             };
-            if !w.verifies(parsed.text.as_bytes(), &line.signature) {
+            if w.verify_cosignature(parsed.text.as_bytes(), &line.signature)
+                .is_err()
+            {
                 return Err(format!(
                     "the cosignature of witness {} does not verify",
-                    w.name
+                    w.name()
                 ));
             }
-            names.insert(w.name.as_str());
+            names.insert(w.name());
         }
         let count = names.len();
         if count < self.quorum {
@@ -244,7 +167,7 @@ impl TrustFile {
                     log = Some(NoteVerifier::from_vkey(value).map_err(|e| bad(e.to_string()))?);
                 }
                 "witness" => {
-                    let w = WitnessKey::from_vkey(value).map_err(bad)?;
+                    let w = WitnessKey::from_vkey(value).map_err(|e| bad(e.to_string()))?;
                     if witnesses.contains(&w) {
                         return Err(bad(format!("witness {} is listed twice", w.vkey())));
                     }
@@ -306,8 +229,7 @@ fn decimal(text: &str) -> Option<u64> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use base64::engine::general_purpose::STANDARD as BASE64;
-    use base64::Engine as _;
+    use tally_schemas::cosignature::CosignatureSigner;
     use tally_schemas::note::{Checkpoint, NoteSigner};
     use tally_schemas::tree::TreeSize;
     use tally_schemas::{Hash, SecretKey};
@@ -326,13 +248,9 @@ mod tests {
     }
 
     fn cosign(note: &str, name: &str, key: &SecretKey, ts: u64) -> String {
-        let w = WitnessKey::new(name, key.public_key()).unwrap();
+        let signer = CosignatureSigner::from_secret(name, key.clone()).unwrap();
         let body = note.split("\n\n").next().unwrap().to_owned() + "\n";
-        let sig = key.sign_raw(&cosignature_message(ts, body.as_bytes()));
-        let mut raw = w.id().to_be_bytes().to_vec();
-        raw.extend_from_slice(&ts.to_be_bytes());
-        raw.extend_from_slice(sig.as_bytes());
-        format!("{note}\u{2014} {name} {}\n", BASE64.encode(raw))
+        format!("{note}{}", signer.cosign(body.as_bytes(), ts))
     }
 
     #[test]

@@ -7,18 +7,25 @@ use std::io::{BufRead, BufReader, Write};
 use std::net::TcpListener;
 use std::sync::{Arc, Mutex};
 
+use base64::Engine as _;
+use tally_schemas::cosignature::CosignatureSigner;
 use tally_schemas::hash::leaf_hash;
 use tally_schemas::note::{Checkpoint, NoteSigner};
 use tally_schemas::tree::{reference, TreeSize};
 use tally_schemas::Hash;
-use tally_testkit::fixture::log_signer;
-use tally_verifier::monitor::{load_state, tile_path, Monitor, MonitorError, ProofSource, Round};
+use tally_testkit::fixture::{key_from_label, log_signer};
+use tally_verifier::monitor::{
+    load_state, tile_path, Checked, Cosignatures, Monitor, MonitorError, ProofSource, Round,
+};
+use tally_verifier::trust::TrustFile;
 
 const ORIGIN: &str = "tally.local/log";
 
 struct View {
     leaves: Vec<Hash>,
     signer: NoteSigner,
+    /// Cosigners whose cosignature lines the checkpoint carries.
+    cosigners: Vec<CosignatureSigner>,
 }
 
 impl View {
@@ -30,7 +37,11 @@ impl View {
                 TreeSize::new(n as u64),
                 reference::root(&self.leaves),
             );
-            return Some(self.signer.sign_checkpoint(&cp).unwrap().into_bytes());
+            let mut note = self.signer.sign_checkpoint(&cp).unwrap();
+            for (i, c) in self.cosigners.iter().enumerate() {
+                note.push_str(&c.cosign(cp.to_body().as_bytes(), 1_800_000_000 + i as u64));
+            }
+            return Some(note.into_bytes());
         }
         if let Some(q) = path.strip_prefix("/v1/proof/consistency?") {
             let mut from = None;
@@ -128,6 +139,7 @@ fn run(source: ProofSource) {
     let view = Arc::new(Mutex::new(View {
         leaves: Vec::new(),
         signer: signer.clone(),
+        cosigners: Vec::new(),
     }));
     let url = serve(view.clone());
     let dir = tempfile::tempdir().unwrap();
@@ -268,6 +280,102 @@ fn an_empty_checkpoint_with_a_wrong_root_is_refused() {
         Round::Inconsistent(_)
     ));
     assert!(load_state(&dir.path().join("state")).unwrap().is_none());
+}
+
+#[test]
+fn cosignatures_are_checked_against_the_trust_files_quorum() {
+    let signer = log_signer(ORIGIN, "log");
+    let c1 = CosignatureSigner::from_secret("cosigner.example/c1", key_from_label("c1")).unwrap();
+    let c2 = CosignatureSigner::from_secret("cosigner.example/c2", key_from_label("c2")).unwrap();
+    let view = Arc::new(Mutex::new(View {
+        leaves: leaves(9, "a"),
+        signer: signer.clone(),
+        cosigners: vec![c1.clone(), c2.clone()],
+    }));
+    let url = serve(view.clone());
+    let dir = tempfile::tempdir().unwrap();
+    let trust = |quorum: usize| {
+        TrustFile::parse(&format!(
+            "log {}\nwitness {}\nwitness {}\nquorum {quorum}\n",
+            signer.verifier().vkey(),
+            c1.verifier().vkey(),
+            c2.verifier().vkey()
+        ))
+        .unwrap()
+    };
+    let round = |quorum: usize, state: &str| -> Checked {
+        let t = trust(quorum);
+        Monitor::new(&url, t.log, dir.path().join(state), ProofSource::Json)
+            .with_cosigners(t.witnesses)
+            .check_round()
+            .unwrap()
+    };
+    // Both cosigned: quorum 2 is met.
+    let checked = round(2, "s1");
+    assert_eq!(
+        checked.cosignatures,
+        Some(Cosignatures::Met {
+            count: 2,
+            quorum: 2
+        })
+    );
+    assert!(matches!(checked.round, Round::First(_)));
+
+    // One cosigner gone: quorum 2 fails, quorum 1 passes; the consistency
+    // round goes on either way.
+    view.lock().unwrap().cosigners.pop();
+    view.lock().unwrap().leaves = leaves(12, "a");
+    let checked = round(2, "s1");
+    match &checked.cosignatures {
+        Some(Cosignatures::NotMet { note, reason }) => {
+            assert!(reason.contains("1 of the 2"), "{reason}");
+            assert!(
+                note.contains("\n12\n"),
+                "the checkpoint is kept as evidence"
+            );
+        }
+        other => panic!("{other:?}"),
+    }
+    assert!(matches!(checked.round, Round::Advanced { from: 9, .. }));
+    assert!(matches!(
+        round(1, "s1").cosignatures,
+        Some(Cosignatures::Met { count: 1, .. })
+    ));
+
+    // A line under c2's name but made with c1's key has another key id:
+    // it is no cosignature of c2's, and is ignored.
+    let impostor =
+        CosignatureSigner::from_secret("cosigner.example/c2", key_from_label("c1")).unwrap();
+    view.lock().unwrap().cosigners = vec![c1.clone(), impostor];
+    match round(2, "s1").cosignatures {
+        Some(Cosignatures::NotMet { reason, .. }) => {
+            assert!(reason.contains("1 of the 2"), "{reason}")
+        }
+        other => panic!("{other:?}"),
+    }
+
+    // A line with c2's name and key id whose signature does not verify
+    // fails the check, even with quorum 1 (§11.1).
+    view.lock().unwrap().cosigners = vec![c1.clone(), c2.clone()];
+    let note = String::from_utf8(view.lock().unwrap().respond("/checkpoint").unwrap()).unwrap();
+    let last = note.trim_end().rsplit(' ').next().unwrap().to_owned();
+    let mut raw = base64::engine::general_purpose::STANDARD
+        .decode(&last)
+        .unwrap();
+    raw[20] ^= 1;
+    let tampered = note.replace(
+        &last,
+        &base64::engine::general_purpose::STANDARD.encode(raw),
+    );
+    assert!(trust(1)
+        .witnesses
+        .check(&tampered)
+        .unwrap_err()
+        .contains("does not verify"));
+
+    // Without cosigners (quorum 0) nothing is checked.
+    let checked = round(0, "s2");
+    assert_eq!(checked.cosignatures, None);
 }
 
 #[test]

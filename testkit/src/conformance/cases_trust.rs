@@ -2,9 +2,8 @@
 //! witness cosignatures check 6 then requires on the pack's checkpoint.
 
 use serde_json::json;
-use tally_schemas::note::{
-    cosignature_message, encode_vkey, key_id_for_algorithm, ALG_COSIGNATURE_V1,
-};
+use tally_schemas::cosignature::{cosignature_message, ALG_COSIGNATURE_V1};
+use tally_schemas::note::{encode_vkey, key_id_for_algorithm};
 use tally_schemas::SecretKey;
 
 use super::base::{case, Base};

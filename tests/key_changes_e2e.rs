@@ -6,6 +6,7 @@
 
 mod common;
 
+use base64::Engine as _;
 use std::path::Path;
 use std::process::Command;
 
@@ -87,8 +88,16 @@ fn export_and_verify(
     let pack = dir.join(format!("{agent}-pack.jsonl"));
     let (ok, _, err) = tally(&["keys", "export", "-o", keys.to_str().unwrap()], &env);
     assert!(ok, "keys export: {err}");
+    // The same pack file is exported again after each key change.
     let (ok, _, err) = tally(
-        &["export", "--agent", agent, "-o", pack.to_str().unwrap()],
+        &[
+            "export",
+            "--agent",
+            agent,
+            "-o",
+            pack.to_str().unwrap(),
+            "--force",
+        ],
         &env,
     );
     assert!(ok, "export: {err}");
@@ -179,9 +188,7 @@ fn a_rotation_or_retirement_cannot_reach_back_into_witnessed_records() {
     let identity = {
         let mut b = [0u8; 32];
         b[0] = 1;
-        tally_schemas::PublicKey::from_bytes(&b)
-            .unwrap()
-            .to_base64()
+        base64::engine::general_purpose::STANDARD.encode(b)
     };
     let (ok, out, err) = tally(
         &["agent", "add", "weak-bot", "--public-key", &identity],

@@ -605,7 +605,7 @@ fn no_command_panics_on_a_closed_pipe_and_agent_init_is_all_or_nothing() {
         &[],
     );
     assert_eq!(r.code, Some(0), "{}", r.show());
-    let valid = Path::new(env!("CARGO_MANIFEST_DIR")).join("testdata/tampered/valid");
+    let valid = Path::new(env!("CARGO_MANIFEST_DIR")).join("testdata/conformance/valid");
     let vkey = std::fs::read_to_string(valid.join("log.vkey")).unwrap();
     let key_env = [
         ("TALLY_API_KEY", s.api_key.as_str()),
@@ -639,7 +639,7 @@ fn no_command_panics_on_a_closed_pipe_and_agent_init_is_all_or_nothing() {
 // Trap: wrong files look like failed packs.
 #[test]
 fn wrong_files_for_verify_are_usage_errors_that_name_the_file() {
-    let valid = Path::new(env!("CARGO_MANIFEST_DIR")).join("testdata/tampered/valid");
+    let valid = Path::new(env!("CARGO_MANIFEST_DIR")).join("testdata/conformance/valid");
     let pack = valid.join("pack.jsonl");
     let keys = valid.join("agent-keys.json");
     let head = valid.join("head.json");

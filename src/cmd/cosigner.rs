@@ -236,7 +236,9 @@ fn show(args: &DirArgs) -> anyhow::Result<ExitCode> {
             match c.state().latest(&log.origin)? {
                 Some(s) => outln!(
                     "  cosigned    size {} root {} at {}",
-                    s.size, s.root, s.timestamp
+                    s.size,
+                    s.root,
+                    s.timestamp
                 )?,
                 None => outln!("  cosigned    nothing yet")?,
             }

@@ -16,6 +16,7 @@
 //! It depends on tally-schemas for every wire type and never on tally-log.
 
 pub mod acceptance;
+pub mod calls;
 pub mod journal;
 pub mod process;
 pub mod proxy;

@@ -43,6 +43,9 @@ pub const ERROR_CLIENT_GONE: i64 = -32003;
 /// failed without a JSON-RPC answer (Streamable HTTP only).
 pub const ERROR_UPSTREAM: i64 = -32004;
 
+/// Most pages the gateway reads when it lists the tools itself.
+pub const MAX_LIST_PAGES: usize = 256;
+
 /// Which calls wait for a witness receipt before they are forwarded.
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
 pub enum StrictPolicy {

@@ -14,14 +14,15 @@ use axum::routing::any;
 use axum::Router;
 use bytes::Bytes;
 use serde_json::{json, Value};
-use tally_gateway::calls::{CallRecorder, ProxyConfig};
+use tally_gateway::calls::{CallRecorder, ProxyConfig, StrictPolicy};
 use tally_gateway::http::{serve, HttpConfig, HttpGateway, HttpLimits, ProbeResult};
 use tally_gateway::recorder::{Recorder, RecorderHandle};
 use tally_gateway::store::ChainStore;
+use tally_gateway::sync::SyncProgress;
 use tally_schemas::time::SystemClock;
 use tally_schemas::{AgentName, Record, SecretKey};
 use tokio::net::TcpListener;
-use tokio::sync::{mpsc, oneshot, Notify};
+use tokio::sync::{mpsc, oneshot, watch, Notify};
 
 const TOKEN: &str = "Bearer secret-token-that-must-never-be-recorded";
 
@@ -70,6 +71,23 @@ struct Gateway {
 }
 
 async fn start_gateway(upstream: &str, limits: HttpLimits, working_store: bool) -> Gateway {
+    start_gateway_with(
+        upstream,
+        limits,
+        working_store,
+        ProxyConfig::default(),
+        None,
+    )
+    .await
+}
+
+async fn start_gateway_with(
+    upstream: &str,
+    limits: HttpLimits,
+    working_store: bool,
+    config: ProxyConfig,
+    receipts: Option<watch::Receiver<SyncProgress>>,
+) -> Gateway {
     let dir = tempfile::tempdir().unwrap();
     let store = Arc::new(ChainStore::open(&dir.path().join("chain.redb")).unwrap());
     let (recorder, handle) = if working_store {
@@ -88,12 +106,7 @@ async fn start_gateway(upstream: &str, limits: HttpLimits, working_store: bool) 
             RecorderHandle::unavailable("injected: the store is read-only"),
         )
     };
-    let core = CallRecorder::new(
-        ProxyConfig::default(),
-        handle,
-        Some(Arc::clone(&store)),
-        None,
-    );
+    let core = CallRecorder::new(config, handle, Some(Arc::clone(&store)), receipts);
     let gateway = HttpGateway::new(
         core,
         HttpConfig {
@@ -818,4 +831,104 @@ async fn the_probe_tells_an_mcp_endpoint_from_something_else() {
         err.contains("not an MCP endpoint") && err.contains("404"),
         "{err}"
     );
+}
+
+fn answering_upstream() -> Handler {
+    Arc::new(|_, _, body| {
+        let msg: Value = serde_json::from_slice(body).unwrap();
+        if msg["method"] == "tools/list" {
+            return json_answer(
+                &json!({"jsonrpc": "2.0", "id": msg["id"], "result": {"tools": [
+                {"name": "safe_read", "inputSchema": {"type": "object"}},
+                {"name": "other", "inputSchema": {"type": "object"}}]}}),
+            );
+        }
+        json_answer(&json!({"jsonrpc": "2.0", "id": msg["id"], "result": {"content": []}}))
+    })
+}
+
+fn calls_seen(seen: &Mutex<Seen>) -> Vec<String> {
+    seen.lock()
+        .unwrap()
+        .requests
+        .iter()
+        .filter_map(|(_, _, b)| serde_json::from_slice::<Value>(b).ok())
+        .filter_map(|v| v["params"]["name"].as_str().map(str::to_owned))
+        .collect()
+}
+
+#[tokio::test]
+async fn strict_calls_wait_for_their_receipt_and_are_refused_without_it() {
+    let (upstream, seen) = start_upstream(answering_upstream()).await;
+    let (progress, rx) = watch::channel(SyncProgress::default());
+    let config = ProxyConfig {
+        strict: StrictPolicy::Tools(["pay".to_owned()].into()),
+        strict_timeout: Duration::from_millis(300),
+        ..ProxyConfig::default()
+    };
+    let gw = start_gateway_with(&upstream, HttpLimits::default(), true, config, Some(rx)).await;
+    // Not strict for this tool: forwarded at once.
+    post(&gw.url, &call(json!(1), "read"), &[])
+        .await
+        .bytes()
+        .await
+        .unwrap();
+    // Strict: held until the sync says the decision (seq 2) is receipted.
+    let url = gw.url.clone();
+    let held =
+        tokio::spawn(async move { post(&url, &call(json!(2), "pay"), &[]).await.bytes().await });
+    tokio::time::sleep(Duration::from_millis(150)).await;
+    assert_eq!(calls_seen(&seen), vec!["read"], "the strict call waits");
+    progress.send_modify(|p| p.cursor = 3);
+    held.await.unwrap().unwrap();
+    assert_eq!(calls_seen(&seen), vec!["read", "pay"]);
+    // No receipt in time: refused, never forwarded, outcome not_run.
+    let r = post(&gw.url, &call(json!(3), "pay"), &[]).await;
+    let v: Value = r.json().await.unwrap();
+    assert_eq!(v["error"]["data"]["tally"], "strict_receipt");
+    assert_eq!(calls_seen(&seen), vec!["read", "pay"]);
+    let records = gw.records(6).await;
+    let statuses: Vec<String> = records
+        .iter()
+        .filter_map(|r| body(r)["status"].as_str().map(str::to_owned))
+        .collect();
+    assert_eq!(statuses, vec!["ok", "ok", "not_run"]);
+}
+
+#[tokio::test]
+async fn with_a_name_prefix_other_tools_are_declared_unrecorded_and_their_calls_pass() {
+    let (upstream, seen) = start_upstream(answering_upstream()).await;
+    let config = ProxyConfig {
+        record_prefix: Some("safe_".into()),
+        ..ProxyConfig::default()
+    };
+    let gw = start_gateway_with(&upstream, HttpLimits::default(), true, config, None).await;
+    post(
+        &gw.url,
+        r#"{"jsonrpc":"2.0","id":1,"method":"tools/list"}"#,
+        &[],
+    )
+    .await
+    .bytes()
+    .await
+    .unwrap();
+    post(&gw.url, &call(json!(2), "other"), &[])
+        .await
+        .bytes()
+        .await
+        .unwrap();
+    post(&gw.url, &call(json!(3), "safe_read"), &[])
+        .await
+        .bytes()
+        .await
+        .unwrap();
+    assert_eq!(calls_seen(&seen), vec!["other", "safe_read"]);
+    let records = gw.records(3).await;
+    let tools = body(&records[0]);
+    assert_eq!(tools["tools"][0]["recorded"], true);
+    assert_eq!(tools["tools"][1]["recorded"], false);
+    assert_eq!(body(&records[1])["tool"], "safe_read");
+    assert_eq!(body(&records[2])["status"], "ok");
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    assert_eq!(gw.store.records(0, 10).unwrap().len(), 3);
 }

@@ -469,7 +469,10 @@ impl Inner {
         let mut st = lock(&self.sessions);
         if let Some(s) = st.get(session) {
             s.last_used = Some(Instant::now());
-            if let Some(h) = headers {
+            // Only a real session's own headers are kept: without a session
+            // id, requests of different clients would lend each other
+            // their credentials.
+            if let (Some(h), Some(_)) = (headers, session) {
                 s.headers = Some(copy_headers(h));
             }
         }
@@ -1281,7 +1284,10 @@ async fn forward_call(
             Err(e)
         }
     };
+    // An answer stream in progress keeps its session from expiring.
+    inner.open_stream(session.as_deref(), 1);
     let ended = relay(&inner, sent, watch, reply, modern, None).await;
+    inner.open_stream(session.as_deref(), -1);
     if slot.ended.load(Ordering::SeqCst) {
         return;
     }

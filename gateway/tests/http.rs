@@ -932,3 +932,33 @@ async fn with_a_name_prefix_other_tools_are_declared_unrecorded_and_their_calls_
     tokio::time::sleep(Duration::from_millis(100)).await;
     assert_eq!(gw.store.records(0, 10).unwrap().len(), 3);
 }
+
+#[tokio::test]
+async fn an_idle_session_expires_and_its_open_calls_end_client_gone() {
+    let (upstream, _) = start_upstream(Arc::new(|_, _, _| {
+        let (tx, rx) = mpsc::unbounded_channel::<Result<Bytes, std::io::Error>>();
+        tx.send(Ok(Bytes::from("id: p\ndata:\n\n"))).unwrap();
+        tokio::spawn(async move {
+            tokio::time::sleep(Duration::from_millis(100)).await;
+            let _ = tx.send(Err(std::io::Error::other("poll later")));
+        });
+        sse_answer(rx)
+    }))
+    .await;
+    let limits = HttpLimits {
+        session_idle: Duration::from_millis(400),
+        ..HttpLimits::default()
+    };
+    let gw = start_gateway(&upstream, limits, true).await;
+    let mut r = post(
+        &gw.url,
+        &call(json!(1), "left_open"),
+        &[("mcp-session-id", "idle")],
+    )
+    .await;
+    while let Ok(Some(_)) = r.chunk().await {}
+    // Resumable, so still open; the client never comes back.
+    tokio::time::sleep(Duration::from_millis(150)).await;
+    assert_eq!(gw.store.records(0, 10).unwrap().len(), 1);
+    assert_eq!(gw.outcomes(2).await["left_open"], "client_gone");
+}

@@ -406,14 +406,16 @@ impl CallRecorder {
                 return;
             }
         };
+        // Every part is queued now, so the list precedes in the chain any
+        // call that follows its answer.
         let n = bodies.len();
         let mut last = None;
         for (i, body) in bodies.into_iter().enumerate() {
             if i + 1 == n {
-                let recorder = self.recorder.clone();
-                last = Some(tokio::spawn(
-                    async move { recorder.append(body, None).await },
-                ));
+                match self.recorder.append_queued(body, None) {
+                    Ok(done) => last = Some(tokio::spawn(done)),
+                    Err(e) => eprintln!("tally: gateway: the tool list could not be recorded: {e}"),
+                }
             } else if let Err(e) = self.recorder.append_detached(body, None) {
                 eprintln!("tally: gateway: the tool list could not be recorded: {e}");
             }

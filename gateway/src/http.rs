@@ -1481,17 +1481,13 @@ async fn relay(
                 }
             }
         };
-        let events = reader.feed(&chunk);
-        if client_open && tx.send(Ok(chunk)).await.is_err() {
-            client_open = false;
-            if !keep_reading() {
-                return StreamEnd::ClientLeft;
-            }
-        }
-        let Ok(events) = events else {
+        let Ok(events) = reader.feed(&chunk) else {
             eprintln!("tally: gateway: an event from the upstream is larger than {max} bytes (--max-answer-bytes); the stream is cut");
             return StreamEnd::Broken;
         };
+        // Observed (outcomes and tool lists queued to the chain writer)
+        // before the client sees the chunk, so a record of an answer always
+        // precedes the records of what the client does next.
         for ev in events {
             if let (Some(s), true) = (&slot, ev.has_id) {
                 ev.id.clone_into(&mut lock(&s.last_event_id));
@@ -1502,6 +1498,9 @@ async fn relay(
             if let Ok(msg) = serde_json::from_str::<Value>(&ev.data) {
                 inner.observe(&watch, &msg);
             }
+        }
+        if client_open && tx.send(Ok(chunk)).await.is_err() {
+            client_open = false;
         }
         if !client_open && !keep_reading() {
             return StreamEnd::ClientLeft;

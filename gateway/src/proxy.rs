@@ -305,17 +305,19 @@ impl Proxy {
             .and_then(|v| v.get("id"))
             .and_then(Value::as_str)
             .is_some_and(|s| s.starts_with(OWN_ID_PREFIX));
-        if !own_answer {
-            self.reply(line);
-        }
-        match parsed {
+        // Observed first: the outcome or tool list is queued to the chain
+        // writer before the client can see the answer and act on it.
+        match &parsed {
             Some(Value::Array(items)) => {
-                for item in &items {
+                for item in items {
                     self.observe_server(item);
                 }
             }
-            Some(v) => self.observe_server(&v),
+            Some(v) => self.observe_server(v),
             None => {}
+        }
+        if !own_answer {
+            self.reply(line);
         }
     }
 

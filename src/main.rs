@@ -33,8 +33,9 @@ enum Command {
     Canon(cmd::canon::Args),
     /// An agent's key, witness configuration and sync (agent side).
     Agent(cmd::agent::Args),
-    /// Run an MCP server (stdio) behind a proxy that records every tool
-    /// call in the agent's signed chain.
+    /// Record every tool call of an MCP server in the agent's signed chain:
+    /// run it over stdio behind a proxy, or stand in front of a remote one
+    /// over Streamable HTTP (--upstream URL).
     Gateway(cmd::gateway::Args),
     /// Record a decision, outcome or note in an agent's chain (for scripts).
     Record(cmd::record::Args),

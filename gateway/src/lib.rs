@@ -11,15 +11,20 @@
 //! - [`acceptance`]: receipt acceptance, docs/protocol.md §8, shared by the gateway and `tally record`.
 //! - [`witness`]: the witness HTTP client; [`sync`]: background sync with backoff and resync.
 //! - [`toollist`]: `tools` records from MCP tool lists (§5.3, §6.2).
+//! - [`calls`]: the recording core both transports share: decision, strict receipt, outcome, tool lists.
 //! - [`proxy`], [`process`]: the MCP stdio proxy and the child process behind it.
+//! - [`http`], [`sse`]: the MCP Streamable HTTP proxy (`tally gateway --upstream URL`).
 //!
 //! It depends on tally-schemas for every wire type and never on tally-log.
 
 pub mod acceptance;
+pub mod calls;
+pub mod http;
 pub mod journal;
 pub mod process;
 pub mod proxy;
 pub mod recorder;
+pub mod sse;
 pub mod state;
 pub mod store;
 pub mod sync;

@@ -30,81 +30,31 @@
 //!
 //! Messages other than held `--strict` calls keep their order. The proxy is
 //! written over plain async streams so tests drive it without processes;
-//! [`crate::process`] connects it to a child process.
+//! [`crate::process`] connects it to a child process. What is recorded is
+//! decided by [`crate::calls`], shared with the Streamable HTTP proxy
+//! ([`crate::http`]); this module decides which line answers which call.
 
-use std::collections::{BTreeSet, HashMap};
+use std::collections::HashMap;
 use std::sync::{Arc, Mutex, MutexGuard};
-use std::time::Duration;
 
-use rand_core::{OsRng, RngCore as _};
 use serde_json::{json, Value};
-use tally_schemas::canonical::{self, Limits};
-use tally_schemas::hash::{salted_hash, SALT_LEN};
-use tally_schemas::record::{Decision, Outcome, OutcomeStatus};
-use tally_schemas::{Body, Hash, Record};
+use tally_schemas::record::OutcomeStatus;
 use tokio::io::{AsyncBufReadExt as _, AsyncRead, AsyncWrite, AsyncWriteExt as _, BufReader};
 use tokio::sync::{mpsc, watch, Notify};
 
+pub use crate::calls::{
+    call_id_text, ProxyConfig, StrictPolicy, ERROR_CLIENT_GONE, ERROR_NOT_FORWARDED,
+    ERROR_SERVER_EXITED,
+};
+use crate::calls::{
+    error_answer, is_paged_list_request, CallRecorder, OpenCall, PageResult, Refusal, ToolPages,
+};
 use crate::recorder::RecorderHandle;
-use crate::store::{ChainStore, Secret};
-use crate::sync::{wait_for_receipt, SyncProgress};
-use crate::toollist::digest_list;
-
-/// JSON-RPC error code of a call the gateway did not forward.
-pub const ERROR_NOT_FORWARDED: i64 = -32001;
-/// JSON-RPC error code of a call whose server exited while it was in flight.
-pub const ERROR_SERVER_EXITED: i64 = -32002;
-/// JSON-RPC error code of a call still in flight when the client went away
-/// and the server exited (sent in case the client still reads).
-pub const ERROR_CLIENT_GONE: i64 = -32003;
+use crate::store::ChainStore;
+use crate::sync::SyncProgress;
 
 /// Request ids the gateway uses for its own `tools/list` requests.
 const OWN_ID_PREFIX: &str = "tally-gateway:tools/list:";
-
-/// Which calls wait for a witness receipt before they are forwarded.
-#[derive(Debug, Clone, PartialEq, Eq, Default)]
-pub enum StrictPolicy {
-    /// None.
-    #[default]
-    Off,
-    /// Every recorded call.
-    All,
-    /// Calls to these tools.
-    Tools(BTreeSet<String>),
-}
-
-impl StrictPolicy {
-    fn applies_to(&self, tool: &str) -> bool {
-        match self {
-            Self::Off => false,
-            Self::All => true,
-            Self::Tools(t) => t.contains(tool),
-        }
-    }
-}
-
-/// How the proxy records.
-#[derive(Debug, Clone, Default)]
-pub struct ProxyConfig {
-    /// Which calls wait for a receipt.
-    pub strict: StrictPolicy,
-    /// When set, only tools whose name starts with this are recorded; the
-    /// others appear in the tool list with `recorded: false` and their
-    /// calls are forwarded without records.
-    pub record_prefix: Option<String>,
-    /// Keep call arguments and results in the local store (salts are always kept).
-    pub store_content: bool,
-    /// How long a `--strict` call waits for its receipt.
-    pub strict_timeout: Duration,
-}
-
-impl ProxyConfig {
-    fn records(&self, tool: &str) -> bool {
-        self.record_prefix
-            .as_deref()
-            .is_none_or(|p| tool.starts_with(p))
-    }
-}
 
 /// What the proxy records through.
 #[derive(Clone)]
@@ -133,9 +83,7 @@ pub struct ProxyReport {
 enum Pending {
     Call {
         id: Value,
-        call_id: String,
-        /// `None` for calls to tools that are not recorded.
-        decision: Option<Box<Record>>,
+        call: OpenCall,
         /// A `--strict` call not yet forwarded.
         held: bool,
     },
@@ -147,10 +95,9 @@ enum Pending {
 #[derive(Default)]
 struct State {
     pending: HashMap<String, Pending>,
-    pages: Vec<Value>,
+    pages: ToolPages,
     own_list_id: Option<String>,
     own_list_counter: u64,
-    last_fingerprint: Option<String>,
     server_gone: bool,
     client_closed: bool,
 }
@@ -166,33 +113,11 @@ enum ToClient {
 }
 
 struct Proxy {
-    config: ProxyConfig,
-    deps: ProxyDeps,
+    core: CallRecorder,
+    client_gone: Arc<Notify>,
     state: Mutex<State>,
     to_server: mpsc::UnboundedSender<ToServer>,
     to_client: mpsc::UnboundedSender<ToClient>,
-}
-
-/// The text of a request id as a decision's `call_id` (docs/protocol.md
-/// §5.1): numbers and strings as written; anything that is not valid text
-/// (empty, too long, control characters, another type) becomes
-/// `sha256:<hex of its canonical JSON>`.
-#[must_use]
-pub fn call_id_text(id: &Value) -> String {
-    let direct = match id {
-        Value::String(s) => Some(s.clone()),
-        Value::Number(n) => Some(n.to_string()),
-        _ => None,
-    };
-    match direct {
-        Some(s) if !s.is_empty() && s.len() <= 256 && !s.chars().any(char::is_control) => s,
-        _ => format!(
-            "sha256:{}",
-            Hash::sha256(
-                &canonical::canonicalize(id).unwrap_or_else(|_| id.to_string().into_bytes())
-            )
-        ),
-    }
 }
 
 fn id_key(id: &Value) -> String {
@@ -201,29 +126,19 @@ fn id_key(id: &Value) -> String {
     id.to_string()
 }
 
-fn error_line(id: &Value, code: i64, reason: &str, message: &str) -> Vec<u8> {
-    let mut line = serde_json::to_vec(&json!({
-        "jsonrpc": "2.0",
-        "id": id,
-        "error": {"code": code, "message": message, "data": {"tally": reason}},
-    }))
-    .unwrap_or_default();
+fn line_of(answer: &Value) -> Vec<u8> {
+    let mut line = serde_json::to_vec(answer).unwrap_or_default();
     line.push(b'\n');
     line
 }
 
-/// A salt and the salted hash of `content`, and the secret to keep.
-fn salted(content: &Value, keep: bool) -> Result<(Hash, Secret), canonical::CanonicalError> {
-    let bytes = canonical::canonicalize(content)?;
-    let mut salt = [0u8; SALT_LEN];
-    OsRng.fill_bytes(&mut salt);
-    Ok((
-        salted_hash(&salt, &bytes),
-        Secret {
-            salt: hex::encode(salt),
-            content: keep.then(|| content.clone()),
-        },
-    ))
+fn batch_refusal() -> Refusal {
+    // Recording a batch would tie several calls to one forward; MCP
+    // 2025-06-18 removed batches, so refuse.
+    Refusal::new(
+        "batch_not_supported",
+        "JSON-RPC batches that contain tools/call are not supported",
+    )
 }
 
 impl Proxy {
@@ -239,32 +154,6 @@ impl Proxy {
         let _ = self.to_client.send(ToClient::Line(line));
     }
 
-    fn record_outcome(
-        &self,
-        decision: &Record,
-        call_id: &str,
-        status: OutcomeStatus,
-        output: Option<&Value>,
-    ) {
-        let (output_hash, secret) = match output.map(|o| salted(o, self.config.store_content)) {
-            Some(Ok((h, s))) => (Some(h), Some(s)),
-            Some(Err(e)) => {
-                eprintln!("tally: gateway: outcome of call {call_id} recorded without an output hash: {e}");
-                (None, None)
-            }
-            None => (None, None),
-        };
-        let body = Body::Outcome(Outcome {
-            call_id: call_id.to_owned(),
-            decision: decision.hash(),
-            status,
-            output_hash,
-        });
-        if let Err(e) = self.deps.recorder.append_detached(body, secret) {
-            eprintln!("tally: gateway: could not record the outcome of call {call_id}: {e}");
-        }
-    }
-
     // ---- client → server ----
 
     async fn on_client_line(self: &Arc<Self>, line: Vec<u8>) {
@@ -276,10 +165,7 @@ impl Proxy {
                 match (method, id) {
                     (Some("tools/call"), Some(id)) => return self.call(id.clone(), line).await,
                     (Some("tools/list"), Some(id)) => {
-                        let paged = m
-                            .get("params")
-                            .and_then(|p| p.get("cursor"))
-                            .is_some_and(|c| !c.is_null());
+                        let paged = parsed.as_ref().is_some_and(is_paged_list_request);
                         self.lock()
                             .pending
                             .insert(id_key(id), Pending::List { paged });
@@ -296,16 +182,9 @@ impl Proxy {
                 let is_call =
                     |v: &Value| v.get("method").and_then(Value::as_str) == Some("tools/call");
                 if items.iter().any(is_call) {
-                    // Recording a batch would tie several calls to one
-                    // forward; MCP 2025-06-18 removed batches, so refuse.
                     for item in items {
                         if let (Some(id), Some(_)) = (item.get("id"), item.get("method")) {
-                            self.reply(error_line(
-                                id,
-                                ERROR_NOT_FORWARDED,
-                                "batch_not_supported",
-                                "tally gateway: call not forwarded: JSON-RPC batches that contain tools/call are not supported",
-                            ));
+                            self.refuse(id, &batch_refusal());
                         }
                     }
                     return;
@@ -316,126 +195,55 @@ impl Proxy {
         let _ = self.to_server.send(ToServer::Line(line));
     }
 
-    fn refuse(&self, id: &Value, reason: &str, message: &str) {
-        self.reply(error_line(
-            id,
-            ERROR_NOT_FORWARDED,
-            reason,
-            &format!("tally gateway: call not forwarded: {message}"),
-        ));
+    fn refuse(&self, id: &Value, refusal: &Refusal) {
+        self.reply(line_of(&refusal.to_answer(id)));
     }
 
     async fn call(self: &Arc<Self>, id: Value, line: Vec<u8>) {
         let key = id_key(&id);
-        let call_id = call_id_text(&id);
         {
             let st = self.lock();
-            if st.server_gone {
-                drop(st);
-                return self.refuse(&id, "server_exited", "the MCP server has exited");
-            }
-            if st.client_closed {
+            let refusal = if st.server_gone {
+                Some(Refusal::new("server_exited", "the MCP server has exited"))
+            } else if st.client_closed {
                 // Only reachable when writing to the client failed while its
                 // input is still open: the server's input is closed already.
-                drop(st);
-                return self.refuse(&id, "client_gone", "the client went away");
-            }
-            if st.pending.contains_key(&key) {
-                drop(st);
-                return self.refuse(
-                    &id,
+                Some(Refusal::new("client_gone", "the client went away"))
+            } else if st.pending.contains_key(&key) {
+                Some(Refusal::new(
                     "duplicate_request_id",
-                    &format!("request id {key} is already in flight"),
-                );
+                    format!("request id {key} is already in flight"),
+                ))
+            } else {
+                None
+            };
+            if let Some(r) = refusal {
+                drop(st);
+                return self.refuse(&id, &r);
             }
         }
-        // Parse again, strictly: a duplicate key or an inexact number would
-        // let the server read other arguments than the ones recorded.
-        let strict = match canonical::parse_strict(
-            &line,
-            Limits {
-                max_bytes: usize::MAX,
-                max_depth: 128,
-            },
-        ) {
-            Ok(v) => v,
-            Err(e) => {
-                return self.refuse(
-                    &id,
-                    "not_strict_json",
-                    &format!("the request is not strict JSON, so its recorded arguments could differ from what the server reads: {e}"),
-                )
-            }
+        let call = match self.core.decide(&id, &line).await {
+            Ok(c) => c,
+            Err(r) => return self.refuse(&id, &r),
         };
-        let params = strict.get("params");
-        let Some(tool) = params.and_then(|p| p.get("name")).and_then(Value::as_str) else {
-            return self.refuse(
-                &id,
-                "decision_not_recorded",
-                "tools/call without a string params.name cannot be recorded",
-            );
-        };
-        let tool = tool.to_owned();
-        if !self.config.records(&tool) {
-            self.lock().pending.insert(
-                key,
-                Pending::Call {
-                    id,
-                    call_id,
-                    decision: None,
-                    held: false,
-                },
-            );
-            let _ = self.to_server.send(ToServer::Line(line));
-            return;
-        }
-        let empty = Value::Object(serde_json::Map::new());
-        let arguments = params.and_then(|p| p.get("arguments")).unwrap_or(&empty);
-        let (input_hash, secret) = match salted(arguments, self.config.store_content) {
-            Ok(x) => x,
-            Err(e) => {
-                return self.refuse(
-                    &id,
-                    "decision_not_recorded",
-                    &format!("the arguments cannot be canonicalised: {e}"),
-                )
-            }
-        };
-        let body = Body::Decision(Decision {
-            call_id: call_id.clone(),
-            tool: tool.clone(),
-            input_hash,
-        });
-        let decision = match self.deps.recorder.append(body, Some(secret)).await {
-            Ok(r) => r,
-            Err(e) => {
-                return self.refuse(
-                    &id,
-                    "decision_not_recorded",
-                    &format!("the decision could not be recorded in the local chain: {e}"),
-                )
-            }
-        };
-        let strict = self.config.strict.applies_to(&tool);
-        let seq = decision.seq.get();
+        let strict = call.strict;
         {
             let mut st = self.lock();
             if st.server_gone || st.client_closed {
-                let (reason, message) = if st.server_gone {
-                    ("server_exited", "the MCP server has exited")
+                let refusal = if st.server_gone {
+                    Refusal::new("server_exited", "the MCP server has exited")
                 } else {
-                    ("client_gone", "the client went away")
+                    Refusal::new("client_gone", "the client went away")
                 };
                 drop(st);
-                self.record_outcome(&decision, &call_id, OutcomeStatus::NotRun, None);
-                return self.refuse(&id, reason, message);
+                self.core.end(&call, OutcomeStatus::NotRun, None);
+                return self.refuse(&id, &refusal);
             }
             st.pending.insert(
                 key.clone(),
                 Pending::Call {
                     id: id.clone(),
-                    call_id: call_id.clone(),
-                    decision: Some(Box::new(decision.clone())),
+                    call: call.clone(),
                     held: strict,
                 },
             );
@@ -446,19 +254,9 @@ impl Proxy {
                 return;
             }
         }
-        let Some(receipts) = self.deps.receipts.clone() else {
-            self.lock().pending.remove(&key);
-            self.record_outcome(&decision, &call_id, OutcomeStatus::NotRun, None);
-            return self.refuse(
-                &id,
-                "strict_receipt",
-                "--strict: missing receipt: no witness is configured for this agent (tally agent init NAME --witness URL)",
-            );
-        };
         let this = Arc::clone(self);
-        let timeout = self.config.strict_timeout;
         tokio::spawn(async move {
-            let result = wait_for_receipt(receipts, seq, timeout).await;
+            let result = this.core.wait_receipt(&call).await;
             let mut st = this.lock();
             // Gone from the map: cancelled, or the server exited meanwhile;
             // whoever removed it recorded the outcome.
@@ -475,12 +273,11 @@ impl Proxy {
                 other => {
                     st.pending.remove(&key);
                     drop(st);
-                    let why = match other {
-                        Err(e) => e,
-                        Ok(()) => "the client closed its input".into(),
-                    };
-                    this.record_outcome(&decision, &call_id, OutcomeStatus::NotRun, None);
-                    this.refuse(&id, "strict_receipt", &format!("--strict: {why}"));
+                    let refusal = other.err().unwrap_or_else(|| {
+                        Refusal::new("strict_receipt", "--strict: the client closed its input")
+                    });
+                    this.core.end(&call, OutcomeStatus::NotRun, None);
+                    this.refuse(&id, &refusal);
                 }
             }
         });
@@ -494,13 +291,8 @@ impl Proxy {
                 _ => None,
             }
         };
-        if let Some(Pending::Call {
-            call_id,
-            decision: Some(d),
-            ..
-        }) = removed
-        {
-            self.record_outcome(&d, &call_id, OutcomeStatus::Cancelled, None);
+        if let Some(Pending::Call { call, .. }) = removed {
+            self.core.end(&call, OutcomeStatus::Cancelled, None);
         }
     }
 
@@ -513,17 +305,19 @@ impl Proxy {
             .and_then(|v| v.get("id"))
             .and_then(Value::as_str)
             .is_some_and(|s| s.starts_with(OWN_ID_PREFIX));
-        if !own_answer {
-            self.reply(line);
-        }
-        match parsed {
+        // Observed first: the outcome or tool list is queued to the chain
+        // writer before the client can see the answer and act on it.
+        match &parsed {
             Some(Value::Array(items)) => {
-                for item in &items {
+                for item in items {
                     self.observe_server(item);
                 }
             }
-            Some(v) => self.observe_server(&v),
+            Some(v) => self.observe_server(v),
             None => {}
+        }
+        if !own_answer {
+            self.reply(line);
         }
     }
 
@@ -555,9 +349,7 @@ impl Proxy {
         if let Some(c) = cursor {
             req["params"] = json!({"cursor": c});
         }
-        let mut line = serde_json::to_vec(&req).unwrap_or_default();
-        line.push(b'\n');
-        let _ = self.to_server.send(ToServer::Line(line));
+        let _ = self.to_server.send(ToServer::Line(line_of(&req)));
     }
 
     fn answer(&self, id: &Value, msg: &Value) {
@@ -566,105 +358,24 @@ impl Proxy {
             return;
         };
         match pending {
-            Pending::Call {
-                call_id,
-                decision: Some(d),
-                ..
-            } => {
-                let (status, output) = match (msg.get("error"), msg.get("result")) {
-                    (Some(e), _) => (OutcomeStatus::Error, Some(e)),
-                    (None, Some(r)) if r.get("isError").and_then(Value::as_bool) == Some(true) => {
-                        (OutcomeStatus::Error, Some(r))
-                    }
-                    (None, Some(r)) => (OutcomeStatus::Ok, Some(r)),
-                    (None, None) => (OutcomeStatus::Error, None),
-                };
-                self.record_outcome(&d, &call_id, status, output);
-            }
-            Pending::Call { decision: None, .. } => {}
+            Pending::Call { call, .. } => self.core.end_with_answer(&call, msg),
             Pending::List { paged } => self.list_answer(&key, paged, msg),
         }
     }
 
     fn list_answer(&self, key: &str, paged: bool, msg: &Value) {
-        let own = self.lock().own_list_id.as_deref() == Some(key);
-        let Some(result) = msg.get("result") else {
-            if own {
-                self.lock().own_list_id = None;
-            }
-            return;
-        };
-        let tools = result
-            .get("tools")
-            .and_then(Value::as_array)
-            .cloned()
-            .unwrap_or_default();
-        let next = result.get("nextCursor").filter(|c| !c.is_null());
-        let complete = {
+        let (own, page) = {
             let mut st = self.lock();
-            if !paged {
-                st.pages.clear();
-            }
-            st.pages.extend(tools);
+            let own = st.own_list_id.as_deref() == Some(key);
             if own {
                 st.own_list_id = None;
             }
-            if next.is_some() {
-                None
-            } else {
-                Some(std::mem::take(&mut st.pages))
-            }
+            (own, st.pages.add(paged, msg))
         };
-        match complete {
-            None if own => self.list_tools(next),
-            None => {}
-            Some(all) => self.record_tools(&all),
-        }
-    }
-
-    fn record_tools(&self, tools: &[Value]) {
-        let list = match digest_list(tools, |name| self.config.records(name)) {
-            Ok(l) => l,
-            Err(e) => {
-                eprintln!("tally: gateway: the tool list could not be recorded: {e}");
-                return;
-            }
-        };
-        {
-            let mut st = self.lock();
-            if st.last_fingerprint.as_deref() == Some(list.fingerprint.as_str()) {
-                return;
-            }
-            st.last_fingerprint = Some(list.fingerprint.clone());
-        }
-        let bodies = match list.bodies() {
-            Ok(b) => b,
-            Err(e) => {
-                eprintln!("tally: gateway: the tool list could not be recorded: {e}");
-                return;
-            }
-        };
-        let n = bodies.len();
-        let mut last = None;
-        for (i, body) in bodies.into_iter().enumerate() {
-            if i + 1 == n {
-                let recorder = self.deps.recorder.clone();
-                last = Some(tokio::spawn(
-                    async move { recorder.append(body, None).await },
-                ));
-            } else if let Err(e) = self.deps.recorder.append_detached(body, None) {
-                eprintln!("tally: gateway: the tool list could not be recorded: {e}");
-            }
-        }
-        // Remember the list once its last part is durable, so an unchanged
-        // list is not recorded again on the next run.
-        if let (Some(task), Some(store)) = (last, self.deps.store.clone()) {
-            let fingerprint = list.fingerprint;
-            tokio::spawn(async move {
-                if let Ok(Ok(_)) = task.await {
-                    let _ = store.set_tools_fingerprint(&fingerprint);
-                }
-            });
+        match page {
+            PageResult::More(next) if own => self.list_tools(Some(&next)),
+            PageResult::More(_) | PageResult::NoList => {}
+            PageResult::Complete(all) => self.core.record_tools(&all),
         }
     }
 
@@ -690,24 +401,18 @@ impl Proxy {
         };
         let _ = self.to_server.send(ToServer::Close);
         for p in held {
-            if let Pending::Call {
-                id,
-                call_id,
-                decision,
-                ..
-            } = p
-            {
-                if let Some(d) = decision {
-                    self.record_outcome(&d, &call_id, OutcomeStatus::NotRun, None);
-                }
+            if let Pending::Call { id, call, .. } = p {
+                self.core.end(&call, OutcomeStatus::NotRun, None);
                 self.refuse(
                     &id,
-                    "client_gone",
-                    &format!("the client {why} before the receipt arrived"),
+                    &Refusal::new(
+                        "client_gone",
+                        format!("the client {why} before the receipt arrived"),
+                    ),
                 );
             }
         }
-        self.deps.client_gone.notify_one();
+        self.client_gone.notify_one();
     }
 
     /// The server's output ended: every call in flight ends with it, as
@@ -724,13 +429,7 @@ impl Proxy {
         };
         let mut report = ProxyReport::default();
         for p in drained {
-            if let Pending::Call {
-                id,
-                call_id,
-                decision,
-                held,
-            } = p
-            {
+            if let Pending::Call { id, call, held } = p {
                 let (status, code, reason, message) = if held {
                     (
                         OutcomeStatus::NotRun,
@@ -757,10 +456,8 @@ impl Proxy {
                     OutcomeStatus::ClientGone => report.client_gone_calls += 1,
                     _ => report.server_exited_calls += 1,
                 }
-                self.reply(error_line(&id, code, reason, message));
-                if let Some(d) = decision {
-                    self.record_outcome(&d, &call_id, status, None);
-                }
+                self.reply(line_of(&error_answer(&id, code, reason, message)));
+                self.core.end(&call, status, None);
             }
         }
         report
@@ -794,17 +491,10 @@ where
 {
     let (to_server, mut server_rx) = mpsc::unbounded_channel::<ToServer>();
     let (to_client, mut client_rx) = mpsc::unbounded_channel::<ToClient>();
-    let last_fingerprint = deps
-        .store
-        .as_ref()
-        .and_then(|s| s.tools_fingerprint().ok().flatten());
     let proxy = Arc::new(Proxy {
-        config,
-        deps,
-        state: Mutex::new(State {
-            last_fingerprint,
-            ..State::default()
-        }),
+        core: CallRecorder::new(config, deps.recorder, deps.store, deps.receipts),
+        client_gone: deps.client_gone,
+        state: Mutex::new(State::default()),
         to_server,
         to_client,
     });

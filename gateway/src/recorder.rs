@@ -118,15 +118,32 @@ impl RecorderHandle {
     /// # Errors
     /// [`AppendError`] when it was not committed.
     pub async fn append(&self, body: Body, secret: Option<Secret>) -> Result<Record, AppendError> {
+        self.append_queued(body, secret)?.await
+    }
+
+    /// Queues a record with `body` now (records are chained in the order
+    /// they are queued) and returns what resolves once it is durably
+    /// committed.
+    ///
+    /// # Errors
+    /// [`AppendError::Unavailable`] when the writer is not running; the
+    /// returned future, [`AppendError`] when the record was not committed.
+    pub fn append_queued(
+        &self,
+        body: Body,
+        secret: Option<Secret>,
+    ) -> Result<impl std::future::Future<Output = Result<Record, AppendError>>, AppendError> {
         let (reply, rx) = oneshot::channel();
         self.send(Request::Append {
             body: Box::new(body),
             secret,
             reply: Some(reply),
         })?;
-        rx.await.map_err(|_| {
-            AppendError::Unavailable("the chain writer stopped before answering".into())
-        })?
+        Ok(async move {
+            rx.await.map_err(|_| {
+                AppendError::Unavailable("the chain writer stopped before answering".into())
+            })?
+        })
     }
 
     /// Appends a record without waiting. Failures are reported on standard

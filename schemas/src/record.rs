@@ -381,6 +381,10 @@ pub enum OutcomeStatus {
     ClientGone,
     /// No answer within the configured time.
     Timeout,
+    /// Over MCP's Streamable HTTP transport, the exchange that carried the
+    /// call failed without a JSON-RPC answer to it: an HTTP error status or
+    /// an answer that is not MCP, or the upstream could not be reached.
+    HttpError,
     /// The call was not forwarded (its decision could not be recorded, or a
     /// strict receipt check failed).
     NotRun,
@@ -397,6 +401,7 @@ impl OutcomeStatus {
             Self::ServerExited => "server_exited",
             Self::ClientGone => "client_gone",
             Self::Timeout => "timeout",
+            Self::HttpError => "http_error",
             Self::NotRun => "not_run",
         }
     }

@@ -64,7 +64,7 @@ fn body() -> impl Strategy<Value = Body> {
             tool,
             input_hash
         })),
-        (text(), hash(), 0usize..7, proptest::option::of(hash())).prop_map(
+        (text(), hash(), 0usize..8, proptest::option::of(hash())).prop_map(
             |(call_id, decision, s, output_hash)| {
                 let status = [
                     OutcomeStatus::Ok,
@@ -73,6 +73,7 @@ fn body() -> impl Strategy<Value = Body> {
                     OutcomeStatus::ServerExited,
                     OutcomeStatus::ClientGone,
                     OutcomeStatus::Timeout,
+                    OutcomeStatus::HttpError,
                     OutcomeStatus::NotRun,
                 ][s];
                 Body::Outcome(Outcome {

@@ -1,13 +1,20 @@
 //! `tally gateway`: run an MCP server behind the recording stdio proxy
-//! (issue 6 §2; the proxy is tally_gateway::proxy).
+//! (tally_gateway::proxy), or stand in front of a remote one as a recording
+//! Streamable HTTP proxy with `--upstream URL` (tally_gateway::http). Both
+//! record through the same core (tally_gateway::calls).
 
 use super::out::errln;
 use std::collections::BTreeSet;
 use std::ffi::OsString;
+use std::net::SocketAddr;
+use std::path::PathBuf;
 use std::process::ExitCode;
 use std::sync::Arc;
 use std::time::Duration;
 
+use anyhow::Context as _;
+use tally_gateway::calls::CallRecorder;
+use tally_gateway::http::{HttpConfig, HttpGateway, HttpLimits, ProbeResult};
 use tally_gateway::journal::Journal;
 use tally_gateway::process::run_gateway;
 use tally_gateway::proxy::{ProxyConfig, ProxyDeps, StrictPolicy};
@@ -46,7 +53,20 @@ With a witness configured (tally agent init NAME --witness URL) records are sync
 background; --strict makes each call wait for its decision's receipt and accept it \
 (pinned log key, inclusion, record hash and nonce, witness time) before forwarding.
 
-Example: tally gateway --agent claims-bot -- npx @modelcontextprotocol/server-everything stdio")]
+Remote servers (MCP Streamable HTTP): --upstream URL makes the gateway an HTTP endpoint \
+(--listen, default 127.0.0.1:7879, loopback only unless --allow-remote) that the MCP client \
+is pointed at instead of the server; the upstream URL's path is the MCP endpoint. Requests \
+and answers pass through unchanged (JSON or SSE streams, session ids, GET streams, resumption, \
+DELETE), and so do the client's own headers, auth included: they are forwarded, never \
+recorded. Calls are kept apart per session. Over HTTP a call can also end http_error: the \
+upstream answered its request with an HTTP error or not with MCP, or could not be reached. \
+At start the gateway checks that the upstream answers a JSON-RPC ping like an MCP endpoint \
+(exit 2 otherwise). --tls-cert/--tls-key serve HTTPS; --upstream-ca trusts a private CA for \
+the upstream.
+
+Examples:
+  tally gateway --agent claims-bot -- npx @modelcontextprotocol/server-everything stdio
+  tally gateway --agent claims-bot --upstream https://tools.example.com/mcp --listen 127.0.0.1:7879")]
 pub struct Args {
     /// The agent whose chain records the calls (see `tally agent init`).
     #[arg(long, value_parser = parse_agent)]
@@ -75,15 +95,76 @@ pub struct Args {
     pub sync_before_forward: bool,
     #[command(flatten)]
     pub state: StateArgs,
-    /// The MCP server command and its arguments (after --).
-    #[arg(last = true, required = true)]
+    #[command(flatten)]
+    pub http: HttpArgs,
+    /// The MCP server command and its arguments (after --), for stdio.
+    #[arg(
+        last = true,
+        required_unless_present = "upstream",
+        conflicts_with = "upstream"
+    )]
     pub command: Vec<OsString>,
 }
 
-/// Runs `tally gateway`; exits with the server's exit code.
+/// Where the HTTP gateway listens unless told otherwise: loopback only.
+const DEFAULT_LISTEN: SocketAddr = SocketAddr::V4(std::net::SocketAddrV4::new(
+    std::net::Ipv4Addr::LOCALHOST,
+    7879,
+));
+
+/// Arguments of the Streamable HTTP mode.
+#[derive(Debug, clap::Args)]
+pub struct HttpArgs {
+    /// A remote MCP server's Streamable HTTP endpoint (e.g. https://host/mcp):
+    /// serve HTTP in front of it instead of running a server over stdio.
+    #[arg(long, value_name = "URL")]
+    pub upstream: Option<String>,
+    /// Where the HTTP gateway listens [default: 127.0.0.1:7879] (port 0:
+    /// any free port, printed at start).
+    #[arg(long, value_name = "ADDR", requires = "upstream")]
+    pub listen: Option<SocketAddr>,
+    /// Allow --listen on an address that is not loopback (anyone who reaches
+    /// it can make calls recorded in the agent's chain: use TLS and an
+    /// upstream that authenticates).
+    #[arg(long, requires = "upstream")]
+    pub allow_remote: bool,
+    /// PEM certificate chain: serve HTTPS (with --tls-key).
+    #[arg(long, value_name = "FILE", requires_all = ["upstream", "tls_key"])]
+    pub tls_cert: Option<PathBuf>,
+    /// PEM private key for --tls-cert.
+    #[arg(long, value_name = "FILE", requires = "tls_cert")]
+    pub tls_key: Option<PathBuf>,
+    /// PEM CA certificate(s) to trust for the upstream, besides the built-in roots.
+    #[arg(long, value_name = "FILE", requires = "upstream")]
+    pub upstream_ca: Option<PathBuf>,
+    /// An Origin allowed besides local ones (repeatable); requests from
+    /// other origins get 403 (DNS-rebinding protection).
+    #[arg(long, value_name = "ORIGIN", requires = "upstream")]
+    pub allow_origin: Vec<String>,
+    /// Largest request body accepted from a client.
+    #[arg(long, default_value_t = HttpLimits::default().max_body_bytes, requires = "upstream")]
+    pub max_body_bytes: usize,
+    /// Largest JSON answer or SSE event read from the upstream.
+    #[arg(long, default_value_t = HttpLimits::default().max_answer_bytes, requires = "upstream")]
+    pub max_answer_bytes: usize,
+    /// Most MCP sessions at once.
+    #[arg(long, default_value_t = HttpLimits::default().max_sessions, requires = "upstream")]
+    pub max_sessions: usize,
+    /// Most requests in flight at once (open streams included).
+    #[arg(long, default_value_t = HttpLimits::default().max_in_flight, requires = "upstream")]
+    pub max_in_flight: usize,
+    /// Seconds a session may stay idle (no request, no open stream) before
+    /// it is forgotten and its open calls end client_gone.
+    #[arg(long, default_value_t = HttpLimits::default().session_idle.as_secs(), requires = "upstream")]
+    pub session_idle_secs: u64,
+}
+
+/// Runs `tally gateway`; over stdio exits with the server's exit code,
+/// over HTTP with 0 once stopped (SIGINT or SIGTERM).
 ///
 /// # Errors
-/// A missing agent or a server that cannot be started (exit 2).
+/// A missing agent, a server that cannot be started, or an upstream that is
+/// not an MCP endpoint (exit 2).
 pub fn run(args: &Args) -> anyhow::Result<ExitCode> {
     let state = args.state.dir();
     let key = state.load_key(&args.agent)?;
@@ -91,7 +172,7 @@ pub fn run(args: &Args) -> anyhow::Result<ExitCode> {
     let clock = Arc::new(SystemClock);
     let rt = runtime()?;
 
-    // A store that cannot be opened does not stop the server: every call is
+    // A store that cannot be opened does not stop the gateway: every call is
     // then refused with the reason (fail closed), other traffic still flows.
     let paths = state.agent(&args.agent);
     let store_path = paths.store();
@@ -172,7 +253,13 @@ pub fn run(args: &Args) -> anyhow::Result<ExitCode> {
             let wake = handle.committed();
             tokio::spawn(async move { s.run(wake, stop_rx).await })
         });
-        let exit = run_gateway(config, deps, &args.command).await;
+        let exit = match &args.http.upstream {
+            Some(upstream) => run_http(&args.http, upstream, config, deps).await,
+            None => run_gateway(config, deps, &args.command)
+                .await
+                .map(|exit| u8::try_from(exit.code).unwrap_or(1))
+                .map_err(anyhow::Error::from),
+        };
         // Commit every queued outcome, then give the sync one try of at
         // most FINAL_SYNC to send the last records (the next run or `tally
         // agent sync` does the rest). The background task may be waiting on
@@ -197,6 +284,84 @@ pub fn run(args: &Args) -> anyhow::Result<ExitCode> {
     // The reader of our standard input is a blocking thread that may still
     // wait for input the client never sends; do not wait for it.
     rt.shutdown_background();
-    let exit = exit?;
-    Ok(ExitCode::from(u8::try_from(exit.code).unwrap_or(1)))
+    Ok(ExitCode::from(exit?))
+}
+
+/// The Streamable HTTP gateway: checks the upstream, listens, serves until
+/// SIGINT or SIGTERM, then ends the calls still open.
+async fn run_http(
+    args: &HttpArgs,
+    upstream: &str,
+    config: ProxyConfig,
+    deps: ProxyDeps,
+) -> anyhow::Result<u8> {
+    let url = reqwest::Url::parse(upstream)
+        .with_context(|| format!("--upstream {upstream}: not a URL"))?;
+    let listen = args.listen.unwrap_or(DEFAULT_LISTEN);
+    if !listen.ip().is_loopback() && !args.allow_remote {
+        anyhow::bail!(
+            "--listen {listen}: not a loopback address; the gateway records calls in the agent's chain for anyone who reaches it: add --allow-remote (with --tls-cert) if that is intended"
+        );
+    }
+    let tls = match (&args.tls_cert, &args.tls_key) {
+        (Some(cert), Some(key)) => Some(tally_gateway::http::tls_config(cert, key)?),
+        _ => None,
+    };
+    let upstream_ca_pem = match &args.upstream_ca {
+        Some(p) => {
+            Some(std::fs::read(p).with_context(|| format!("--upstream-ca {}", p.display()))?)
+        }
+        None => None,
+    };
+    let limits = HttpLimits {
+        max_body_bytes: args.max_body_bytes,
+        max_answer_bytes: args.max_answer_bytes,
+        max_sessions: args.max_sessions.max(1),
+        max_in_flight: args.max_in_flight.max(1),
+        session_idle: Duration::from_secs(args.session_idle_secs.max(1)),
+        ..HttpLimits::default()
+    };
+    let core = CallRecorder::new(config, deps.recorder, deps.store, deps.receipts);
+    let gateway = HttpGateway::new(
+        core,
+        HttpConfig {
+            upstream: url.clone(),
+            upstream_ca_pem,
+            allowed_origins: args.allow_origin.clone(),
+            loopback_hosts_only: listen.ip().is_loopback(),
+            limits,
+        },
+    )?;
+    match gateway.probe().await? {
+        ProbeResult::Mcp => {}
+        ProbeResult::NeedsAuth(code) => errln!(
+            "tally: gateway: the upstream answered {code} without credentials; the client's own auth headers are passed through"
+        ),
+    }
+    let listener = tokio::net::TcpListener::bind(listen)
+        .await
+        .with_context(|| format!("--listen {listen}"))?;
+    let local = listener.local_addr()?;
+    let scheme = if tls.is_some() { "https" } else { "http" };
+    errln!(
+        "tally: gateway: listening on {scheme}://{local}{}, forwarding to {url}",
+        url.path()
+    );
+    let mut sigterm = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())?;
+    let stop = async move {
+        tokio::select! {
+            _ = tokio::signal::ctrl_c() => {}
+            _ = sigterm.recv() => {}
+        }
+    };
+    let report = tally_gateway::http::serve(gateway, listener, tls, stop).await;
+    errln!(
+        "tally: gateway: stopped; {} calls ({} cancelled, {} server_exited, {} http_error, {} client_gone)",
+        report.calls,
+        report.cancelled_calls,
+        report.server_exited_calls,
+        report.http_error_calls,
+        report.client_gone_calls
+    );
+    Ok(0)
 }

@@ -91,7 +91,7 @@ pub enum Kind {
         /// The decision's call id.
         #[arg(long)]
         call_id: String,
-        /// ok, error, cancelled, server_exited, client_gone, timeout or not_run.
+        /// ok, error, cancelled, server_exited, client_gone, timeout, http_error or not_run.
         #[arg(long, value_parser = parse_status)]
         status: OutcomeStatus,
         /// The decision's record hash (default: the open decision with this call id).
@@ -121,7 +121,7 @@ pub const ONE_TRY: Duration = Duration::from_secs(2);
 fn parse_status(s: &str) -> Result<OutcomeStatus, String> {
     serde_json::from_value(Value::String(s.to_owned())).map_err(|_| {
         format!(
-            "{s:?} is not one of ok, error, cancelled, server_exited, client_gone, timeout, not_run"
+            "{s:?} is not one of ok, error, cancelled, server_exited, client_gone, timeout, http_error, not_run"
         )
     })
 }

@@ -493,6 +493,7 @@ fn build_second_chain() -> (Vec<Record>, Vec<(String, Record)>) {
         (OutcomeStatus::ClientGone, "client-gone"),
         (OutcomeStatus::Timeout, "timeout"),
         (OutcomeStatus::NotRun, "not-run"),
+        (OutcomeStatus::HttpError, "http-error"),
     ];
     for (i, (status, name)) in statuses.into_iter().enumerate() {
         let call_id = format!("s{i}");

@@ -2,7 +2,9 @@
 # End-to-end tests of `tally gateway` with real parts from the registries:
 # the official MCP Python SDK (pinned in requirements.txt) as the client and
 # @modelcontextprotocol/server-everything (pinned in package-lock.json) as
-# the server. Run from anywhere: bash tests/e2e/gateway/run.sh [pytest args]
+# the server, over stdio (test_gateway.py) and over Streamable HTTP
+# (test_gateway_http.py, which also starts `tally serve` and runs
+# `tally verify`). Run from anywhere: bash tests/e2e/gateway/run.sh [pytest args]
 set -euo pipefail
 here="$(cd "$(dirname "$0")" && pwd)"
 root="$(cd "$here/../../.." && pwd)"
@@ -20,4 +22,4 @@ fi
 export SERVER_EVERYTHING="$here/node_modules/@modelcontextprotocol/server-everything/dist/index.js"
 
 cd "$here"
-exec "$venv/bin/python" -m pytest -q -p no:cacheprovider "$@" test_gateway.py test_newcomer.py
+exec "$venv/bin/python" -m pytest -q -p no:cacheprovider "$@" test_gateway.py test_newcomer.py test_gateway_http.py

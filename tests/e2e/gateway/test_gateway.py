@@ -1,4 +1,4 @@
-"""End-to-end tests of `tally gateway` (issue 6 §5).
+"""End-to-end tests of `tally gateway` over stdio (test_gateway_http.py: over HTTP).
 
 The official MCP Python SDK client drives `tally gateway -- node
 server-everything stdio`; the tests then read the agent's local chain with

@@ -1,0 +1,482 @@
+//! The recording core shared by the gateway's transports (docs/protocol.md
+//! §5): what is recorded for a `tools/call` and a `tools/list`, whatever
+//! carries them. The stdio proxy ([`crate::proxy`]) and the Streamable HTTP
+//! proxy ([`crate::http`]) decide *which* message answers which call; this
+//! module decides *what* is written:
+//!
+//! - [`CallRecorder::decide`]: the request is parsed again strictly, and a
+//!   `decision` (§5.1) is committed before the caller may forward it; a
+//!   [`Refusal`] says why a call must not be forwarded (fail closed);
+//! - [`CallRecorder::wait_receipt`]: with `--strict`, the decision's
+//!   receipt, accepted (§8), before forwarding;
+//! - [`CallRecorder::end`] and [`CallRecorder::end_with_answer`]: the
+//!   `outcome` (§5.2) once, when the call ends;
+//! - [`CallRecorder::record_tools`]: a `tools` list (§5.3) with per-part
+//!   definition digests whenever it differs from the last one recorded;
+//!   [`ToolPages`] joins the pages of a paged answer.
+
+use std::collections::BTreeSet;
+use std::sync::{Arc, Mutex, PoisonError};
+use std::time::Duration;
+
+use rand_core::{OsRng, RngCore as _};
+use serde_json::{json, Value};
+use tally_schemas::canonical::{self, Limits};
+use tally_schemas::hash::{salted_hash, SALT_LEN};
+use tally_schemas::record::{Decision, Outcome, OutcomeStatus};
+use tally_schemas::{Body, Hash, Record};
+use tokio::sync::watch;
+
+use crate::recorder::RecorderHandle;
+use crate::store::{ChainStore, Secret};
+use crate::sync::{wait_for_receipt, SyncProgress};
+use crate::toollist::digest_list;
+
+/// JSON-RPC error code of a call the gateway did not forward.
+pub const ERROR_NOT_FORWARDED: i64 = -32001;
+/// JSON-RPC error code of a call whose server exited while it was in flight.
+pub const ERROR_SERVER_EXITED: i64 = -32002;
+/// JSON-RPC error code of a call still in flight when the client went away
+/// and the server exited (sent in case the client still reads).
+pub const ERROR_CLIENT_GONE: i64 = -32003;
+/// JSON-RPC error code of a call whose HTTP exchange with the upstream
+/// failed without a JSON-RPC answer (Streamable HTTP only).
+pub const ERROR_UPSTREAM: i64 = -32004;
+
+/// Most pages the gateway reads when it lists the tools itself.
+pub const MAX_LIST_PAGES: usize = 256;
+
+/// Which calls wait for a witness receipt before they are forwarded.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub enum StrictPolicy {
+    /// None.
+    #[default]
+    Off,
+    /// Every recorded call.
+    All,
+    /// Calls to these tools.
+    Tools(BTreeSet<String>),
+}
+
+impl StrictPolicy {
+    fn applies_to(&self, tool: &str) -> bool {
+        match self {
+            Self::Off => false,
+            Self::All => true,
+            Self::Tools(t) => t.contains(tool),
+        }
+    }
+}
+
+/// How the gateway records, on any transport.
+#[derive(Debug, Clone, Default)]
+pub struct ProxyConfig {
+    /// Which calls wait for a receipt.
+    pub strict: StrictPolicy,
+    /// When set, only tools whose name starts with this are recorded; the
+    /// others appear in the tool list with `recorded: false` and their
+    /// calls are forwarded without records.
+    pub record_prefix: Option<String>,
+    /// Keep call arguments and results in the local store (salts are always kept).
+    pub store_content: bool,
+    /// How long a `--strict` call waits for its receipt.
+    pub strict_timeout: Duration,
+}
+
+impl ProxyConfig {
+    /// Whether calls to `tool` are recorded.
+    #[must_use]
+    pub fn records(&self, tool: &str) -> bool {
+        self.record_prefix
+            .as_deref()
+            .is_none_or(|p| tool.starts_with(p))
+    }
+}
+
+/// Why a call is not forwarded: a stable reason (the `data.tally` member of
+/// the JSON-RPC error) and a message for people.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Refusal {
+    /// Stable reason code, e.g. `decision_not_recorded`.
+    pub reason: &'static str,
+    /// What happened.
+    pub message: String,
+}
+
+impl Refusal {
+    /// A refusal with `reason` and `message`.
+    #[must_use]
+    pub fn new(reason: &'static str, message: impl Into<String>) -> Self {
+        Self {
+            reason,
+            message: message.into(),
+        }
+    }
+
+    /// The JSON-RPC error answer to request `id` (code -32001).
+    #[must_use]
+    pub fn to_answer(&self, id: &Value) -> Value {
+        error_answer(
+            id,
+            ERROR_NOT_FORWARDED,
+            self.reason,
+            &format!("tally gateway: call not forwarded: {}", self.message),
+        )
+    }
+}
+
+/// A JSON-RPC error answer to request `id`, with the gateway's `reason` in
+/// `error.data.tally`.
+#[must_use]
+pub fn error_answer(id: &Value, code: i64, reason: &str, message: &str) -> Value {
+    json!({
+        "jsonrpc": "2.0",
+        "id": id,
+        "error": {"code": code, "message": message, "data": {"tally": reason}},
+    })
+}
+
+/// The text of a request id as a decision's `call_id` (docs/protocol.md
+/// §5.1): numbers and strings as written; anything that is not valid text
+/// (empty, too long, control characters, another type) becomes
+/// `sha256:<hex of its canonical JSON>`.
+#[must_use]
+pub fn call_id_text(id: &Value) -> String {
+    let direct = match id {
+        Value::String(s) => Some(s.clone()),
+        Value::Number(n) => Some(n.to_string()),
+        _ => None,
+    };
+    match direct {
+        Some(s) if !s.is_empty() && s.len() <= 256 && !s.chars().any(char::is_control) => s,
+        _ => format!(
+            "sha256:{}",
+            Hash::sha256(
+                &canonical::canonicalize(id).unwrap_or_else(|_| id.to_string().into_bytes())
+            )
+        ),
+    }
+}
+
+/// How an answer to a call ends it: `error` for a JSON-RPC error or a
+/// result with `isError: true`, else `ok`; with what is hashed as its output.
+#[must_use]
+pub fn answer_status(msg: &Value) -> (OutcomeStatus, Option<&Value>) {
+    match (msg.get("error"), msg.get("result")) {
+        (Some(e), _) => (OutcomeStatus::Error, Some(e)),
+        (None, Some(r)) if r.get("isError").and_then(Value::as_bool) == Some(true) => {
+            (OutcomeStatus::Error, Some(r))
+        }
+        (None, Some(r)) => (OutcomeStatus::Ok, Some(r)),
+        (None, None) => (OutcomeStatus::Error, None),
+    }
+}
+
+/// A salt and the salted hash of `content`, and the secret to keep.
+fn salted(content: &Value, keep: bool) -> Result<(Hash, Secret), canonical::CanonicalError> {
+    let bytes = canonical::canonicalize(content)?;
+    let mut salt = [0u8; SALT_LEN];
+    OsRng.fill_bytes(&mut salt);
+    Ok((
+        salted_hash(&salt, &bytes),
+        Secret {
+            salt: hex::encode(salt),
+            content: keep.then(|| content.clone()),
+        },
+    ))
+}
+
+/// A `tools/call` whose decision has been recorded (or whose tool is not
+/// recorded), until its outcome is.
+#[derive(Debug, Clone)]
+pub struct OpenCall {
+    /// The decision's `call_id`.
+    pub call_id: String,
+    /// The tool called.
+    pub tool: String,
+    /// The decision; `None` for calls to tools that are not recorded.
+    pub decision: Option<Box<Record>>,
+    /// Whether the call waits for its decision's receipt before it is forwarded.
+    pub strict: bool,
+}
+
+impl OpenCall {
+    /// The decision's log sequence number, for [`CallRecorder::wait_receipt`].
+    fn seq(&self) -> Option<u64> {
+        self.decision.as_ref().map(|d| d.seq.get())
+    }
+}
+
+/// The recording core: one per gateway, shared by every connection and
+/// session of it (they all write the agent's one chain).
+pub struct CallRecorder {
+    config: ProxyConfig,
+    recorder: RecorderHandle,
+    store: Option<Arc<ChainStore>>,
+    receipts: Option<watch::Receiver<SyncProgress>>,
+    /// Fingerprint of the last tool list recorded (or being recorded).
+    last_fingerprint: Mutex<Option<String>>,
+}
+
+impl std::fmt::Debug for CallRecorder {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("CallRecorder")
+            .field("config", &self.config)
+            .finish_non_exhaustive()
+    }
+}
+
+impl CallRecorder {
+    /// A core writing through `recorder`; `store` remembers the last tool
+    /// list across runs; `receipts` is the sync task's progress (`None`
+    /// without a witness).
+    #[must_use]
+    pub fn new(
+        config: ProxyConfig,
+        recorder: RecorderHandle,
+        store: Option<Arc<ChainStore>>,
+        receipts: Option<watch::Receiver<SyncProgress>>,
+    ) -> Self {
+        let last_fingerprint = store
+            .as_ref()
+            .and_then(|s| s.tools_fingerprint().ok().flatten());
+        Self {
+            config,
+            recorder,
+            store,
+            receipts,
+            last_fingerprint: Mutex::new(last_fingerprint),
+        }
+    }
+
+    /// The configuration.
+    #[must_use]
+    pub fn config(&self) -> &ProxyConfig {
+        &self.config
+    }
+
+    /// Records the decision for the `tools/call` request `message` (its raw
+    /// bytes) with request id `id`, before it may be forwarded.
+    ///
+    /// # Errors
+    /// A [`Refusal`] when the call must not be forwarded: the request is not
+    /// strict JSON (the server could read other arguments than the ones
+    /// recorded), has no tool name, or its decision could not be recorded.
+    pub async fn decide(&self, id: &Value, message: &[u8]) -> Result<OpenCall, Refusal> {
+        let call_id = call_id_text(id);
+        // Parse again, strictly: a duplicate key or an inexact number would
+        // let the server read other arguments than the ones recorded.
+        let strict = canonical::parse_strict(
+            message,
+            Limits {
+                max_bytes: usize::MAX,
+                max_depth: 128,
+            },
+        )
+        .map_err(|e| {
+            Refusal::new(
+                "not_strict_json",
+                format!("the request is not strict JSON, so its recorded arguments could differ from what the server reads: {e}"),
+            )
+        })?;
+        let params = strict.get("params");
+        let Some(tool) = params.and_then(|p| p.get("name")).and_then(Value::as_str) else {
+            return Err(Refusal::new(
+                "decision_not_recorded",
+                "tools/call without a string params.name cannot be recorded",
+            ));
+        };
+        let tool = tool.to_owned();
+        if !self.config.records(&tool) {
+            return Ok(OpenCall {
+                call_id,
+                tool,
+                decision: None,
+                strict: false,
+            });
+        }
+        let empty = Value::Object(serde_json::Map::new());
+        let arguments = params.and_then(|p| p.get("arguments")).unwrap_or(&empty);
+        let (input_hash, secret) = salted(arguments, self.config.store_content).map_err(|e| {
+            Refusal::new(
+                "decision_not_recorded",
+                format!("the arguments cannot be canonicalised: {e}"),
+            )
+        })?;
+        let body = Body::Decision(Decision {
+            call_id: call_id.clone(),
+            tool: tool.clone(),
+            input_hash,
+        });
+        let decision = self
+            .recorder
+            .append(body, Some(secret))
+            .await
+            .map_err(|e| {
+                Refusal::new(
+                    "decision_not_recorded",
+                    format!("the decision could not be recorded in the local chain: {e}"),
+                )
+            })?;
+        Ok(OpenCall {
+            strict: self.config.strict.applies_to(&tool),
+            call_id,
+            tool,
+            decision: Some(Box::new(decision)),
+        })
+    }
+
+    /// Waits for the receipt of `call`'s decision and its acceptance (§8),
+    /// at most the configured strict timeout.
+    ///
+    /// # Errors
+    /// Why the call must not be forwarded, as a [`Refusal`] with reason
+    /// `strict_receipt` (no witness configured, timeout, receipt refused).
+    pub async fn wait_receipt(&self, call: &OpenCall) -> Result<(), Refusal> {
+        let Some(seq) = call.seq() else {
+            return Ok(());
+        };
+        let Some(receipts) = self.receipts.clone() else {
+            return Err(Refusal::new(
+                "strict_receipt",
+                "--strict: missing receipt: no witness is configured for this agent (tally agent init NAME --witness URL)",
+            ));
+        };
+        wait_for_receipt(receipts, seq, self.config.strict_timeout)
+            .await
+            .map_err(|why| Refusal::new("strict_receipt", format!("--strict: {why}")))
+    }
+
+    /// Records how `call` ended (nothing for calls that are not recorded).
+    /// The outcome is queued to the chain writer, which commits in order.
+    pub fn end(&self, call: &OpenCall, status: OutcomeStatus, output: Option<&Value>) {
+        let Some(decision) = &call.decision else {
+            return;
+        };
+        let call_id = &call.call_id;
+        let (output_hash, secret) = match output.map(|o| salted(o, self.config.store_content)) {
+            Some(Ok((h, s))) => (Some(h), Some(s)),
+            Some(Err(e)) => {
+                eprintln!("tally: gateway: outcome of call {call_id} recorded without an output hash: {e}");
+                (None, None)
+            }
+            None => (None, None),
+        };
+        let body = Body::Outcome(Outcome {
+            call_id: call_id.clone(),
+            decision: decision.hash(),
+            status,
+            output_hash,
+        });
+        if let Err(e) = self.recorder.append_detached(body, secret) {
+            eprintln!("tally: gateway: could not record the outcome of call {call_id}: {e}");
+        }
+    }
+
+    /// Records the outcome of `call` from the JSON-RPC answer `msg`.
+    pub fn end_with_answer(&self, call: &OpenCall, msg: &Value) {
+        let (status, output) = answer_status(msg);
+        self.end(call, status, output);
+    }
+
+    /// Records `tools` (a complete list, every page joined) unless it is the
+    /// list recorded last.
+    pub fn record_tools(&self, tools: &[Value]) {
+        let list = match digest_list(tools, |name| self.config.records(name)) {
+            Ok(l) => l,
+            Err(e) => {
+                eprintln!("tally: gateway: the tool list could not be recorded: {e}");
+                return;
+            }
+        };
+        {
+            let mut last = self
+                .last_fingerprint
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner);
+            if last.as_deref() == Some(list.fingerprint.as_str()) {
+                return;
+            }
+            *last = Some(list.fingerprint.clone());
+        }
+        let bodies = match list.bodies() {
+            Ok(b) => b,
+            Err(e) => {
+                eprintln!("tally: gateway: the tool list could not be recorded: {e}");
+                return;
+            }
+        };
+        // Every part is queued now, so the list precedes in the chain any
+        // call that follows its answer.
+        let n = bodies.len();
+        let mut last = None;
+        for (i, body) in bodies.into_iter().enumerate() {
+            if i + 1 == n {
+                match self.recorder.append_queued(body, None) {
+                    Ok(done) => last = Some(tokio::spawn(done)),
+                    Err(e) => eprintln!("tally: gateway: the tool list could not be recorded: {e}"),
+                }
+            } else if let Err(e) = self.recorder.append_detached(body, None) {
+                eprintln!("tally: gateway: the tool list could not be recorded: {e}");
+            }
+        }
+        // Remember the list once its last part is durable, so an unchanged
+        // list is not recorded again on the next run.
+        if let (Some(task), Some(store)) = (last, self.store.clone()) {
+            let fingerprint = list.fingerprint;
+            tokio::spawn(async move {
+                if let Ok(Ok(_)) = task.await {
+                    let _ = store.set_tools_fingerprint(&fingerprint);
+                }
+            });
+        }
+    }
+}
+
+/// The pages of a `tools/list` answer being joined.
+#[derive(Debug, Default)]
+pub struct ToolPages {
+    pages: Vec<Value>,
+}
+
+/// What one page of a `tools/list` answer completes.
+#[derive(Debug, PartialEq)]
+pub enum PageResult {
+    /// The list is complete: every tool of every page.
+    Complete(Vec<Value>),
+    /// More pages follow; the cursor of the next one.
+    More(Value),
+    /// The answer is an error or has no result: nothing to record.
+    NoList,
+}
+
+impl ToolPages {
+    /// Adds the answer `msg` to a `tools/list` request (`paged`: the request
+    /// had a cursor, so this page continues the ones before it).
+    pub fn add(&mut self, paged: bool, msg: &Value) -> PageResult {
+        let Some(result) = msg.get("result") else {
+            return PageResult::NoList;
+        };
+        if !paged {
+            self.pages.clear();
+        }
+        let tools = result
+            .get("tools")
+            .and_then(Value::as_array)
+            .cloned()
+            .unwrap_or_default();
+        self.pages.extend(tools);
+        match result.get("nextCursor").filter(|c| !c.is_null()) {
+            Some(next) => PageResult::More(next.clone()),
+            None => PageResult::Complete(std::mem::take(&mut self.pages)),
+        }
+    }
+}
+
+/// Whether a `tools/list` request continues a paged list (has a cursor).
+#[must_use]
+pub fn is_paged_list_request(msg: &Value) -> bool {
+    msg.get("params")
+        .and_then(|p| p.get("cursor"))
+        .is_some_and(|c| !c.is_null())
+}

@@ -10,9 +10,12 @@
 //! - [`export`]: packs, agent-keys.json, head.json (protocol.md §9).
 //! - [`http`]: the routes; [`error`]: the one error → status/code table.
 //! - [`server`]: data folder, TLS, graceful drain; [`config`]: settings.
+//! - [`conn`]: the connection cap and the timeouts that bound every
+//!   connection, head and body.
 //! - [`keydir`], [`metrics`], [`ratelimit`]: the smaller parts.
 
 pub mod config;
+pub mod conn;
 pub mod console;
 pub mod error;
 pub mod export;

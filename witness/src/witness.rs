@@ -1,11 +1,12 @@
-//! The witness: record admission (issue 4 §3) and what the routes read.
+//! The witness: record admission (docs/api.md "POST /v1/records") and what
+//! the routes read.
 //!
-//! [`Witness::admit`] checks a record in the order the issue fixes (body
-//! size, schema and canonical form, API key, agent registered to the key's
-//! project, key active at the record's time, strict signature, clock skew)
-//! and then hands it to [`tally_log::Log::append`], which checks chain,
-//! nonce and idempotency atomically and resolves only once the entry is
-//! durable and covered by a signed checkpoint (docs/protocol.md §8).
+//! [`Witness::admit_as`] checks a record in the order docs/api.md gives
+//! (body size, schema and canonical form, the key's rate limit, agent
+//! registered to the key's project, key active at the record's time, strict
+//! signature, clock skew) and then hands it to [`tally_log::Log::append`],
+//! which checks chain, nonce and idempotency atomically and resolves only
+//! once the entry is durable and covered by a signed checkpoint.
 
 use std::sync::{Arc, Mutex};
 use std::time::Instant;
@@ -276,13 +277,27 @@ impl Witness {
         Ok(())
     }
 
-    /// Admits one record body sent with `bearer`: every check of issue 4 §3
-    /// in order, then the log append. The caller has already bounded the
-    /// body's size while reading it.
+    /// Admits one record body sent with `bearer`: the API key, then
+    /// [`Witness::admit_as`].
     ///
     /// # Errors
     /// Every [`WitnessError`] of the admission table.
     pub async fn admit(&self, bearer: Option<&str>, body: &[u8]) -> Result<Admitted, WitnessError> {
+        let principal = self.authenticate(bearer)?;
+        self.admit_as(&principal, body).await
+    }
+
+    /// Admits one record body sent by `principal` (already authenticated):
+    /// every check of docs/api.md in order, then the log append. The caller
+    /// has already bounded the body's size while reading it.
+    ///
+    /// # Errors
+    /// Every [`WitnessError`] of the admission table.
+    pub async fn admit_as(
+        &self,
+        principal: &Principal,
+        body: &[u8],
+    ) -> Result<Admitted, WitnessError> {
         if body.len() > self.config.max_body_bytes {
             return Err(WitnessError::BodyTooLarge {
                 size: Some(body.len() as u64),
@@ -290,11 +305,10 @@ impl Witness {
             });
         }
         let record = Record::from_json(body)?;
-        let principal = self.authenticate(bearer)?;
         self.limiter
             .take(&principal.key_id, self.now())
             .map_err(|retry_after_ms| WitnessError::RateLimited { retry_after_ms })?;
-        self.check_key_and_signature(&principal, &record)?;
+        self.check_key_and_signature(principal, &record)?;
         let pending = {
             let mut last = self
                 .last_received
@@ -322,18 +336,18 @@ impl Witness {
         })
     }
 
-    /// [`Witness::admit`] with metrics and the receipt's canonical bytes
+    /// [`Witness::admit_as`] with metrics and the receipt's canonical bytes
     /// (the same bytes for every retry).
     ///
     /// # Errors
-    /// As [`Witness::admit`].
+    /// As [`Witness::admit_as`].
     pub async fn admit_measured(
         &self,
-        bearer: Option<&str>,
+        principal: &Principal,
         body: &[u8],
         started: Instant,
     ) -> Result<Vec<u8>, WitnessError> {
-        let result = self.admit(bearer, body).await.and_then(|a| {
+        let result = self.admit_as(principal, body).await.and_then(|a| {
             canonical::canonicalize(&a.receipt).map_err(|e| WitnessError::internal(&e))
         });
         let (status, code) = match &result {

@@ -250,12 +250,17 @@ async fn checks_run_in_the_issue_order() {
     let h = harness(config());
     let a = TestAgent::new("bot-a");
     a.register(&h.app, &h.key_a).await;
-    // Schema before the API key: a malformed body without a key is 400.
+    // The API key before the body: without one, neither a malformed nor
+    // an oversized body is looked at.
     let (s, body) = post(&h.app, None, b"[]".to_vec()).await;
-    assert_err(s, &body, 400, "malformed");
-    // Body size before everything.
+    assert_err(s, &body, 401, "unauthorized");
     let (s, body) = post(&h.app, None, vec![b'{'; 200_000]).await;
+    assert_err(s, &body, 401, "unauthorized");
+    // Then body size, then schema.
+    let (s, body) = post(&h.app, Some(&h.key_a), vec![b'{'; 200_000]).await;
     assert_err(s, &body, 413, "too_large");
+    let (s, body) = post(&h.app, Some(&h.key_a), b"[]".to_vec()).await;
+    assert_err(s, &body, 400, "malformed");
     // The key's registration before its activity and the signature.
     let stranger = TestAgent::new("bot-a");
     let (s, body) = post(
@@ -724,18 +729,19 @@ async fn bad_input_corpus() {
         ),
     ];
     for (name, body, status, want, reason) in corpus {
-        for key in [Some(h.key_a.as_str()), None] {
-            let (s, b) = post(&h.app, key, body.clone()).await;
-            assert_eq!(
-                (s.as_u16(), code(&b).as_str()),
-                (status, want),
-                "{name}: {}",
-                String::from_utf8_lossy(&b)
-            );
-            if let Some(r) = reason {
-                assert_eq!(json(&b)["error"]["reason"], r, "{name}");
-            }
+        let (s, b) = post(&h.app, Some(&h.key_a), body.clone()).await;
+        assert_eq!(
+            (s.as_u16(), code(&b).as_str()),
+            (status, want),
+            "{name}: {}",
+            String::from_utf8_lossy(&b)
+        );
+        if let Some(r) = reason {
+            assert_eq!(json(&b)["error"]["reason"], r, "{name}");
         }
+        // Without a key the body is not read at all.
+        let (s, b) = post(&h.app, None, body).await;
+        assert_err(s, &b, 401, "unauthorized");
     }
     // The admin and registration bodies are parsed as strictly.
     for body in [

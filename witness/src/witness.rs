@@ -3,10 +3,14 @@
 //!
 //! [`Witness::admit_as`] checks a record in the order docs/api.md gives
 //! (body size, schema and canonical form, the key's rate limit, agent
-//! registered to the key's project, key active at the record's time, strict
-//! signature, clock skew) and then hands it to [`tally_log::Log::append`],
-//! which checks chain, nonce and idempotency atomically and resolves only
-//! once the entry is durable and covered by a signed checkpoint.
+//! registered to the key's project), then recognises an exact resubmission
+//! of a record already in the log and answers it with its original receipt
+//! (protocol.md §8: at any later time, whatever happened to clocks and keys
+//! since), and otherwise checks the key active at the record's time, the
+//! strict signature and the clock skew, and hands the record to
+//! [`tally_log::Log::append`], which checks chain, nonce and idempotency
+//! atomically and resolves only once the entry is durable and covered by a
+//! signed checkpoint.
 
 use std::sync::{Arc, Mutex};
 use std::time::Instant;
@@ -308,6 +312,14 @@ impl Witness {
         self.limiter
             .take(&principal.key_id, self.now())
             .map_err(|retry_after_ms| WitnessError::RateLimited { retry_after_ms })?;
+        self.owned_agent(principal, &record.agent)?;
+        // A record already in the log is a retry (its answer was lost): it
+        // gets its original receipt before any check that time or a key
+        // change could make fail now (protocol.md §8). Same hash, same
+        // bytes: it passed every check when it was admitted.
+        if let Some(admitted) = self.already_admitted(&record)? {
+            return Ok(admitted);
+        }
         self.check_key_and_signature(principal, &record)?;
         let pending = {
             let mut last = self
@@ -334,6 +346,19 @@ impl Witness {
             receipt: appended.receipt,
             duplicate: appended.duplicate,
         })
+    }
+
+    /// The original receipt of `record` if the log holds it (covered by
+    /// the latest checkpoint; a record still in the batch being committed
+    /// is recognised by the log's append instead).
+    fn already_admitted(&self, record: &Record) -> Result<Option<Admitted>, WitnessError> {
+        let Some(index) = self.log.index_of_record(&record.hash())? else {
+            return Ok(None);
+        };
+        Ok(self.log.receipt(index)?.map(|(_, receipt)| Admitted {
+            receipt,
+            duplicate: true,
+        }))
     }
 
     /// [`Witness::admit_as`] with metrics and the receipt's canonical bytes

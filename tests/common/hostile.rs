@@ -143,7 +143,14 @@ pub async fn open_held(
         let (tx, rx) = tokio::sync::oneshot::channel::<()>();
         let attack = attack.clone();
         opened.push((
-            tokio::spawn(async move { hold(addr, &attack, give_up, (tx, permit)).await }),
+            tokio::spawn(async move {
+                hold(addr, &attack, give_up, move || {
+                    // Open: the next connection may start connecting.
+                    let _ = tx.send(());
+                    drop(permit);
+                })
+                .await
+            }),
             rx,
         ));
     }
@@ -156,32 +163,33 @@ pub async fn open_held(
     handles
 }
 
-async fn hold(
-    addr: SocketAddr,
-    attack: &Attack,
-    give_up: Duration,
-    opened: (
-        tokio::sync::oneshot::Sender<()>,
-        tokio::sync::OwnedSemaphorePermit,
-    ),
-) -> Held {
+/// One connection of `attack`, in this task: sends its opening bytes, then
+/// waits until the server closes it or `give_up` passes.
+pub async fn hold_one(addr: SocketAddr, attack: &Attack, give_up: Duration) -> Held {
+    hold(addr, attack, give_up, || {}).await
+}
+
+async fn hold(addr: SocketAddr, attack: &Attack, give_up: Duration, opened: impl FnOnce()) -> Held {
+    let mut attempts = 0;
     let mut sock = loop {
         match TcpStream::connect(addr).await {
             Ok(s) => break s,
-            // A full accept queue on a loaded machine: the kernel refuses
-            // now and then; try again like a client would.
-            Err(e) if e.kind() == std::io::ErrorKind::ConnectionRefused => {
+            // A full accept queue on a loaded machine refuses or resets a
+            // connection now and then; try again like a client would.
+            Err(e) => {
+                attempts += 1;
+                assert!(
+                    attempts < 100,
+                    "connect to {addr}: {e} ({attempts} attempts)"
+                );
                 tokio::time::sleep(Duration::from_millis(50)).await;
             }
-            Err(e) => panic!("connect to {addr}: {e}"),
         }
     };
     let first = attack.first_bytes(&addr.to_string());
     let write_failed = !first.is_empty() && sock.write_all(&first).await.is_err();
     let start = Instant::now();
-    // Open: the next connection may start connecting.
-    let _ = opened.0.send(());
-    drop(opened.1);
+    opened();
     if write_failed {
         return Held {
             closed_after: Some(Duration::ZERO),

@@ -392,6 +392,20 @@ async fn serve_connection(
     if stream.readable().await.is_err() {
         return;
     }
+    // Boxed, so that a connection waiting for its first byte is a small
+    // task: the HTTP connection's state is allocated only now.
+    Box::pin(serve_http(stream, state, app, acceptor, http, watcher)).await;
+}
+
+/// The TLS handshake if any, then HTTP/1.1 or HTTP/2 (see [`serve_connection`]).
+async fn serve_http(
+    stream: TcpStream,
+    state: Arc<ConnState>,
+    app: Router,
+    acceptor: Option<tokio_rustls::TlsAcceptor>,
+    http: Arc<auto::Builder<TokioExecutor>>,
+    watcher: Watcher,
+) {
     let service = TrackedService::new(app, Arc::clone(&state));
     match acceptor {
         None => {

@@ -6,8 +6,10 @@
 //! for long; idle and slowloris connections are closed by their timeouts;
 //! the connection cap makes room by closing connections that wait for a
 //! request, and an exhausted file limit does not flood the log; request
-//! heads are bounded (431). The last test holds 5,000 slow bodies and
-//! 2,000 slowloris connections at once while an agent posts valid records.
+//! heads are bounded (431); HTTP/2 connections without requests, HTTP/2
+//! answers without flow-control window and stalled TLS handshakes are
+//! closed. The acceptance test holds 5,000 slow bodies and 2,000 slowloris
+//! connections at once while an agent posts valid records.
 //!
 //! Bounded in count and time: at most about 7,000 sockets, each closed by
 //! the server within seconds (short timeouts are set by flag). The tests run
@@ -669,4 +671,73 @@ async fn h2c_and_tls_handshakes_are_bounded_too() {
     .await;
     let stalled = closures(&join(stalled).await);
     assert_closed_within("stalled TLS handshakes", &stalled, Duration::from_secs(2));
+}
+
+/// An HTTP/2 client that asks for an answer and grants no flow-control
+/// window to receive it: its socket is never blocked, but the answer is not
+/// taken, so the request stays in flight. The connection is closed after
+/// the write timeout (before, it stayed open: such connections could fill
+/// the cap without a key).
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn an_h2c_client_that_grants_no_window_is_closed_by_the_write_timeout() {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let _serial = SERIAL.lock().await;
+    let w = start(&["--write-timeout", "3", "--idle-timeout", "60"]);
+    let addr = hostile::addr_of(&w.url);
+    let mut s = tokio::net::TcpStream::connect(addr).await.unwrap();
+    // The preface, SETTINGS with INITIAL_WINDOW_SIZE 0, then the HEADERS of
+    // GET /checkpoint on stream 1 (END_STREAM | END_HEADERS; HPACK: :method
+    // GET and :scheme http from the static table, :path and :authority as
+    // literals).
+    let mut out = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n".to_vec();
+    out.extend_from_slice(&[0, 0, 6, 4, 0, 0, 0, 0, 0, 0, 4, 0, 0, 0, 0]);
+    let authority = addr.to_string();
+    let path = b"/checkpoint";
+    let mut block = vec![0x82, 0x86, 0x04, path.len() as u8];
+    block.extend_from_slice(path);
+    block.extend_from_slice(&[0x01, authority.len() as u8]);
+    block.extend_from_slice(authority.as_bytes());
+    out.extend_from_slice(&[0, 0, block.len() as u8, 1, 5, 0, 0, 0, 1]);
+    out.extend_from_slice(&block);
+    s.write_all(&out).await.unwrap();
+    let sent = Instant::now();
+
+    // Read frames (acknowledging the server's SETTINGS) until the server
+    // closes the connection.
+    let mut frames = Vec::new();
+    let mut pending: Vec<u8> = Vec::new();
+    let mut buf = vec![0u8; 65536];
+    let closed = tokio::time::timeout(Duration::from_secs(30), async {
+        loop {
+            match s.read(&mut buf).await {
+                Ok(0) | Err(_) => break,
+                Ok(n) => pending.extend_from_slice(&buf[..n]),
+            }
+            while pending.len() >= 9 {
+                let len = usize::from(pending[0]) << 16
+                    | usize::from(pending[1]) << 8
+                    | usize::from(pending[2]);
+                if pending.len() < 9 + len {
+                    break;
+                }
+                let (kind, flags) = (pending[3], pending[4]);
+                if kind == 4 && flags & 1 == 0 {
+                    let _ = s.write_all(&[0, 0, 0, 4, 1, 0, 0, 0, 0]).await;
+                }
+                frames.push(kind);
+                pending.drain(..9 + len);
+            }
+        }
+    })
+    .await
+    .is_ok();
+    let after = sent.elapsed();
+    println!("frames from the server (types): {frames:?}; closed: {closed} after {after:?}");
+    assert!(frames.contains(&1), "the answer's HEADERS never came");
+    assert!(!frames.contains(&0), "DATA was sent without window");
+    assert!(
+        closed,
+        "a connection whose answer waits for window stayed open"
+    );
+    assert!(after <= Duration::from_secs(3) + SLACK);
 }

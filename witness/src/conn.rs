@@ -13,6 +13,10 @@
 //!   timeout, and its head within the header timeout of its first byte.
 //! - [`ConnIo`]: the socket, noting reads for those deadlines and closing a
 //!   connection whose writes make no progress (a client that does not read).
+//!   With requests in flight, the watchdog also closes an HTTP/2 connection
+//!   one of whose answers the client has not taken from for the write
+//!   timeout (a stream without flow-control window, whose socket is not
+//!   blocked).
 //! - [`DeadlineBody`]: every request body must arrive by its deadline
 //!   (`body_timeout`, extended by `body_min_rate`); a late one fails with
 //!   [`BodyTimeout`], which the routes answer with 408.
@@ -330,6 +334,8 @@ impl Tracker {
             notify: Notify::new(),
             watch_first_byte: AtomicBool::new(false),
             write_timed_out: AtomicBool::new(false),
+            started: Instant::now(),
+            responses: Mutex::new(Vec::new()),
             _slot: slot,
         });
         self.waiting(&conn, 0);
@@ -370,6 +376,10 @@ pub struct ConnState {
     /// Set while waiting after a request, until the next byte arrives.
     watch_first_byte: AtomicBool,
     write_timed_out: AtomicBool,
+    /// When the connection was accepted (the base of `ResponseProgress`).
+    started: Instant,
+    /// The response bodies of the requests in flight.
+    responses: Mutex<Vec<Weak<ResponseProgress>>>,
     _slot: OwnedSemaphorePermit,
 }
 
@@ -437,6 +447,45 @@ impl ConnState {
         }
     }
 
+    fn elapsed_ms(&self) -> u64 {
+        u64::try_from(self.started.elapsed().as_millis()).unwrap_or(u64::MAX)
+    }
+
+    /// Starts following an HTTP/2 response body.
+    fn track_response(&self) -> Arc<ResponseProgress> {
+        let progress = Arc::new(ResponseProgress {
+            last_ms: AtomicU64::new(self.elapsed_ms()),
+            waiting_on_body: AtomicBool::new(false),
+        });
+        let mut r = self
+            .responses
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        r.retain(|w| w.strong_count() > 0);
+        r.push(Arc::downgrade(&progress));
+        drop(r);
+        // The watchdog of a busy connection recomputes its deadline.
+        self.notify.notify_one();
+        progress
+    }
+
+    /// When the HTTP/2 response that has waited longest for the client to
+    /// take what it was given has waited the write timeout. A response is
+    /// followed until hyper drops its body, after its last frame is sent;
+    /// one whose body waits for its own data does not count.
+    fn response_deadline(&self) -> Option<Instant> {
+        let r = self
+            .responses
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        r.iter()
+            .filter_map(Weak::upgrade)
+            .filter(|p| !p.waiting_on_body.load(Ordering::Relaxed))
+            .map(|p| p.last_ms.load(Ordering::Relaxed))
+            .min()
+            .map(|ms| self.started + Duration::from_millis(ms) + self.tracker.limits.write_timeout)
+    }
+
     fn evict(&self, epoch: u64) -> bool {
         let mut p = self.lock();
         if p.in_flight > 0 || p.epoch != epoch || p.evicted {
@@ -463,7 +512,11 @@ impl ConnState {
     fn check(&self, now: Instant) -> Result<Option<Instant>, Option<CloseReason>> {
         let p = self.lock();
         if p.in_flight > 0 {
-            return Ok(None);
+            drop(p);
+            return match self.response_deadline() {
+                Some(d) if now >= d => Err(Some(CloseReason::WriteTimeout)),
+                other => Ok(other),
+            };
         }
         if p.evicted {
             return Err(Some(CloseReason::Evicted));
@@ -763,10 +816,27 @@ pub fn body_timeout(e: &(dyn std::error::Error + 'static)) -> Option<BodyTimeout
         .find_map(|e| e.downcast_ref::<BodyTimeout>().copied())
 }
 
+/// How a response body is being taken by the connection.
+#[derive(Debug, Default)]
+struct ResponseProgress {
+    /// When the body was created or last polled, ms after the connection's
+    /// start.
+    last_ms: AtomicU64,
+    /// The last poll returned `Pending`: the body waits for its own data
+    /// (an export being read), not for the client.
+    waiting_on_body: AtomicBool,
+}
+
 /// A response body that ends its request (see [`RequestGuard`]) when it is
-/// sent in full or dropped.
+/// sent in full or dropped. On HTTP/2 it also notes when it was last taken
+/// from, so that an answer the client does not take (a stream without
+/// flow-control window, whose socket is never blocked) is noticed by the
+/// watchdog; on HTTP/1.1 such a client blocks the socket, which
+/// [`ConnIo`] notices.
 struct GuardedBody {
     inner: Body,
+    progress: Option<Arc<ResponseProgress>>,
+    state: Arc<ConnState>,
     _guard: RequestGuard,
 }
 
@@ -778,7 +848,12 @@ impl HttpBody for GuardedBody {
         mut self: Pin<&mut Self>,
         cx: &mut Context<'_>,
     ) -> Poll<Option<Result<Frame<Bytes>, Self::Error>>> {
-        Pin::new(&mut self.inner).poll_frame(cx)
+        let r = Pin::new(&mut self.inner).poll_frame(cx);
+        if let Some(p) = &self.progress {
+            p.last_ms.store(self.state.elapsed_ms(), Ordering::Relaxed);
+            p.waiting_on_body.store(r.is_pending(), Ordering::Relaxed);
+        }
+        r
     }
 
     fn is_end_stream(&self) -> bool {
@@ -819,14 +894,19 @@ impl hyper::service::Service<Request<Incoming>> for TrackedService {
 
     fn call(&self, req: Request<Incoming>) -> Self::Future {
         let guard = self.state.begin();
+        let http2 = req.version() == hyper::Version::HTTP_2;
         let limits = self.body.clone();
         let req = req.map(|b| Body::new(DeadlineBody::new(b, limits)));
         let app = self.app.clone();
+        let state = Arc::clone(&self.state);
         Box::pin(async move {
             let resp = app.oneshot(req).await?;
             Ok(resp.map(|inner| {
+                let progress = http2.then(|| state.track_response());
                 Body::new(GuardedBody {
                     inner,
+                    progress,
+                    state,
                     _guard: guard,
                 })
             }))

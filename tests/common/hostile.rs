@@ -59,8 +59,8 @@ pub fn rss_kib(pid: u32) -> u64 {
 #[derive(Debug, Clone)]
 pub enum Attack {
     /// The head of `POST /v1/records` announcing 1,000 body bytes, then one
-    /// byte of body, then nothing (the attack of the issue: ~1 KB per
-    /// connection). `key`: the bearer token sent, if any.
+    /// byte of body, then nothing (about 1 KB per connection).
+    /// `key`: the bearer token sent, if any.
     SlowBody { key: Option<String> },
     /// A request head sent one byte a second, never finished.
     Slowloris,

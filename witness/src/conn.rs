@@ -865,25 +865,32 @@ impl HttpBody for GuardedBody {
     }
 }
 
-/// The routes of one connection: counts its requests in flight and gives
-/// each request body its deadline.
+/// The routes of one connection: counts its requests in flight, gives each
+/// request body its deadline, and tells handlers the client's address
+/// (axum's `ConnectInfo<SocketAddr>`).
 #[derive(Clone)]
 pub struct TrackedService {
     app: Router,
     state: Arc<ConnState>,
     body: BodyLimits,
+    peer: std::net::SocketAddr,
 }
 
 impl TrackedService {
-    /// `app` serving the connection `state`.
-    pub fn new(app: Router, state: Arc<ConnState>) -> Self {
+    /// `app` serving the connection `state` from `peer`.
+    pub fn new(app: Router, state: Arc<ConnState>, peer: std::net::SocketAddr) -> Self {
         let limits = &state.tracker.limits;
         let body = BodyLimits {
             timeout: limits.body_timeout,
             min_rate: limits.body_min_rate,
             stats: Arc::clone(&state.tracker.stats),
         };
-        Self { app, state, body }
+        Self {
+            app,
+            state,
+            body,
+            peer,
+        }
     }
 }
 
@@ -896,7 +903,9 @@ impl hyper::service::Service<Request<Incoming>> for TrackedService {
         let guard = self.state.begin();
         let http2 = req.version() == hyper::Version::HTTP_2;
         let limits = self.body.clone();
-        let req = req.map(|b| Body::new(DeadlineBody::new(b, limits)));
+        let mut req = req.map(|b| Body::new(DeadlineBody::new(b, limits)));
+        req.extensions_mut()
+            .insert(axum::extract::ConnectInfo(self.peer));
         let app = self.app.clone();
         let state = Arc::clone(&self.state);
         Box::pin(async move {

@@ -13,6 +13,7 @@
 
 use std::future::Future;
 use std::io::Write as _;
+use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
@@ -335,12 +336,12 @@ pub async fn serve(
             slot = tracker.slot() => slot,
             () = &mut shutdown => break,
         };
-        let stream = loop {
+        let (stream, peer) = loop {
             tokio::select! {
                 accepted = listener.accept() => match accepted {
-                    Ok((stream, _)) => {
+                    Ok(accepted) => {
                         backoff = ACCEPT_BACKOFF_MIN;
-                        break stream;
+                        break accepted;
                     }
                     Err(e) if is_connection_error(&e) => {}
                     Err(e) => {
@@ -359,6 +360,7 @@ pub async fn serve(
         let state = tracker.register(slot);
         let connection = serve_connection(
             stream,
+            peer,
             Arc::clone(&state),
             app.clone(),
             acceptor.clone(),
@@ -383,6 +385,7 @@ pub async fn serve(
 /// Its deadlines are enforced around this by [`conn::watch_connection`].
 async fn serve_connection(
     stream: TcpStream,
+    peer: SocketAddr,
     state: Arc<ConnState>,
     app: Router,
     acceptor: Option<tokio_rustls::TlsAcceptor>,
@@ -394,19 +397,23 @@ async fn serve_connection(
     }
     // Boxed, so that a connection waiting for its first byte is a small
     // task: the HTTP connection's state is allocated only now.
-    Box::pin(serve_http(stream, state, app, acceptor, http, watcher)).await;
+    Box::pin(serve_http(
+        stream, peer, state, app, acceptor, http, watcher,
+    ))
+    .await;
 }
 
 /// The TLS handshake if any, then HTTP/1.1 or HTTP/2 (see [`serve_connection`]).
 async fn serve_http(
     stream: TcpStream,
+    peer: SocketAddr,
     state: Arc<ConnState>,
     app: Router,
     acceptor: Option<tokio_rustls::TlsAcceptor>,
     http: Arc<auto::Builder<TokioExecutor>>,
     watcher: Watcher,
 ) {
-    let service = TrackedService::new(app, Arc::clone(&state));
+    let service = TrackedService::new(app, Arc::clone(&state), peer);
     match acceptor {
         None => {
             let io = TokioIo::new(ConnIo::new(stream, state));

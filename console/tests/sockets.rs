@@ -48,11 +48,13 @@ impl Server {
         let done = tokio::spawn(server::serve(
             listener,
             app,
-            None,
+            server::ServeOptions {
+                drain: Duration::from_secs(1),
+                ..Default::default()
+            },
             async move {
                 let _ = stopped.await;
             },
-            Duration::from_secs(1),
         ));
         Self {
             addr,

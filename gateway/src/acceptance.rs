@@ -6,7 +6,10 @@
 //! record's hash and echoes its nonce; its checkpoint verifies with a pinned
 //! log key that was not retired when the witness received the record; the
 //! rebuilt entry is proven at its index by the inclusion proof; and the
-//! witness's receive time is within the skew bound of the local clock. The
+//! witness's receive time is within the skew bound of the record's own
+//! time and not ahead of the local clock by more than it (so the original
+//! receipt of a record whose answer was lost is accepted however late it
+//! is fetched again). The
 //! binding and proof checks are [`Receipt::verify`] in tally-schemas; this
 //! module adds the trust policy (which keys, retirement, freshness).
 //!
@@ -167,14 +170,18 @@ pub enum ReceiptRejection {
     /// The receipt is signed but does not prove the record's entry.
     #[error("invalid receipt: {0}")]
     Invalid(ReceiptError),
-    /// The witness's receive time is too far from the local clock.
-    #[error("stale receipt: witness time {received} is {diff_ms} ms from local time {local}, more than {max_skew_ms} ms")]
+    /// The witness's receive time is too far from the record's time, or
+    /// ahead of the local clock by more than the skew bound.
+    #[error("stale receipt: witness time {received} is {diff_ms} ms from {} {compared_to}, more than {max_skew_ms} ms", if *.ahead_of_local_clock { "local time" } else { "the record's time" })]
     Stale {
         /// The receipt's time.
         received: UnixMillis,
-        /// The local clock.
-        local: UnixMillis,
-        /// |received − local|.
+        /// The time it was compared with: the record's, or the local clock.
+        compared_to: UnixMillis,
+        /// Whether `compared_to` is the local clock (the receipt's time is
+        /// ahead of it).
+        ahead_of_local_clock: bool,
+        /// |received − compared_to|.
         diff_ms: u64,
         /// The bound.
         max_skew_ms: u64,
@@ -233,7 +240,11 @@ pub fn parse_receipt(bytes: &[u8]) -> Result<Receipt, ReceiptRejection> {
 }
 
 /// Decides whether `receipt` is a valid receipt for `record` under `trust`,
-/// at local time `now`, with witness time allowed within `max_skew_ms` of it.
+/// at local time `now`: the witness's receive time must be within
+/// `max_skew_ms` of the record's time (as the witness checked when it
+/// admitted it) and no more than `max_skew_ms` ahead of `now`. It may be
+/// long before `now`: a retry of a record whose answer was lost gets the
+/// original receipt (protocol.md §8).
 ///
 /// # Errors
 /// [`ReceiptRejection`] naming the first failed condition.
@@ -270,14 +281,18 @@ pub fn accept_receipt(
                         not_after: key.not_after,
                     });
                 }
-                let diff_ms = received.abs_diff(now);
-                if diff_ms > max_skew_ms {
-                    return Err(ReceiptRejection::Stale {
-                        received,
-                        local: now,
-                        diff_ms,
-                        max_skew_ms,
-                    });
+                for (compared_to, ahead_of_local_clock) in [(record.time, false), (now, true)] {
+                    let diff_ms = received.abs_diff(compared_to);
+                    let late = ahead_of_local_clock && received <= compared_to;
+                    if diff_ms > max_skew_ms && !late {
+                        return Err(ReceiptRejection::Stale {
+                            received,
+                            compared_to,
+                            ahead_of_local_clock,
+                            diff_ms,
+                            max_skew_ms,
+                        });
+                    }
                 }
                 return Ok(AcceptedReceipt {
                     receipt: receipt.clone(),

@@ -3,7 +3,9 @@
 //! Records go to the witness in seq order, starting at the sync cursor (the
 //! lowest seq without an accepted receipt). A record is never skipped or
 //! reordered: when the witness refuses one for good, syncing halts and says
-//! why. Each receipt is accepted with [`crate::acceptance::accept_receipt`]
+//! why. A record whose answer was lost is simply sent again, at any later
+//! time: the witness answers an exact resubmission with its original
+//! receipt (protocol.md §8), which acceptance takes however old it is. Each receipt is accepted with [`crate::acceptance::accept_receipt`]
 //! before it is stored and the cursor moves. Transient failures retry with
 //! exponential backoff.
 //!

@@ -129,7 +129,8 @@ fn accepts_receipts_at_every_position_and_tree_shape() {
 fn accepts_witness_time_exactly_at_the_skew_bound_either_side() {
     let log = log_key(1, ORIGIN);
     let rec = record("hello", 1);
-    for received in [NOW - SKEW as i64, NOW + SKEW as i64] {
+    let time = rec.time.as_millis();
+    for received in [time - SKEW as i64, time + SKEW as i64] {
         assert_eq!(
             code(accept(
                 &receipt_for(&rec, &log, 2, 5, received),
@@ -359,7 +360,8 @@ fn refuses_an_unsupported_version() {
 fn refuses_witness_times_beyond_the_skew_bound() {
     let log = log_key(1, ORIGIN);
     let rec = record("hello", 1);
-    for received in [NOW - SKEW as i64 - 1, NOW + SKEW as i64 + 1, 0] {
+    let time = rec.time.as_millis();
+    for received in [time - SKEW as i64 - 1, time + SKEW as i64 + 1, 0] {
         let got = accept(
             &receipt_for(&rec, &log, 1, 2, received),
             &rec,
@@ -370,6 +372,48 @@ fn refuses_witness_times_beyond_the_skew_bound() {
             "{received}: {got:?}"
         );
     }
+}
+
+#[test]
+fn refuses_a_witness_time_ahead_of_the_local_clock() {
+    // A record timed ahead of the local clock (the clock stepped back since
+    // it was signed), and a receipt within the bound of it but further
+    // ahead of the local clock than the bound.
+    let log = log_key(1, ORIGIN);
+    let rec = UnsignedRecord {
+        time: UnixMillis::new(NOW + SKEW as i64),
+        ..record("hello", 1).unsigned().clone()
+    }
+    .sign(&SecretKey::from_seed(&[5; 32]))
+    .unwrap();
+    let r = receipt_for(&rec, &log, 1, 2, NOW + SKEW as i64 + 1);
+    let got = accept(&r, &rec, &trust(&[&log]));
+    assert!(
+        matches!(
+            got,
+            Err(ReceiptRejection::Stale {
+                ahead_of_local_clock: true,
+                ..
+            })
+        ),
+        "{got:?}"
+    );
+}
+
+#[test]
+fn accepts_the_original_receipt_of_a_record_retried_long_after() {
+    // The answer to a post an hour ago was lost; the retry gets the
+    // original receipt, with the witness's time of an hour ago.
+    let log = log_key(1, ORIGIN);
+    let hour = 3_600_000;
+    let rec = UnsignedRecord {
+        time: UnixMillis::new(NOW - hour),
+        ..record("hello", 1).unsigned().clone()
+    }
+    .sign(&SecretKey::from_seed(&[5; 32]))
+    .unwrap();
+    let r = receipt_for(&rec, &log, 1, 2, NOW - hour + 2_000);
+    assert_eq!(code(accept(&r, &rec, &trust(&[&log]))), "accepted");
 }
 
 // ---- wrong: not a receipt at all ----

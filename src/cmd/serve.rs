@@ -14,8 +14,8 @@ use std::time::Duration;
 use anyhow::Context;
 use rand_core::OsRng;
 use tally_schemas::time::SystemClock;
-use tally_witness::config::{ConfigFile, LogRead, RateLimit, ServeConfig, TlsFiles};
-use tally_witness::server::{self, files};
+use tally_witness::config::{ConfigFile, ConnLimits, LogRead, RateLimit, ServeConfig, TlsFiles};
+use tally_witness::server::{self, files, ServeOptions};
 
 /// Arguments of `tally serve`.
 #[derive(Debug, clap::Args)]
@@ -80,6 +80,85 @@ pub struct Args {
     /// TLS private key (PEM).
     #[arg(long, requires = "tls_cert")]
     pub tls_key: Option<PathBuf>,
+    #[command(flatten)]
+    pub connections: ConnArgs,
+}
+
+/// Connection limits and timeouts of `tally serve` (docs/operations.md
+/// "Connections"; config file table `[connections]`).
+#[derive(Debug, clap::Args)]
+#[command(next_help_heading = "Connections (docs/operations.md \"Connections\")")]
+pub struct ConnArgs {
+    /// Most open connections; at the cap a new one closes the connection
+    /// that has waited longest for a request. Lowered to fit the open-file
+    /// limit, which is raised to its hard limit at start [default: 10000].
+    #[arg(long)]
+    pub max_connections: Option<usize>,
+    /// Largest request head (HTTP/1.1) or header list (HTTP/2) in bytes,
+    /// 8192 to 65536; a larger one is answered 431 [default: 16384].
+    #[arg(long)]
+    pub max_header_bytes: Option<usize>,
+    /// Seconds a new connection has to deliver its first request head, and
+    /// any request head has from its first byte [default: 10].
+    #[arg(long, value_name = "SECS")]
+    pub header_timeout: Option<u64>,
+    /// Seconds a connection may wait for its next request with none in
+    /// flight [default: 30].
+    #[arg(long, value_name = "SECS")]
+    pub idle_timeout: Option<u64>,
+    /// Seconds a request body has from its head, plus --body-min-rate;
+    /// a late body is answered 408 body_timeout [default: 10].
+    #[arg(long, value_name = "SECS")]
+    pub body_timeout: Option<u64>,
+    /// Bytes per second that earn a body one more second past
+    /// --body-timeout (so a large upload that keeps arriving is not cut
+    /// off); 0: a fixed deadline [default: 8192].
+    #[arg(long, value_name = "BYTES_PER_SEC")]
+    pub body_min_rate: Option<u64>,
+    /// Seconds a connection's writes may make no progress (a client that
+    /// does not read its answers) before it is closed [default: 30].
+    #[arg(long, value_name = "SECS")]
+    pub write_timeout: Option<u64>,
+    /// Seconds the TLS handshake may take [default: 10].
+    #[arg(long, value_name = "SECS")]
+    pub tls_handshake_timeout: Option<u64>,
+    /// Most concurrent HTTP/2 streams per connection [default: 64].
+    #[arg(long)]
+    pub h2_max_streams: Option<u32>,
+}
+
+impl ConnArgs {
+    /// Applies the flags given over `limits`.
+    fn apply(&self, limits: &mut ConnLimits) {
+        let secs = Duration::from_secs;
+        if let Some(v) = self.max_connections {
+            limits.max_connections = v;
+        }
+        if let Some(v) = self.max_header_bytes {
+            limits.max_header_bytes = v;
+        }
+        if let Some(v) = self.header_timeout {
+            limits.header_timeout = secs(v);
+        }
+        if let Some(v) = self.idle_timeout {
+            limits.idle_timeout = secs(v);
+        }
+        if let Some(v) = self.body_timeout {
+            limits.body_timeout = secs(v);
+        }
+        if let Some(v) = self.body_min_rate {
+            limits.body_min_rate = v;
+        }
+        if let Some(v) = self.write_timeout {
+            limits.write_timeout = secs(v);
+        }
+        if let Some(v) = self.tls_handshake_timeout {
+            limits.tls_handshake_timeout = secs(v);
+        }
+        if let Some(v) = self.h2_max_streams {
+            limits.h2_max_streams = v;
+        }
+    }
 }
 
 impl Args {
@@ -147,6 +226,8 @@ impl Args {
         if let Some(o) = &origin {
             c.origin.clone_from(o);
         }
+        self.connections.apply(&mut c.connections);
+        c.connections.check().map_err(anyhow::Error::msg)?;
         Ok((c, origin))
     }
 }
@@ -172,10 +253,18 @@ pub fn run(args: &Args) -> anyhow::Result<ExitCode> {
     runtime.block_on(serve(config, origin))
 }
 
-async fn serve(config: ServeConfig, origin: Option<String>) -> anyhow::Result<ExitCode> {
+async fn serve(mut config: ServeConfig, origin: Option<String>) -> anyhow::Result<ExitCode> {
     // Everything that can fail without the data folder fails before it is
     // touched: bad TLS files, a port in use.
     let tls = config.tls.as_ref().map(server::tls_config).transpose()?;
+    if let Some(nofile) = server::raise_open_file_limit() {
+        if let Some(configured) = config.connections.fit_to_file_limit(nofile) {
+            tracing::warn!(
+                "lowering the connection cap from {configured} to {}: the open-file limit is {nofile} (raise it with `ulimit -n` or systemd's LimitNOFILE=)",
+                config.connections.max_connections
+            );
+        }
+    }
     let listener = tokio::net::TcpListener::bind(config.listen)
         .await
         .with_context(|| format!("listening on {}", config.listen))?;
@@ -245,12 +334,18 @@ async fn serve(config: ServeConfig, origin: Option<String>) -> anyhow::Result<Ex
         log.origin(),
     )?;
 
+    let connection_stats = Arc::clone(witness.metrics().connections());
     let app = tally_witness::refusal_log::with_refusal_log(
         tally_witness::http::router(Arc::clone(&witness)).merge(tally_console::router(console)),
         Arc::clone(&witness),
     );
-    let drain = Duration::from_secs(config.drain_timeout_secs);
-    server::serve(listener, app, tls, shutdown_signal(), drain).await;
+    let options = ServeOptions {
+        tls,
+        limits: config.connections.clone(),
+        stats: connection_stats,
+        drain: Duration::from_secs(config.drain_timeout_secs),
+    };
+    server::serve(listener, app, options, shutdown_signal()).await;
     tracing::info!("drained; stopping the log");
     server::stop_log(log).await;
     outln!("tally: stopped")?;

@@ -47,12 +47,9 @@ async fn main() {
         .await
         .unwrap_or_else(|e| panic!("bind {addr}: {e}"));
     println!("http_ceiling: listening on http://{addr} (parse: {parse})");
-    tally_witness::server::serve(
-        listener,
-        app,
-        None,
-        std::future::pending::<()>(),
-        Duration::from_secs(1),
-    )
-    .await;
+    let options = tally_witness::server::ServeOptions {
+        drain: Duration::from_secs(1),
+        ..Default::default()
+    };
+    tally_witness::server::serve(listener, app, options, std::future::pending::<()>()).await;
 }

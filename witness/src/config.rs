@@ -4,6 +4,7 @@
 
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
+use std::time::Duration;
 
 use serde::Deserialize;
 use tally_schemas::limits::{DEFAULT_MAX_SKEW_MS, MAX_WIRE_OBJECT_BYTES};
@@ -83,6 +84,183 @@ impl Default for WitnessConfig {
     }
 }
 
+/// How many connections the server holds, and how long and how much of
+/// each it waits for (docs/operations.md "Connections"). Every connection
+/// is bounded in time and memory, so clients without a key cannot hold
+/// capacity that agents need.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ConnLimits {
+    /// Most open connections. At the cap, a new connection makes room by
+    /// closing the one that has waited longest for a request; when every
+    /// connection has a request in flight, accepting waits.
+    pub max_connections: usize,
+    /// Largest request head (request line and headers) of HTTP/1.1, and
+    /// header list of HTTP/2, in bytes; beyond it, 431.
+    pub max_header_bytes: usize,
+    /// A new connection must deliver its first request head (after its TLS
+    /// handshake) within this time of being accepted.
+    pub header_timeout: Duration,
+    /// A connection with no request in flight is closed after this long
+    /// without a new request; once a new request's first byte arrives, its
+    /// head must be complete within `header_timeout`.
+    pub idle_timeout: Duration,
+    /// A request body must be complete within this time of its head ...
+    pub body_timeout: Duration,
+    /// ... plus one second for every this many bytes received (so a large
+    /// body that keeps arriving at this rate is not cut off); 0: a fixed
+    /// deadline.
+    pub body_min_rate: u64,
+    /// A connection whose writes make no progress for this long (a client
+    /// that does not read its answers) is closed.
+    pub write_timeout: Duration,
+    /// The TLS handshake must complete within this time of the connection
+    /// being accepted.
+    pub tls_handshake_timeout: Duration,
+    /// Most concurrent HTTP/2 streams (requests) per connection.
+    pub h2_max_streams: u32,
+}
+
+impl Default for ConnLimits {
+    fn default() -> Self {
+        Self {
+            max_connections: 10_000,
+            max_header_bytes: 16 * 1024,
+            header_timeout: Duration::from_secs(10),
+            idle_timeout: Duration::from_secs(30),
+            body_timeout: Duration::from_secs(10),
+            body_min_rate: 8 * 1024,
+            write_timeout: Duration::from_secs(30),
+            tls_handshake_timeout: Duration::from_secs(10),
+            h2_max_streams: 64,
+        }
+    }
+}
+
+/// Bounds of [`ConnLimits`]' settings.
+pub mod conn_bounds {
+    /// `max_header_bytes`: 8 KiB (the smallest buffer hyper takes) to 64 KiB.
+    pub const HEADER_BYTES: std::ops::RangeInclusive<usize> = 8 * 1024..=64 * 1024;
+    /// Every timeout, in seconds: 1 s to a day.
+    pub const TIMEOUT_SECS: std::ops::RangeInclusive<u64> = 1..=86_400;
+    /// `h2_max_streams`.
+    pub const H2_STREAMS: std::ops::RangeInclusive<u32> = 1..=1_000;
+    /// Open files kept free for the server's own use (log and registry
+    /// files, the listener, blocking threads) when the connection cap is
+    /// fitted to the open-file limit.
+    pub const RESERVED_FILES: u64 = 64;
+}
+
+impl ConnLimits {
+    /// Checks every setting against [`conn_bounds`].
+    ///
+    /// # Errors
+    /// A message naming the setting (as its flag) and its allowed range.
+    pub fn check(&self) -> Result<(), String> {
+        use conn_bounds::{H2_STREAMS, HEADER_BYTES, TIMEOUT_SECS};
+        if self.max_connections == 0 {
+            return Err("--max-connections must be at least 1".into());
+        }
+        if !HEADER_BYTES.contains(&self.max_header_bytes) {
+            return Err(format!(
+                "--max-header-bytes must be from {} to {}",
+                HEADER_BYTES.start(),
+                HEADER_BYTES.end()
+            ));
+        }
+        for (flag, d) in [
+            ("--header-timeout", self.header_timeout),
+            ("--idle-timeout", self.idle_timeout),
+            ("--body-timeout", self.body_timeout),
+            ("--write-timeout", self.write_timeout),
+            ("--tls-handshake-timeout", self.tls_handshake_timeout),
+        ] {
+            if !TIMEOUT_SECS.contains(&d.as_secs()) || d.subsec_nanos() != 0 {
+                return Err(format!(
+                    "{flag} must be a whole number of seconds from {} to {}",
+                    TIMEOUT_SECS.start(),
+                    TIMEOUT_SECS.end()
+                ));
+            }
+        }
+        if !H2_STREAMS.contains(&self.h2_max_streams) {
+            return Err(format!(
+                "--h2-max-streams must be from {} to {}",
+                H2_STREAMS.start(),
+                H2_STREAMS.end()
+            ));
+        }
+        Ok(())
+    }
+
+    /// Lowers the connection cap to fit an open-file limit of `nofile`
+    /// (keeping [`conn_bounds::RESERVED_FILES`] free). Returns the cap as it
+    /// was when it had to be lowered.
+    pub fn fit_to_file_limit(&mut self, nofile: u64) -> Option<usize> {
+        let room = nofile.saturating_sub(conn_bounds::RESERVED_FILES).max(1);
+        let room = usize::try_from(room).unwrap_or(usize::MAX);
+        (self.max_connections > room).then(|| std::mem::replace(&mut self.max_connections, room))
+    }
+}
+
+/// The `[connections]` table of the config file: [`ConnLimits`], every key
+/// optional, times in whole seconds.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ConnectionsFile {
+    /// [`ConnLimits::max_connections`].
+    pub max_connections: Option<usize>,
+    /// [`ConnLimits::max_header_bytes`].
+    pub max_header_bytes: Option<usize>,
+    /// [`ConnLimits::header_timeout`].
+    pub header_timeout_secs: Option<u64>,
+    /// [`ConnLimits::idle_timeout`].
+    pub idle_timeout_secs: Option<u64>,
+    /// [`ConnLimits::body_timeout`].
+    pub body_timeout_secs: Option<u64>,
+    /// [`ConnLimits::body_min_rate`], bytes per second.
+    pub body_min_rate: Option<u64>,
+    /// [`ConnLimits::write_timeout`].
+    pub write_timeout_secs: Option<u64>,
+    /// [`ConnLimits::tls_handshake_timeout`].
+    pub tls_handshake_timeout_secs: Option<u64>,
+    /// [`ConnLimits::h2_max_streams`].
+    pub h2_max_streams: Option<u32>,
+}
+
+impl ConnLimits {
+    /// Applies the keys set in `file` over `self`.
+    pub fn apply_file(&mut self, file: &ConnectionsFile) {
+        let secs = Duration::from_secs;
+        if let Some(v) = file.max_connections {
+            self.max_connections = v;
+        }
+        if let Some(v) = file.max_header_bytes {
+            self.max_header_bytes = v;
+        }
+        if let Some(v) = file.header_timeout_secs {
+            self.header_timeout = secs(v);
+        }
+        if let Some(v) = file.idle_timeout_secs {
+            self.idle_timeout = secs(v);
+        }
+        if let Some(v) = file.body_timeout_secs {
+            self.body_timeout = secs(v);
+        }
+        if let Some(v) = file.body_min_rate {
+            self.body_min_rate = v;
+        }
+        if let Some(v) = file.write_timeout_secs {
+            self.write_timeout = secs(v);
+        }
+        if let Some(v) = file.tls_handshake_timeout_secs {
+            self.tls_handshake_timeout = secs(v);
+        }
+        if let Some(v) = file.h2_max_streams {
+            self.h2_max_streams = v;
+        }
+    }
+}
+
 /// TLS files (PEM).
 #[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -126,6 +304,8 @@ pub struct ConfigFile {
     pub tls: Option<TlsFiles>,
     /// Who may read the log: `"public"` (default) or `"token"`.
     pub log_read: Option<LogRead>,
+    /// Connection limits and timeouts.
+    pub connections: Option<ConnectionsFile>,
 }
 
 /// Why the config file could not be used.
@@ -186,6 +366,8 @@ pub struct ServeConfig {
     /// The console's cookies are `Secure` even without `tls` (a TLS proxy
     /// in front); with `tls` they always are.
     pub secure_cookies: bool,
+    /// Connection limits and timeouts.
+    pub connections: ConnLimits,
 }
 
 impl Default for ServeConfig {
@@ -201,6 +383,7 @@ impl Default for ServeConfig {
             drain_timeout_secs: 30,
             tls: None,
             secure_cookies: false,
+            connections: ConnLimits::default(),
         }
     }
 }
@@ -250,6 +433,9 @@ impl ServeConfig {
         if let Some(v) = file.log_read {
             self.witness.log_read = v;
         }
+        if let Some(v) = &file.connections {
+            self.connections.apply_file(v);
+        }
     }
 }
 
@@ -282,5 +468,48 @@ mod tests {
         assert!(toml::from_str::<ConfigFile>("log_read = \"private\"").is_err());
         assert_eq!("token".parse::<LogRead>(), Ok(LogRead::Token));
         assert!("Token".parse::<LogRead>().is_err());
+    }
+
+    #[test]
+    fn connection_limits_from_the_file_are_checked() {
+        let f: ConfigFile = toml::from_str(
+            "[connections]\nmax_connections = 500\nheader_timeout_secs = 3\nbody_min_rate = 0\n",
+        )
+        .unwrap();
+        let mut c = ServeConfig::default();
+        c.apply_file(f);
+        assert_eq!(c.connections.max_connections, 500);
+        assert_eq!(c.connections.header_timeout, Duration::from_secs(3));
+        assert_eq!(c.connections.body_min_rate, 0);
+        assert_eq!(
+            c.connections.idle_timeout,
+            ConnLimits::default().idle_timeout
+        );
+        assert!(c.connections.check().is_ok());
+        assert!(toml::from_str::<ConfigFile>("[connections]\nmax_conections = 1\n").is_err());
+
+        let bad = |f: &dyn Fn(&mut ConnLimits)| {
+            let mut l = ConnLimits::default();
+            f(&mut l);
+            l.check().unwrap_err()
+        };
+        assert!(bad(&|l| l.max_header_bytes = 4096).contains("--max-header-bytes"));
+        assert!(bad(&|l| l.header_timeout = Duration::ZERO).contains("--header-timeout"));
+        assert!(bad(&|l| l.max_connections = 0).contains("--max-connections"));
+        assert!(bad(&|l| l.h2_max_streams = 0).contains("--h2-max-streams"));
+    }
+
+    #[test]
+    fn the_connection_cap_fits_the_file_limit() {
+        let mut l = ConnLimits::default();
+        assert_eq!(l.fit_to_file_limit(1_000_000), None);
+        assert_eq!(l.max_connections, 10_000);
+        assert_eq!(l.fit_to_file_limit(1024), Some(10_000));
+        assert_eq!(
+            l.max_connections,
+            1024 - conn_bounds::RESERVED_FILES as usize
+        );
+        assert_eq!(l.fit_to_file_limit(10), Some(960));
+        assert_eq!(l.max_connections, 1);
     }
 }

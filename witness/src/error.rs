@@ -25,6 +25,15 @@ pub enum WitnessError {
         /// The limit.
         max: usize,
     },
+    /// The request body did not arrive by its deadline (docs/operations.md
+    /// "Connections": `--body-timeout`, `--body-min-rate`).
+    #[error("the request body did not arrive in time: {received} bytes in {elapsed_ms} ms; send the whole body at once")]
+    BodyTimeout {
+        /// Bytes of the body that did arrive.
+        received: u64,
+        /// Time from the request head to the cut-off.
+        elapsed_ms: u64,
+    },
     /// The record's canonical form is larger than `MAX_RECORD_BYTES`.
     #[error("record is {size} bytes in canonical form, more than the limit of {max}")]
     RecordTooLarge {
@@ -196,6 +205,7 @@ impl WitnessError {
             Self::BodyTooLarge { .. } | Self::RecordTooLarge { .. } => {
                 (StatusCode::PAYLOAD_TOO_LARGE, "too_large")
             }
+            Self::BodyTimeout { .. } => (StatusCode::REQUEST_TIMEOUT, "body_timeout"),
             Self::Malformed { .. } => (StatusCode::BAD_REQUEST, "malformed"),
             Self::UnsupportedVersion { .. } => (StatusCode::BAD_REQUEST, "unsupported_version"),
             Self::BadRequest { code, .. } => (StatusCode::BAD_REQUEST, code),
@@ -231,6 +241,9 @@ impl WitnessError {
             }
             Self::Malformed { reason, .. } => {
                 m.insert("reason".into(), json!(reason));
+            }
+            Self::BodyTimeout { received, .. } => {
+                m.insert("received_bytes".into(), json!(received));
             }
             Self::UnsupportedVersion { found } => {
                 m.insert("found".into(), json!(found));
@@ -367,7 +380,7 @@ impl IntoResponse for WitnessError {
                     h.insert(header::RETRY_AFTER, v);
                 }
             }
-            Self::BodyTooLarge { .. } => {
+            Self::BodyTooLarge { .. } | Self::BodyTimeout { .. } => {
                 // The rest of the body is not read: the connection cannot be reused.
                 h.insert(header::CONNECTION, HeaderValue::from_static("close"));
             }

@@ -165,7 +165,8 @@ fn readable_agents(
 }
 
 /// Reads a body of at most `max` bytes, refusing larger ones without
-/// reading them whole.
+/// reading them whole. The server gives every request body a deadline
+/// (module [`crate::conn`]); a body that misses it is `408 body_timeout`.
 async fn read_body(body: Body, headers: &HeaderMap, max: usize) -> Result<Bytes, WitnessError> {
     if let Some(len) = headers
         .get(header::CONTENT_LENGTH)
@@ -187,9 +188,15 @@ async fn read_body(body: Body, headers: &HeaderMap, max: usize) -> Result<Bytes,
         {
             Err(WitnessError::BodyTooLarge { size: None, max })
         }
-        Err(_) => Err(WitnessError::Malformed {
-            reason: "body",
-            message: "the request body could not be read".into(),
+        Err(e) => Err(match crate::conn::body_timeout(e.as_ref()) {
+            Some(t) => WitnessError::BodyTimeout {
+                received: t.received,
+                elapsed_ms: u64::try_from(t.elapsed.as_millis()).unwrap_or(u64::MAX),
+            },
+            None => WitnessError::Malformed {
+                reason: "body",
+                message: "the request body could not be read".into(),
+            },
         }),
     }
 }
@@ -352,23 +359,30 @@ async fn blocking<T: Send + 'static>(
 
 // ---- admission -------------------------------------------------------------
 
+/// `POST /v1/records` (docs/api.md): the API key is checked from the
+/// headers, before any of the body is read, so a client without a key is
+/// answered at once and holds nothing; the body is read whole (within its
+/// size limit and deadline) before an admission slot is taken, so a slow
+/// body holds no slot either.
 async fn post_record(State(w): State<Arc<Witness>>, headers: HeaderMap, body: Body) -> Response {
     let started = Instant::now();
-    let _permit = match w.in_flight_permit() {
+    let refused = |e: WitnessError| {
+        w.count_refusal(&e, started);
+        e.into_response()
+    };
+    let principal = match w.authenticate(bearer(&headers)) {
         Ok(p) => p,
-        Err(e) => {
-            w.count_refusal(&e, started);
-            return e.into_response();
-        }
+        Err(e) => return refused(e),
     };
     let bytes = match read_body(body, &headers, w.config().max_body_bytes).await {
         Ok(b) => b,
-        Err(e) => {
-            w.count_refusal(&e, started);
-            return e.into_response();
-        }
+        Err(e) => return refused(e),
     };
-    match w.admit_measured(bearer(&headers), &bytes, started).await {
+    let _permit = match w.in_flight_permit() {
+        Ok(p) => p,
+        Err(e) => return refused(e),
+    };
+    match w.admit_measured(&principal, &bytes, started).await {
         Ok(receipt) => json_response(StatusCode::OK, receipt),
         Err(e) => e.into_response(),
     }

@@ -11,12 +11,15 @@
 //! - [`http`]: the routes; [`error`]: the one error → status/code table.
 //! - [`server`]: data folder, TLS, graceful drain; [`config`]: settings.
 //! - [`key_changes`]: key changes never reach back before admitted records.
+//! - [`conn`]: the connection cap and the timeouts that bound every
+//!   connection, head and body.
 //! - [`keydir`], [`metrics`], [`ratelimit`], [`refusal_log`]: the smaller parts.
 //!
 //! The console at `/console` is its own crate, tally-console, on top of this
 //! one; `tally serve` merges its routes into [`http::router`].
 
 pub mod config;
+pub mod conn;
 pub mod error;
 pub mod export;
 pub mod http;

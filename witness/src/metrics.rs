@@ -1,15 +1,18 @@
 //! `/metrics` in the Prometheus text exposition format (issue 4 §4):
 //! admissions by status code and error code, admission latency, group-commit
-//! batch sizes, and the log's counters. Hand-rolled: a few atomics and one
+//! batch sizes, the log's counters, and the connection layer's
+//! ([`crate::conn::ConnectionStats`]). Hand-rolled: a few atomics and one
 //! small map, no registry crate.
 
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use tally_log::LogStats;
+
+use crate::conn::ConnectionStats;
 
 /// Upper bounds of the latency buckets, seconds.
 const LATENCY_BUCKETS: [f64; 14] = [
@@ -72,6 +75,7 @@ pub struct Metrics {
     latency: Histogram,
     batches: Histogram,
     last_batch_end: Mutex<u64>,
+    connections: Arc<ConnectionStats>,
 }
 
 impl Default for Metrics {
@@ -81,11 +85,19 @@ impl Default for Metrics {
             latency: Histogram::new(&LATENCY_BUCKETS),
             batches: Histogram::new(&BATCH_BUCKETS),
             last_batch_end: Mutex::new(0),
+            connections: Arc::default(),
         }
     }
 }
 
 impl Metrics {
+    /// The connection layer's counters, for the server to count into
+    /// (`crate::server::ServeOptions::stats`).
+    #[must_use]
+    pub fn connections(&self) -> &Arc<ConnectionStats> {
+        &self.connections
+    }
+
     /// Counts one answer of `POST /v1/records` and its latency.
     pub fn admission(&self, status: u16, code: &'static str, elapsed: Duration) {
         *self
@@ -164,6 +176,7 @@ impl Metrics {
             out,
             "# HELP tally_log_tree_size Size of the latest signed checkpoint.\n# TYPE tally_log_tree_size gauge\ntally_log_tree_size {tree_size}"
         );
+        self.connections.render(&mut out);
         out
     }
 }

@@ -1,7 +1,8 @@
 //! `tally serve`'s machinery (issue 4 §1; docs/operations.md): the data
 //! folder (log key, key directory, log and registry files), the listener
-//! with optional TLS (rustls), and graceful shutdown that drains in-flight
-//! requests before the log's sequencer is stopped.
+//! with optional TLS (rustls) and the connection limits of module
+//! [`crate::conn`], and graceful shutdown that drains in-flight requests
+//! before the log's sequencer is stopped.
 //!
 //! Data folder layout:
 //! - `log.skey`: the checkpoint (witness) signing key, C2SP skey, mode 0600;
@@ -12,21 +13,23 @@
 
 use std::future::Future;
 use std::io::Write as _;
+use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
 
 use axum::Router;
 use hyper_util::rt::{TokioExecutor, TokioIo};
-use hyper_util::server::graceful::GracefulShutdown;
-use hyper_util::service::TowerToHyperService;
+use hyper_util::server::conn::auto;
+use hyper_util::server::graceful::{GracefulShutdown, Watcher};
 use tally_log::{Log, OpenError};
 use tally_schemas::note::NoteError;
 use tally_schemas::time::Clock;
 use tally_schemas::NoteSigner;
-use tokio::net::TcpListener;
+use tokio::net::{TcpListener, TcpStream};
 
-use crate::config::{ServeConfig, TlsFiles, DEFAULT_ORIGIN};
+use crate::config::{ConnLimits, ServeConfig, TlsFiles, DEFAULT_ORIGIN};
+use crate::conn::{self, ConnIo, ConnState, ConnectionStats, TrackedService, Tracker};
 use crate::error::RegistryError;
 use crate::keydir::{KeyDirectory, KeyDirectoryError};
 use crate::registry::{FirstStart, Registry};
@@ -244,74 +247,206 @@ pub fn tls_config(files: &TlsFiles) -> Result<Arc<rustls::ServerConfig>, ServeEr
     Ok(Arc::new(cfg))
 }
 
-/// Serves `app` on `listener` (over TLS when `tls` is set) until `shutdown`
-/// resolves; then stops accepting, lets in-flight requests finish (at most
-/// `drain`), and returns. Keep-alive connections are closed after their
-/// current request.
+/// How [`serve`] runs.
+#[derive(Debug, Clone)]
+pub struct ServeOptions {
+    /// Serve HTTPS with this configuration; `None`: plain HTTP.
+    pub tls: Option<Arc<rustls::ServerConfig>>,
+    /// The connection cap and timeouts.
+    pub limits: ConnLimits,
+    /// Where the connection layer counts (rendered into `/metrics`).
+    pub stats: Arc<ConnectionStats>,
+    /// How long shutdown waits for requests in flight.
+    pub drain: Duration,
+}
+
+impl Default for ServeOptions {
+    fn default() -> Self {
+        Self {
+            tls: None,
+            limits: ConnLimits::default(),
+            stats: Arc::new(ConnectionStats::default()),
+            drain: Duration::from_secs(30),
+        }
+    }
+}
+
+/// The first pause after a failed accept; it doubles up to
+/// [`ACCEPT_BACKOFF_MAX`] while accepts keep failing.
+const ACCEPT_BACKOFF_MIN: Duration = Duration::from_millis(10);
+/// The longest pause after a failed accept.
+const ACCEPT_BACKOFF_MAX: Duration = Duration::from_secs(1);
+
+/// Errors of one incoming connection (the client gave up before it was
+/// accepted), not of the listener: accept the next one at once.
+fn is_connection_error(e: &std::io::Error) -> bool {
+    use std::io::ErrorKind;
+    matches!(
+        e.kind(),
+        ErrorKind::ConnectionAborted | ErrorKind::ConnectionReset | ErrorKind::ConnectionRefused
+    )
+}
+
+/// The HTTP/1.1 and HTTP/2 settings of every connection.
+fn http_builder(limits: &ConnLimits) -> auto::Builder<TokioExecutor> {
+    let mut builder = auto::Builder::new(TokioExecutor::new());
+    builder
+        .http1()
+        .keep_alive(true)
+        // The connection watchdog (module conn) bounds the head together
+        // with the idle time before it; hyper's own header timer would
+        // also cut idle keep-alive connections at the header timeout.
+        .header_read_timeout(None)
+        // The head must fit in the read buffer: a longer one is answered
+        // 431 and the connection closed, so an unfinished head holds at
+        // most this much memory.
+        .max_buf_size(limits.max_header_bytes.max(8 * 1024));
+    builder
+        .http2()
+        .max_concurrent_streams(limits.h2_max_streams)
+        .max_header_list_size(u32::try_from(limits.max_header_bytes).unwrap_or(u32::MAX));
+    builder
+}
+
+/// Serves `app` on `listener` until `shutdown` resolves; then stops
+/// accepting, closes connections that have no request in flight, lets
+/// in-flight requests finish (at most `options.drain`), and returns.
+///
+/// Every connection is bounded as docs/operations.md "Connections" says
+/// (module [`crate::conn`]): at most `max_connections` are open (at the
+/// cap, the one that has waited longest for a request is closed for
+/// room); heads, bodies, idle time, writes and TLS handshakes have
+/// timeouts; heads have a size limit. A failed accept (the open-file limit)
+/// backs off from 10 ms to 1 s and is logged at most every 10 s.
 pub async fn serve(
     listener: TcpListener,
     app: Router,
-    tls: Option<Arc<rustls::ServerConfig>>,
+    options: ServeOptions,
     shutdown: impl Future<Output = ()>,
-    drain: Duration,
 ) {
     let graceful = GracefulShutdown::new();
-    let acceptor = tls.map(tokio_rustls::TlsAcceptor::from);
+    let (stop, stopping) = tokio::sync::watch::channel(false);
+    let tracker = Tracker::new(options.limits.clone(), options.stats);
+    let http = Arc::new(http_builder(&options.limits));
+    let acceptor = options.tls.map(tokio_rustls::TlsAcceptor::from);
     tokio::pin!(shutdown);
-    loop {
-        let (stream, peer) = tokio::select! {
-            accepted = listener.accept() => match accepted {
-                Ok(c) => c,
-                Err(e) => {
-                    tracing::warn!(error = %e, "accept failed");
-                    tokio::time::sleep(Duration::from_millis(20)).await;
-                    continue;
-                }
-            },
+    let mut backoff = ACCEPT_BACKOFF_MIN;
+    'accepting: loop {
+        let slot = tokio::select! {
+            slot = tracker.slot() => slot,
             () = &mut shutdown => break,
         };
-        let _ = stream.set_nodelay(true);
-        // The client's address reaches handlers as axum's ConnectInfo (the
-        // console's login throttle counts attempts per address).
-        let service = TowerToHyperService::new(tower::ServiceExt::map_request(
-            app.clone(),
-            move |mut req: axum::extract::Request<hyper::body::Incoming>| {
-                req.extensions_mut()
-                    .insert(axum::extract::ConnectInfo(peer));
-                req
-            },
-        ));
-        let watcher = graceful.watcher();
-        let acceptor = acceptor.clone();
-        tokio::spawn(async move {
-            let builder = hyper_util::server::conn::auto::Builder::new(TokioExecutor::new());
-            match acceptor {
-                None => {
-                    let conn =
-                        builder.serve_connection_with_upgrades(TokioIo::new(stream), service);
-                    let _ = watcher.watch(conn).await;
-                }
-                Some(acceptor) => {
-                    let handshake =
-                        tokio::time::timeout(Duration::from_secs(10), acceptor.accept(stream))
-                            .await;
-                    let Ok(Ok(tls_stream)) = handshake else {
-                        return;
-                    };
-                    let conn =
-                        builder.serve_connection_with_upgrades(TokioIo::new(tls_stream), service);
-                    let _ = watcher.watch(conn).await;
-                }
+        let (stream, peer) = loop {
+            tokio::select! {
+                accepted = listener.accept() => match accepted {
+                    Ok(accepted) => {
+                        backoff = ACCEPT_BACKOFF_MIN;
+                        break accepted;
+                    }
+                    Err(e) if is_connection_error(&e) => {}
+                    Err(e) => {
+                        tracker.accept_failed(&e);
+                        tokio::select! {
+                            () = tokio::time::sleep(backoff) => {}
+                            () = &mut shutdown => break 'accepting,
+                        }
+                        backoff = (backoff * 2).min(ACCEPT_BACKOFF_MAX);
+                    }
+                },
+                () = &mut shutdown => break 'accepting,
             }
-        });
+        };
+        let _ = stream.set_nodelay(true);
+        let state = tracker.register(slot);
+        let connection = serve_connection(
+            stream,
+            peer,
+            Arc::clone(&state),
+            app.clone(),
+            acceptor.clone(),
+            Arc::clone(&http),
+            graceful.watcher(),
+        );
+        tokio::spawn(conn::watch_connection(state, connection, stopping.clone()));
     }
     drop(listener);
+    let _ = stop.send(true);
     tokio::select! {
         () = graceful.shutdown() => {}
-        () = tokio::time::sleep(drain) => {
+        () = tokio::time::sleep(options.drain) => {
             tracing::warn!("drain timeout: closing connections with requests still in flight");
         }
     }
+}
+
+/// One accepted connection: waits for its first byte holding only the
+/// socket (hyper's buffers are allocated once the client sends), then the
+/// TLS handshake if any (bounded by its timeout), then HTTP/1.1 or HTTP/2.
+/// Its deadlines are enforced around this by [`conn::watch_connection`].
+async fn serve_connection(
+    stream: TcpStream,
+    peer: SocketAddr,
+    state: Arc<ConnState>,
+    app: Router,
+    acceptor: Option<tokio_rustls::TlsAcceptor>,
+    http: Arc<auto::Builder<TokioExecutor>>,
+    watcher: Watcher,
+) {
+    if stream.readable().await.is_err() {
+        return;
+    }
+    // Boxed, so that a connection waiting for its first byte is a small
+    // task: the HTTP connection's state is allocated only now.
+    Box::pin(serve_http(
+        stream, peer, state, app, acceptor, http, watcher,
+    ))
+    .await;
+}
+
+/// The TLS handshake if any, then HTTP/1.1 or HTTP/2 (see [`serve_connection`]).
+async fn serve_http(
+    stream: TcpStream,
+    peer: SocketAddr,
+    state: Arc<ConnState>,
+    app: Router,
+    acceptor: Option<tokio_rustls::TlsAcceptor>,
+    http: Arc<auto::Builder<TokioExecutor>>,
+    watcher: Watcher,
+) {
+    let service = TrackedService::new(app, Arc::clone(&state), peer);
+    match acceptor {
+        None => {
+            let io = TokioIo::new(ConnIo::new(stream, state));
+            let _ = watcher.watch(http.serve_connection(io, service)).await;
+        }
+        Some(acceptor) => {
+            let limit = state.limits().tls_handshake_timeout;
+            let tls = match tokio::time::timeout(limit, acceptor.accept(stream)).await {
+                Ok(Ok(tls)) => tls,
+                Ok(Err(_)) => return,
+                Err(_) => {
+                    conn::tls_handshake_timed_out(&state);
+                    return;
+                }
+            };
+            let io = TokioIo::new(ConnIo::new(tls, state));
+            let _ = watcher.watch(http.serve_connection(io, service)).await;
+        }
+    }
+}
+
+/// Raises this process's soft limit on open files to its hard limit (what
+/// the operator allows), so the connection cap is not held to a low
+/// default soft limit. Returns the soft limit in effect, `None` when it
+/// cannot be read.
+#[must_use]
+pub fn raise_open_file_limit() -> Option<u64> {
+    use nix::sys::resource::{getrlimit, setrlimit, Resource};
+    let (soft, hard) = getrlimit(Resource::RLIMIT_NOFILE).ok()?;
+    if soft < hard && setrlimit(Resource::RLIMIT_NOFILE, hard, hard).is_ok() {
+        return Some(hard);
+    }
+    Some(soft)
 }
 
 /// Stops the log after the server has drained: every queued append is

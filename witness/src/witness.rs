@@ -1,11 +1,16 @@
-//! The witness: record admission (issue 4 §3) and what the routes read.
+//! The witness: record admission (docs/api.md "POST /v1/records") and what
+//! the routes read.
 //!
-//! [`Witness::admit`] checks a record in the order the issue fixes (body
-//! size, schema and canonical form, API key, agent registered to the key's
-//! project, key active at the record's time, strict signature, clock skew)
-//! and then hands it to [`tally_log::Log::append`], which checks chain,
-//! nonce and idempotency atomically and resolves only once the entry is
-//! durable and covered by a signed checkpoint (docs/protocol.md §8).
+//! [`Witness::admit_as`] checks a record in the order docs/api.md gives
+//! (body size, schema and canonical form, the key's rate limit, agent
+//! registered to the key's project), then recognises an exact resubmission
+//! of a record already in the log and answers it with its original receipt
+//! (protocol.md §8: at any later time, whatever happened to clocks and keys
+//! since), and otherwise checks the key active at the record's time, the
+//! strict signature and the clock skew, and hands the record to
+//! [`tally_log::Log::append`], which checks chain, nonce and idempotency
+//! atomically and resolves only once the entry is durable and covered by a
+//! signed checkpoint.
 
 use std::sync::{Arc, Mutex};
 use std::time::Instant;
@@ -296,13 +301,27 @@ impl Witness {
         Ok(())
     }
 
-    /// Admits one record body sent with `bearer`: every check of issue 4 §3
-    /// in order, then the log append. The caller has already bounded the
-    /// body's size while reading it.
+    /// Admits one record body sent with `bearer`: the API key, then
+    /// [`Witness::admit_as`].
     ///
     /// # Errors
     /// Every [`WitnessError`] of the admission table.
     pub async fn admit(&self, bearer: Option<&str>, body: &[u8]) -> Result<Admitted, WitnessError> {
+        let principal = self.authenticate(bearer)?;
+        self.admit_as(&principal, body).await
+    }
+
+    /// Admits one record body sent by `principal` (already authenticated):
+    /// every check of docs/api.md in order, then the log append. The caller
+    /// has already bounded the body's size while reading it.
+    ///
+    /// # Errors
+    /// Every [`WitnessError`] of the admission table.
+    pub async fn admit_as(
+        &self,
+        principal: &Principal,
+        body: &[u8],
+    ) -> Result<Admitted, WitnessError> {
         if body.len() > self.config.max_body_bytes {
             return Err(WitnessError::BodyTooLarge {
                 size: Some(body.len() as u64),
@@ -310,17 +329,24 @@ impl Witness {
             });
         }
         let record = Record::from_json(body)?;
-        let principal = self.authenticate(bearer)?;
         self.limiter
             .take(&principal.key_id, self.now())
             .map_err(|retry_after_ms| WitnessError::RateLimited { retry_after_ms })?;
-        self.check_key_and_signature(&principal, &record)?;
+        self.owned_agent(principal, &record.agent)?;
+        // A record already in the log is a retry (its answer was lost): it
+        // gets its original receipt before any check that time or a key
+        // change could make fail now (protocol.md §8). Same hash, same
+        // bytes: it passed every check when it was admitted.
+        if let Some(admitted) = self.already_admitted(&record)? {
+            return Ok(admitted);
+        }
+        self.check_key_and_signature(principal, &record)?;
         // Under the agent's fence against key changes (key_changes.rs), the
         // keys are looked at once more and the record's time is counted
         // before it is queued, so no key change can end its key before it.
         let time = record.time;
         let mut fence = self.key_changes.fence(&record.agent).await;
-        self.registered_key(&principal, &record)?;
+        self.registered_key(principal, &record)?;
         let pending = {
             let mut last = self
                 .last_received
@@ -350,18 +376,31 @@ impl Witness {
         })
     }
 
-    /// [`Witness::admit`] with metrics and the receipt's canonical bytes
+    /// The original receipt of `record` if the log holds it (covered by
+    /// the latest checkpoint; a record still in the batch being committed
+    /// is recognised by the log's append instead).
+    fn already_admitted(&self, record: &Record) -> Result<Option<Admitted>, WitnessError> {
+        let Some(index) = self.log.index_of_record(&record.hash())? else {
+            return Ok(None);
+        };
+        Ok(self.log.receipt(index)?.map(|(_, receipt)| Admitted {
+            receipt,
+            duplicate: true,
+        }))
+    }
+
+    /// [`Witness::admit_as`] with metrics and the receipt's canonical bytes
     /// (the same bytes for every retry).
     ///
     /// # Errors
-    /// As [`Witness::admit`].
+    /// As [`Witness::admit_as`].
     pub async fn admit_measured(
         &self,
-        bearer: Option<&str>,
+        principal: &Principal,
         body: &[u8],
         started: Instant,
     ) -> Result<Vec<u8>, WitnessError> {
-        let result = self.admit(bearer, body).await.and_then(|a| {
+        let result = self.admit_as(principal, body).await.and_then(|a| {
             canonical::canonicalize(&a.receipt).map_err(|e| WitnessError::internal(&e))
         });
         let (status, code) = match &result {
@@ -398,5 +437,82 @@ impl Witness {
                 agent: agent.clone(),
                 in_range: false,
             })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::atomic::{AtomicI64, Ordering};
+
+    use rand_core::OsRng;
+    use tally_schemas::record::NoteBody;
+    use tally_schemas::{Body, Nonce, SecretKey, Seq, UnsignedRecord};
+
+    use super::*;
+    use crate::config::ServeConfig;
+
+    #[derive(Debug)]
+    struct TestClock(AtomicI64);
+
+    impl Clock for TestClock {
+        fn now(&self) -> UnixMillis {
+            UnixMillis::new(self.0.load(Ordering::SeqCst))
+        }
+    }
+
+    /// A key change that no longer covers an admitted record's time (the
+    /// API refuses to make one; an older witness did not) does not stop the
+    /// record's retry from getting its original receipt. Made here through
+    /// the registry itself, which the HTTP tests cannot reach.
+    #[tokio::test]
+    async fn a_retry_gets_its_receipt_after_its_key_stopped_covering_its_time() {
+        const T0: i64 = 1_796_025_600_000;
+        let dir = tempfile::tempdir().unwrap();
+        let config = ServeConfig {
+            data_dir: dir.path().to_owned(),
+            ..ServeConfig::default()
+        };
+        let clock = Arc::new(TestClock(AtomicI64::new(T0)));
+        let opened = crate::server::open(&config, None, clock, Box::new(OsRng)).unwrap();
+        let (w, first) = (opened.witness, opened.first_start.unwrap());
+        let key = first.api_key.token;
+        let agent = AgentName::new("retro-bot").unwrap();
+        let secret = SecretKey::generate(&mut OsRng);
+        w.registry()
+            .add_agent(
+                "default",
+                &agent,
+                secret.public_key(),
+                UnixMillis::new(T0 - 1),
+            )
+            .unwrap();
+        let draft = |text: &str| {
+            UnsignedRecord {
+                agent: agent.clone(),
+                key_id: secret.public_key().key_id(),
+                seq: Seq::GENESIS,
+                prev: None,
+                time: UnixMillis::new(T0),
+                nonce: Nonce::random(&mut OsRng),
+                body: Body::Note(NoteBody { text: text.into() }),
+            }
+            .sign(&secret)
+            .unwrap()
+        };
+        let r0 = draft("answer lost");
+        let admitted = w.admit(Some(&key), r0.canonical_bytes()).await.unwrap();
+        assert!(!admitted.duplicate);
+
+        w.registry()
+            .retire_agent("default", &agent, UnixMillis::new(T0))
+            .unwrap();
+        let refused = w.admit(Some(&key), draft("new").canonical_bytes()).await;
+        assert!(
+            matches!(refused, Err(WitnessError::KeyNotActive { .. })),
+            "{refused:?}"
+        );
+        let again = w.admit(Some(&key), r0.canonical_bytes()).await.unwrap();
+        assert!(again.duplicate);
+        assert_eq!(again.receipt, admitted.receipt);
     }
 }

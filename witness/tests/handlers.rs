@@ -250,12 +250,21 @@ async fn checks_run_in_the_issue_order() {
     let h = harness(config());
     let a = TestAgent::new("bot-a");
     a.register(&h.app, &h.key_a).await;
-    // Schema before the API key: a malformed body without a key is 400.
+    // The API key before the body: without one, neither a malformed nor
+    // an oversized body is looked at.
     let (s, body) = post(&h.app, None, b"[]".to_vec()).await;
-    assert_err(s, &body, 400, "malformed");
-    // Body size before everything.
+    assert_err(s, &body, 401, "unauthorized");
     let (s, body) = post(&h.app, None, vec![b'{'; 200_000]).await;
+    assert_err(s, &body, 401, "unauthorized");
+    // Then body size, then schema.
+    let (s, body) = post(&h.app, Some(&h.key_a), vec![b'{'; 200_000]).await;
     assert_err(s, &body, 413, "too_large");
+    let (s, body) = post(&h.app, Some(&h.key_a), b"[]".to_vec()).await;
+    assert_err(s, &body, 400, "malformed");
+    // The agent's project before the key's registration: a record of an
+    // agent of another project is agent_not_allowed.
+    let (s, body) = post(&h.app, Some(&h.key_b), bytes(&a.draft(T0, "x"))).await;
+    assert_err(s, &body, 403, "agent_not_allowed");
     // The key's registration before its activity and the signature.
     let stranger = TestAgent::new("bot-a");
     let (s, body) = post(
@@ -283,8 +292,8 @@ async fn checks_run_in_the_issue_order() {
     )
     .await;
     assert_err(s, &body, 422, "clock_skew");
-    // A retry of an admitted record still answers with its receipt (idempotency
-    // is the log's, after the witness's checks, which it passes again).
+    // A retry of an admitted record answers with its receipt (before the
+    // key and clock checks: a retry_of_an_admitted_record_* test below).
     assert_eq!(
         post(&h.app, Some(&h.key_a), bytes(&r0)).await.0,
         StatusCode::OK
@@ -724,18 +733,19 @@ async fn bad_input_corpus() {
         ),
     ];
     for (name, body, status, want, reason) in corpus {
-        for key in [Some(h.key_a.as_str()), None] {
-            let (s, b) = post(&h.app, key, body.clone()).await;
-            assert_eq!(
-                (s.as_u16(), code(&b).as_str()),
-                (status, want),
-                "{name}: {}",
-                String::from_utf8_lossy(&b)
-            );
-            if let Some(r) = reason {
-                assert_eq!(json(&b)["error"]["reason"], r, "{name}");
-            }
+        let (s, b) = post(&h.app, Some(&h.key_a), body.clone()).await;
+        assert_eq!(
+            (s.as_u16(), code(&b).as_str()),
+            (status, want),
+            "{name}: {}",
+            String::from_utf8_lossy(&b)
+        );
+        if let Some(r) = reason {
+            assert_eq!(json(&b)["error"]["reason"], r, "{name}");
         }
+        // Without a key the body is not read at all.
+        let (s, b) = post(&h.app, None, body).await;
+        assert_err(s, &b, 401, "unauthorized");
     }
     // The admin and registration bodies are parsed as strictly.
     for body in [
@@ -873,4 +883,85 @@ async fn a_new_key_covers_records_signed_within_the_skew_bound_before_registrati
     )
     .await;
     assert_eq!(s, StatusCode::OK, "{}", String::from_utf8_lossy(&b));
+}
+
+/// A record whose answer was lost is retried, possibly much later: the
+/// exact bytes are recognised first and get the original receipt, whatever
+/// the witness clock says now (protocol.md §8).
+#[tokio::test]
+async fn a_retry_of_an_admitted_record_gets_its_receipt_after_the_skew_window() {
+    let h = harness(config());
+    let mut a = TestAgent::new("late-retry-bot");
+    a.register(&h.app, &h.key_a).await;
+    let r0 = a.draft(T0, "answer lost");
+    let (s, first) = post(&h.app, Some(&h.key_a), bytes(&r0)).await;
+    assert_eq!(s, StatusCode::OK, "{}", String::from_utf8_lossy(&first));
+    a.accept(&r0);
+
+    // An hour later, and an hour before (the witness clock stepped back).
+    for now in [T0 + 3_600_000, T0 - 3_600_000] {
+        h.clock.set(now);
+        let (s, again) = post(&h.app, Some(&h.key_a), bytes(&r0)).await;
+        assert_eq!(s, StatusCode::OK, "{}", String::from_utf8_lossy(&again));
+        assert_eq!(again, first, "not the original receipt");
+    }
+    // A new record with that old time is still refused.
+    h.clock.set(T0 + 3_600_000);
+    let (s, b) = post(
+        &h.app,
+        Some(&h.key_a),
+        bytes(&a.draft(T0 + 1, "new, old time")),
+    )
+    .await;
+    assert_err(s, &b, 422, "clock_skew");
+    // The retries added nothing to the log.
+    assert_eq!(h.witness.log().latest_checkpoint().checkpoint.size.get(), 1);
+}
+
+/// The same after the agent's key was rotated (after the window). A key
+/// change that no longer covers the record's time, which the API does not
+/// make, is tested inside the crate (witness.rs).
+#[tokio::test]
+async fn a_retry_of_an_admitted_record_gets_its_receipt_after_its_key_changed() {
+    let h = harness(config());
+    let mut a = TestAgent::new("rotated-bot");
+    a.register(&h.app, &h.key_a).await;
+    let r0 = a.draft(T0, "answer lost");
+    let (s, first) = post(&h.app, Some(&h.key_a), bytes(&r0)).await;
+    assert_eq!(s, StatusCode::OK);
+    a.accept(&r0);
+
+    h.clock.set(T0 + 600_000);
+    let new_key = tally_schemas::SecretKey::generate(&mut rand_core::OsRng);
+    let body = json!({"public_key": new_key.public_key()});
+    let (s, b) = call(
+        &h.app,
+        "POST",
+        "/v1/agents/rotated-bot/rotate",
+        Some(&h.key_a),
+        serde_json::to_vec(&body).unwrap(),
+    )
+    .await;
+    assert_eq!(s, StatusCode::OK, "{}", String::from_utf8_lossy(&b));
+    let (s, again) = post(&h.app, Some(&h.key_a), bytes(&r0)).await;
+    assert_eq!(s, StatusCode::OK, "{}", String::from_utf8_lossy(&again));
+    assert_eq!(again, first);
+}
+
+/// Recognising a resubmission comes after the key and the agent's project:
+/// another project's key, or none, gets nothing of it.
+#[tokio::test]
+async fn a_resubmission_is_answered_only_to_the_agents_project() {
+    let h = harness(config());
+    let a = TestAgent::new("own-bot");
+    a.register(&h.app, &h.key_a).await;
+    let r0 = a.draft(T0, "mine");
+    assert_eq!(
+        post(&h.app, Some(&h.key_a), bytes(&r0)).await.0,
+        StatusCode::OK
+    );
+    let (s, b) = post(&h.app, Some(&h.key_b), bytes(&r0)).await;
+    assert_err(s, &b, 403, "agent_not_allowed");
+    let (s, b) = post(&h.app, None, bytes(&r0)).await;
+    assert_err(s, &b, 401, "unauthorized");
 }

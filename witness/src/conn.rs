@@ -1,0 +1,1017 @@
+//! Connections of `tally serve`, bounded in number, time and memory
+//! (docs/operations.md "Connections", docs/threat-model.md "Hostile
+//! connections"), so a client without a key cannot hold capacity that
+//! agents need.
+//!
+//! - [`Tracker`]: the open-connection cap. At the cap, a new connection makes
+//!   room by closing the connection that has waited longest for a request
+//!   (never one with a request in flight); when all have requests in flight,
+//!   accepting waits.
+//! - [`ConnState`] and [`watch_connection`]: per connection, a deadline
+//!   while no request is in flight: the first request head within the
+//!   header timeout of the accept; later, a new request within the idle
+//!   timeout, and its head within the header timeout of its first byte.
+//! - [`ConnIo`]: the socket, noting reads for those deadlines and closing a
+//!   connection whose writes make no progress (a client that does not read).
+//!   With requests in flight, the watchdog also closes an HTTP/2 connection
+//!   one of whose answers the client has not taken from for the write
+//!   timeout (a stream without flow-control window, whose socket is not
+//!   blocked).
+//! - [`DeadlineBody`]: every request body must arrive by its deadline
+//!   (`body_timeout`, extended by `body_min_rate`); a late one fails with
+//!   [`BodyTimeout`], which the routes answer with 408.
+//! - [`TrackedService`]: counts the requests in flight of a connection and
+//!   gives each request body its deadline.
+//!
+//! The request-head size bound is hyper's (`max_buf_size`, answered 431),
+//! set in [`crate::server::serve`].
+
+use std::collections::VecDeque;
+use std::convert::Infallible;
+use std::fmt::Write as _;
+use std::future::Future;
+use std::io;
+use std::pin::Pin;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, Weak};
+use std::task::{Context, Poll};
+use std::time::Duration;
+
+use axum::body::{Body, Bytes};
+use axum::Router;
+use hyper::body::{Body as HttpBody, Frame, Incoming, SizeHint};
+use hyper::{Request, Response};
+use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
+use tokio::sync::{watch, Notify, OwnedSemaphorePermit, Semaphore};
+use tokio::time::{sleep, sleep_until, Instant, Sleep};
+use tower::ServiceExt as _;
+
+use crate::config::ConnLimits;
+
+/// How often at most the server logs about the connection cap or about
+/// failed accepts (with the counts since the last line).
+pub const LOG_INTERVAL: Duration = Duration::from_secs(10);
+
+/// Why the server closed a connection.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum CloseReason {
+    /// The request head did not arrive within the header timeout.
+    HeaderTimeout,
+    /// No request within the idle timeout.
+    IdleTimeout,
+    /// Writes made no progress within the write timeout.
+    WriteTimeout,
+    /// The TLS handshake did not finish within its timeout.
+    TlsHandshakeTimeout,
+    /// Closed to make room for a new connection at the cap.
+    Evicted,
+}
+
+impl CloseReason {
+    const ALL: [Self; 5] = [
+        Self::HeaderTimeout,
+        Self::IdleTimeout,
+        Self::WriteTimeout,
+        Self::TlsHandshakeTimeout,
+        Self::Evicted,
+    ];
+
+    /// The metric label.
+    #[must_use]
+    pub fn label(self) -> &'static str {
+        match self {
+            Self::HeaderTimeout => "header_timeout",
+            Self::IdleTimeout => "idle_timeout",
+            Self::WriteTimeout => "write_timeout",
+            Self::TlsHandshakeTimeout => "tls_handshake_timeout",
+            Self::Evicted => "evicted",
+        }
+    }
+}
+
+/// Counters of the connection layer, rendered into `/metrics`.
+#[derive(Debug, Default)]
+pub struct ConnectionStats {
+    open: AtomicU64,
+    accepted: AtomicU64,
+    closed: [AtomicU64; 5],
+    body_timeouts: AtomicU64,
+    accept_errors: AtomicU64,
+    cap_waits: AtomicU64,
+}
+
+impl ConnectionStats {
+    fn closed_by(&self, reason: CloseReason) {
+        let i = CloseReason::ALL
+            .iter()
+            .position(|r| *r == reason)
+            .unwrap_or(0);
+        self.closed[i].fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// Connections closed by the server for `reason` since start.
+    #[must_use]
+    pub fn closed_for(&self, reason: CloseReason) -> u64 {
+        CloseReason::ALL
+            .iter()
+            .position(|r| *r == reason)
+            .map_or(0, |i| self.closed[i].load(Ordering::Relaxed))
+    }
+
+    /// Connections open now.
+    #[must_use]
+    pub fn open(&self) -> u64 {
+        self.open.load(Ordering::Relaxed)
+    }
+
+    /// Appends the Prometheus text of these counters to `out`.
+    pub fn render(&self, out: &mut String) {
+        let load = |a: &AtomicU64| a.load(Ordering::Relaxed);
+        let _ = writeln!(
+            out,
+            "# HELP tally_connections_open Connections open now.\n# TYPE tally_connections_open gauge\ntally_connections_open {}",
+            load(&self.open)
+        );
+        let _ = writeln!(
+            out,
+            "# HELP tally_connections_accepted_total Connections accepted since start.\n# TYPE tally_connections_accepted_total counter\ntally_connections_accepted_total {}",
+            load(&self.accepted)
+        );
+        out.push_str("# HELP tally_connections_closed_total Connections the server closed, by reason (timeouts, room at the cap).\n# TYPE tally_connections_closed_total counter\n");
+        for (reason, n) in CloseReason::ALL.iter().zip(&self.closed) {
+            let _ = writeln!(
+                out,
+                "tally_connections_closed_total{{reason=\"{}\"}} {}",
+                reason.label(),
+                load(n)
+            );
+        }
+        let _ = writeln!(
+            out,
+            "# HELP tally_request_body_timeouts_total Request bodies cut off by their deadline (408).\n# TYPE tally_request_body_timeouts_total counter\ntally_request_body_timeouts_total {}",
+            load(&self.body_timeouts)
+        );
+        let _ = writeln!(
+            out,
+            "# HELP tally_accept_errors_total Failed accepts (e.g. the open-file limit).\n# TYPE tally_accept_errors_total counter\ntally_accept_errors_total {}",
+            load(&self.accept_errors)
+        );
+        let _ = writeln!(
+            out,
+            "# HELP tally_connection_cap_waits_total Times accepting waited at the connection cap because every connection had a request in flight.\n# TYPE tally_connection_cap_waits_total counter\ntally_connection_cap_waits_total {}",
+            load(&self.cap_waits)
+        );
+    }
+}
+
+/// Events counted between two log lines.
+#[derive(Debug)]
+struct LogWindow {
+    last: Option<Instant>,
+    evicted: u64,
+    waited: u64,
+    accept_errors: u64,
+    last_accept_error: String,
+}
+
+/// The open-connection cap, and the queue of connections waiting for a
+/// request, oldest first (the ones to close for room).
+#[derive(Debug)]
+pub struct Tracker {
+    limits: ConnLimits,
+    slots: Arc<Semaphore>,
+    waiting: Mutex<VecDeque<(Weak<ConnState>, u64)>>,
+    stats: Arc<ConnectionStats>,
+    log: Mutex<LogWindow>,
+}
+
+impl Tracker {
+    /// A tracker for `limits`, counting into `stats`.
+    #[must_use]
+    pub fn new(limits: ConnLimits, stats: Arc<ConnectionStats>) -> Arc<Self> {
+        Arc::new(Self {
+            slots: Arc::new(Semaphore::new(limits.max_connections.max(1))),
+            limits,
+            waiting: Mutex::new(VecDeque::new()),
+            stats,
+            log: Mutex::new(LogWindow {
+                last: None,
+                evicted: 0,
+                waited: 0,
+                accept_errors: 0,
+                last_accept_error: String::new(),
+            }),
+        })
+    }
+
+    /// The limits.
+    #[must_use]
+    pub fn limits(&self) -> &ConnLimits {
+        &self.limits
+    }
+
+    /// The counters.
+    #[must_use]
+    pub fn stats(&self) -> &Arc<ConnectionStats> {
+        &self.stats
+    }
+
+    /// A slot for one more connection. At the cap, first closes the
+    /// connection that has waited longest for a request, then waits for a
+    /// slot to free up.
+    pub async fn slot(&self) -> OwnedSemaphorePermit {
+        if let Ok(p) = Arc::clone(&self.slots).try_acquire_owned() {
+            return p;
+        }
+        let evicted = self.evict_one();
+        if !evicted {
+            self.stats.cap_waits.fetch_add(1, Ordering::Relaxed);
+        }
+        self.note(|w| {
+            if evicted {
+                w.evicted += 1;
+            } else {
+                w.waited += 1;
+            }
+        });
+        match Arc::clone(&self.slots).acquire_owned().await {
+            Ok(p) => p,
+            // The semaphore is never closed.
+            Err(_) => unreachable_slot(),
+        }
+    }
+
+    /// Counts a failed accept for the rate-limited log line.
+    pub fn accept_failed(&self, e: &io::Error) {
+        self.stats.accept_errors.fetch_add(1, Ordering::Relaxed);
+        self.note(|w| {
+            w.accept_errors += 1;
+            w.last_accept_error = e.to_string();
+        });
+    }
+
+    /// Records an event and writes the log line if the last one is at least
+    /// [`LOG_INTERVAL`] old.
+    fn note(&self, event: impl FnOnce(&mut LogWindow)) {
+        let mut w = self
+            .log
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        event(&mut w);
+        let now = Instant::now();
+        if w.last.is_some_and(|t| now < t + LOG_INTERVAL) {
+            return;
+        }
+        w.last = Some(now);
+        if w.evicted + w.waited > 0 {
+            tracing::warn!(
+                max_connections = self.limits.max_connections,
+                closed_for_room = w.evicted,
+                waited_for_a_slot = w.waited,
+                "connection cap reached: closed connections that were waiting for a request to make room (counts since the last such line; at most one line per {}s)",
+                LOG_INTERVAL.as_secs()
+            );
+        }
+        if w.accept_errors > 0 {
+            tracing::warn!(
+                failures = w.accept_errors,
+                last_error = %w.last_accept_error,
+                "accept failed; backing off (counts since the last such line; at most one line per {}s)",
+                LOG_INTERVAL.as_secs()
+            );
+        }
+        w.evicted = 0;
+        w.waited = 0;
+        w.accept_errors = 0;
+    }
+
+    /// Closes the connection that has waited longest for a request.
+    /// Returns whether there was one.
+    fn evict_one(&self) -> bool {
+        let mut q = self
+            .waiting
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        while let Some((conn, epoch)) = q.pop_front() {
+            if conn.upgrade().is_some_and(|c| c.evict(epoch)) {
+                return true;
+            }
+        }
+        false
+    }
+
+    /// Queues a connection that now waits for a request.
+    fn waiting(&self, conn: &Arc<ConnState>, epoch: u64) {
+        let mut q = self
+            .waiting
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        // Entries of connections that went busy or closed are skipped when
+        // popped; keep the queue from growing with them on a busy server.
+        let open = usize::try_from(self.stats.open()).unwrap_or(usize::MAX);
+        if q.len() > 2 * open + 64 {
+            q.retain(|(c, e)| c.upgrade().is_some_and(|c| c.is_waiting(*e)));
+        }
+        q.push_back((Arc::downgrade(conn), epoch));
+    }
+
+    /// Registers a connection accepted now, holding `slot`.
+    #[must_use]
+    pub fn register(self: &Arc<Self>, slot: OwnedSemaphorePermit) -> Arc<ConnState> {
+        self.stats.accepted.fetch_add(1, Ordering::Relaxed);
+        self.stats.open.fetch_add(1, Ordering::Relaxed);
+        let conn = Arc::new(ConnState {
+            tracker: Arc::clone(self),
+            phase: Mutex::new(Phase {
+                in_flight: 0,
+                deadline: Some(Instant::now() + self.limits.header_timeout),
+                epoch: 0,
+                first: true,
+                saw_byte: false,
+                evicted: false,
+                shutting_down: false,
+            }),
+            notify: Notify::new(),
+            watch_first_byte: AtomicBool::new(false),
+            write_timed_out: AtomicBool::new(false),
+            started: Instant::now(),
+            responses: Mutex::new(Vec::new()),
+            _slot: slot,
+        });
+        self.waiting(&conn, 0);
+        conn
+    }
+}
+
+#[cold]
+fn unreachable_slot() -> OwnedSemaphorePermit {
+    // Only reachable if the semaphore were closed, which nothing does.
+    panic!("the connection semaphore was closed")
+}
+
+#[derive(Debug)]
+struct Phase {
+    /// Requests whose response has not been sent in full.
+    in_flight: usize,
+    /// When the connection is closed if no request starts; `None` while a
+    /// request is in flight.
+    deadline: Option<Instant>,
+    /// Counts changes of state, so a queued eviction of an earlier wait
+    /// does not close a connection that has since served a request.
+    epoch: u64,
+    /// Still waiting for the first request.
+    first: bool,
+    /// A byte arrived while waiting (the next head has begun).
+    saw_byte: bool,
+    evicted: bool,
+    shutting_down: bool,
+}
+
+/// One connection's requests in flight and deadline.
+#[derive(Debug)]
+pub struct ConnState {
+    tracker: Arc<Tracker>,
+    phase: Mutex<Phase>,
+    notify: Notify,
+    /// Set while waiting after a request, until the next byte arrives.
+    watch_first_byte: AtomicBool,
+    write_timed_out: AtomicBool,
+    /// When the connection was accepted (the base of `ResponseProgress`).
+    started: Instant,
+    /// The response bodies of the requests in flight.
+    responses: Mutex<Vec<Weak<ResponseProgress>>>,
+    _slot: OwnedSemaphorePermit,
+}
+
+impl Drop for ConnState {
+    fn drop(&mut self) {
+        self.tracker.stats.open.fetch_sub(1, Ordering::Relaxed);
+    }
+}
+
+impl ConnState {
+    /// The limits this connection is held to.
+    #[must_use]
+    pub fn limits(&self) -> &ConnLimits {
+        &self.tracker.limits
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, Phase> {
+        self.phase
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    /// A request started; the guard ends it when dropped.
+    #[must_use]
+    pub fn begin(self: &Arc<Self>) -> RequestGuard {
+        self.watch_first_byte.store(false, Ordering::Relaxed);
+        let mut p = self.lock();
+        p.in_flight += 1;
+        p.deadline = None;
+        p.epoch += 1;
+        RequestGuard(Arc::clone(self))
+    }
+
+    fn end(self: &Arc<Self>) {
+        let epoch = {
+            let mut p = self.lock();
+            p.in_flight = p.in_flight.saturating_sub(1);
+            if p.in_flight > 0 {
+                return;
+            }
+            p.deadline = Some(Instant::now() + self.tracker.limits.idle_timeout);
+            p.first = false;
+            p.saw_byte = false;
+            p.epoch += 1;
+            p.epoch
+        };
+        self.watch_first_byte.store(true, Ordering::Relaxed);
+        self.tracker.waiting(self, epoch);
+        self.notify.notify_one();
+    }
+
+    /// Bytes arrived: if the connection was waiting idle, the next request's
+    /// head has begun and must be complete within the header timeout.
+    fn bytes_read(&self) {
+        if !self.watch_first_byte.swap(false, Ordering::Relaxed) {
+            return;
+        }
+        let mut p = self.lock();
+        if p.in_flight == 0 && !p.saw_byte {
+            p.saw_byte = true;
+            let by = Instant::now() + self.tracker.limits.header_timeout;
+            p.deadline = Some(p.deadline.map_or(by, |d| d.min(by)));
+            drop(p);
+            self.notify.notify_one();
+        }
+    }
+
+    fn elapsed_ms(&self) -> u64 {
+        u64::try_from(self.started.elapsed().as_millis()).unwrap_or(u64::MAX)
+    }
+
+    /// Starts following an HTTP/2 response body.
+    fn track_response(&self) -> Arc<ResponseProgress> {
+        let progress = Arc::new(ResponseProgress {
+            last_ms: AtomicU64::new(self.elapsed_ms()),
+            waiting_on_body: AtomicBool::new(false),
+        });
+        let mut r = self
+            .responses
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        r.retain(|w| w.strong_count() > 0);
+        r.push(Arc::downgrade(&progress));
+        drop(r);
+        // The watchdog of a busy connection recomputes its deadline.
+        self.notify.notify_one();
+        progress
+    }
+
+    /// When the HTTP/2 response that has waited longest for the client to
+    /// take what it was given has waited the write timeout. A response is
+    /// followed until hyper drops its body, after its last frame is sent;
+    /// one whose body waits for its own data does not count.
+    fn response_deadline(&self) -> Option<Instant> {
+        let r = self
+            .responses
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        r.iter()
+            .filter_map(Weak::upgrade)
+            .filter(|p| !p.waiting_on_body.load(Ordering::Relaxed))
+            .map(|p| p.last_ms.load(Ordering::Relaxed))
+            .min()
+            .map(|ms| self.started + Duration::from_millis(ms) + self.tracker.limits.write_timeout)
+    }
+
+    fn evict(&self, epoch: u64) -> bool {
+        let mut p = self.lock();
+        if p.in_flight > 0 || p.epoch != epoch || p.evicted {
+            return false;
+        }
+        p.evicted = true;
+        drop(p);
+        self.notify.notify_one();
+        true
+    }
+
+    fn is_waiting(&self, epoch: u64) -> bool {
+        let p = self.lock();
+        p.in_flight == 0 && p.epoch == epoch && !p.evicted
+    }
+
+    fn shut_down(&self) {
+        self.lock().shutting_down = true;
+        self.notify.notify_one();
+    }
+
+    /// What the watchdog should do now: `Err(reason)` to close (reason
+    /// `None` for a close at shutdown), else the deadline to wake at.
+    fn check(&self, now: Instant) -> Result<Option<Instant>, Option<CloseReason>> {
+        let p = self.lock();
+        if p.in_flight > 0 {
+            drop(p);
+            return match self.response_deadline() {
+                Some(d) if now >= d => Err(Some(CloseReason::WriteTimeout)),
+                other => Ok(other),
+            };
+        }
+        if p.evicted {
+            return Err(Some(CloseReason::Evicted));
+        }
+        if p.shutting_down {
+            return Err(None);
+        }
+        match p.deadline {
+            Some(d) if now >= d => Err(Some(if p.first || p.saw_byte {
+                CloseReason::HeaderTimeout
+            } else {
+                CloseReason::IdleTimeout
+            })),
+            other => Ok(other),
+        }
+    }
+}
+
+/// Ends a request when dropped (its response sent, or abandoned).
+#[derive(Debug)]
+pub struct RequestGuard(Arc<ConnState>);
+
+impl Drop for RequestGuard {
+    fn drop(&mut self) {
+        self.0.end();
+    }
+}
+
+/// Drives `connection` (the TLS handshake and HTTP serving of one accepted
+/// socket) until it ends, or closes it (drops it) when its deadline passes
+/// with no request in flight, when it is evicted for room, or at shutdown
+/// while no request is in flight. A connection with requests in flight is
+/// left to finish them (hyper's graceful shutdown closes it after).
+pub async fn watch_connection<F: Future>(
+    state: Arc<ConnState>,
+    connection: F,
+    mut shutdown: watch::Receiver<bool>,
+) {
+    tokio::pin!(connection);
+    let mut shutdown_seen = *shutdown.borrow();
+    if shutdown_seen {
+        state.shut_down();
+    }
+    loop {
+        let wake = match state.check(Instant::now()) {
+            Ok(wake) => wake,
+            Err(reason) => {
+                if let Some(r) = reason {
+                    state.tracker.stats.closed_by(r);
+                }
+                return;
+            }
+        };
+        let notified = state.notify.notified();
+        tokio::select! {
+            _ = &mut connection => {
+                if state.write_timed_out.load(Ordering::Relaxed) {
+                    state.tracker.stats.closed_by(CloseReason::WriteTimeout);
+                }
+                return;
+            }
+            () = notified => {}
+            () = sleep_until(wake.unwrap_or_else(Instant::now)), if wake.is_some() => {}
+            changed = shutdown.changed(), if !shutdown_seen => {
+                shutdown_seen = true;
+                if changed.is_err() || *shutdown.borrow() {
+                    state.shut_down();
+                }
+            }
+        }
+    }
+}
+
+/// Counts a TLS handshake that timed out.
+pub fn tls_handshake_timed_out(state: &ConnState) {
+    state
+        .tracker
+        .stats
+        .closed_by(CloseReason::TlsHandshakeTimeout);
+}
+
+/// A connection's socket (or TLS stream): reads tell the connection's
+/// deadline that a request has begun; a write that makes no progress for
+/// the write timeout fails, which closes the connection.
+#[derive(Debug)]
+pub struct ConnIo<T> {
+    io: T,
+    state: Arc<ConnState>,
+    write_timeout: Duration,
+    write_stall: Option<Pin<Box<Sleep>>>,
+}
+
+impl<T> ConnIo<T> {
+    /// Wraps `io` of the connection `state`.
+    pub fn new(io: T, state: Arc<ConnState>) -> Self {
+        let write_timeout = state.tracker.limits.write_timeout;
+        Self {
+            io,
+            state,
+            write_timeout,
+            write_stall: None,
+        }
+    }
+
+    fn guard_write<R>(
+        &mut self,
+        cx: &mut Context<'_>,
+        result: Poll<io::Result<R>>,
+    ) -> Poll<io::Result<R>> {
+        if result.is_ready() {
+            self.write_stall = None;
+            return result;
+        }
+        let timeout = self.write_timeout;
+        let stall = self
+            .write_stall
+            .get_or_insert_with(|| Box::pin(sleep(timeout)));
+        if stall.as_mut().poll(cx).is_ready() {
+            self.state.write_timed_out.store(true, Ordering::Relaxed);
+            return Poll::Ready(Err(io::Error::new(
+                io::ErrorKind::TimedOut,
+                "the client did not read the answer within the write timeout",
+            )));
+        }
+        Poll::Pending
+    }
+}
+
+impl<T: AsyncRead + Unpin> AsyncRead for ConnIo<T> {
+    fn poll_read(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &mut ReadBuf<'_>,
+    ) -> Poll<io::Result<()>> {
+        let before = buf.filled().len();
+        let r = Pin::new(&mut self.io).poll_read(cx, buf);
+        if matches!(r, Poll::Ready(Ok(()))) && buf.filled().len() > before {
+            self.state.bytes_read();
+        }
+        r
+    }
+}
+
+impl<T: AsyncWrite + Unpin> AsyncWrite for ConnIo<T> {
+    fn poll_write(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &[u8],
+    ) -> Poll<io::Result<usize>> {
+        let r = Pin::new(&mut self.io).poll_write(cx, buf);
+        self.guard_write(cx, r)
+    }
+
+    fn poll_write_vectored(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        bufs: &[io::IoSlice<'_>],
+    ) -> Poll<io::Result<usize>> {
+        let r = Pin::new(&mut self.io).poll_write_vectored(cx, bufs);
+        self.guard_write(cx, r)
+    }
+
+    fn is_write_vectored(&self) -> bool {
+        self.io.is_write_vectored()
+    }
+
+    fn poll_flush(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        let r = Pin::new(&mut self.io).poll_flush(cx);
+        self.guard_write(cx, r)
+    }
+
+    fn poll_shutdown(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        let r = Pin::new(&mut self.io).poll_shutdown(cx);
+        self.guard_write(cx, r)
+    }
+}
+
+/// A request body that did not arrive by its deadline. The routes answer
+/// it with `408 body_timeout` (docs/api.md).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+#[error("the request body did not arrive in time: {received} bytes in {} s", elapsed.as_secs())]
+pub struct BodyTimeout {
+    /// Bytes that did arrive.
+    pub received: u64,
+    /// Time from the request head to the cut-off.
+    pub elapsed: Duration,
+}
+
+/// When a request body must be complete.
+#[derive(Debug, Clone)]
+pub struct BodyLimits {
+    /// The deadline for a body, from its head.
+    pub timeout: Duration,
+    /// One more second per this many bytes received; 0: none.
+    pub min_rate: u64,
+    /// Where cut-offs are counted.
+    pub stats: Arc<ConnectionStats>,
+}
+
+/// A request body with a deadline (see [`BodyLimits`]).
+pub struct DeadlineBody<B> {
+    inner: B,
+    started: Instant,
+    limits: BodyLimits,
+    received: u64,
+    timer: Option<Pin<Box<Sleep>>>,
+    timed_out: bool,
+}
+
+impl<B> DeadlineBody<B> {
+    /// `inner`, whose head arrived now.
+    pub fn new(inner: B, limits: BodyLimits) -> Self {
+        Self {
+            inner,
+            started: Instant::now(),
+            limits,
+            received: 0,
+            timer: None,
+            timed_out: false,
+        }
+    }
+
+    fn deadline(&self) -> Instant {
+        let extra = match self.limits.min_rate {
+            0 => Duration::ZERO,
+            rate => Duration::from_secs_f64(self.received as f64 / rate as f64),
+        };
+        self.started + self.limits.timeout + extra
+    }
+}
+
+impl<B> HttpBody for DeadlineBody<B>
+where
+    B: HttpBody<Data = Bytes> + Unpin,
+    B::Error: Into<Box<dyn std::error::Error + Send + Sync>>,
+{
+    type Data = Bytes;
+    type Error = Box<dyn std::error::Error + Send + Sync>;
+
+    fn poll_frame(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<Frame<Bytes>, Self::Error>>> {
+        let this = &mut *self;
+        if this.timed_out {
+            return Poll::Ready(None);
+        }
+        match Pin::new(&mut this.inner).poll_frame(cx) {
+            Poll::Ready(Some(Ok(frame))) => {
+                if let Some(data) = frame.data_ref() {
+                    this.received += data.len() as u64;
+                }
+                Poll::Ready(Some(Ok(frame)))
+            }
+            Poll::Ready(Some(Err(e))) => Poll::Ready(Some(Err(e.into()))),
+            Poll::Ready(None) => Poll::Ready(None),
+            Poll::Pending => {
+                let deadline = this.deadline();
+                let timer = match &mut this.timer {
+                    Some(t) => {
+                        if t.deadline() != deadline {
+                            t.as_mut().reset(deadline);
+                        }
+                        t
+                    }
+                    None => this.timer.insert(Box::pin(sleep_until(deadline))),
+                };
+                if timer.as_mut().poll(cx).is_pending() {
+                    return Poll::Pending;
+                }
+                this.timed_out = true;
+                this.limits
+                    .stats
+                    .body_timeouts
+                    .fetch_add(1, Ordering::Relaxed);
+                Poll::Ready(Some(Err(Box::new(BodyTimeout {
+                    received: this.received,
+                    elapsed: this.started.elapsed(),
+                }))))
+            }
+        }
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.timed_out || self.inner.is_end_stream()
+    }
+
+    fn size_hint(&self) -> SizeHint {
+        self.inner.size_hint()
+    }
+}
+
+/// The [`BodyTimeout`] that `e` is or wraps, if any.
+#[must_use]
+pub fn body_timeout(e: &(dyn std::error::Error + 'static)) -> Option<BodyTimeout> {
+    std::iter::successors(Some(e), |e| e.source())
+        .find_map(|e| e.downcast_ref::<BodyTimeout>().copied())
+}
+
+/// How a response body is being taken by the connection.
+#[derive(Debug, Default)]
+struct ResponseProgress {
+    /// When the body was created or last polled, ms after the connection's
+    /// start.
+    last_ms: AtomicU64,
+    /// The last poll returned `Pending`: the body waits for its own data
+    /// (an export being read), not for the client.
+    waiting_on_body: AtomicBool,
+}
+
+/// A response body that ends its request (see [`RequestGuard`]) when it is
+/// sent in full or dropped. On HTTP/2 it also notes when it was last taken
+/// from, so that an answer the client does not take (a stream without
+/// flow-control window, whose socket is never blocked) is noticed by the
+/// watchdog; on HTTP/1.1 such a client blocks the socket, which
+/// [`ConnIo`] notices.
+struct GuardedBody {
+    inner: Body,
+    progress: Option<Arc<ResponseProgress>>,
+    state: Arc<ConnState>,
+    _guard: RequestGuard,
+}
+
+impl HttpBody for GuardedBody {
+    type Data = Bytes;
+    type Error = axum::Error;
+
+    fn poll_frame(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<Frame<Bytes>, Self::Error>>> {
+        let r = Pin::new(&mut self.inner).poll_frame(cx);
+        if let Some(p) = &self.progress {
+            p.last_ms.store(self.state.elapsed_ms(), Ordering::Relaxed);
+            p.waiting_on_body.store(r.is_pending(), Ordering::Relaxed);
+        }
+        r
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.inner.is_end_stream()
+    }
+
+    fn size_hint(&self) -> SizeHint {
+        self.inner.size_hint()
+    }
+}
+
+/// The routes of one connection: counts its requests in flight, gives each
+/// request body its deadline, and tells handlers the client's address
+/// (axum's `ConnectInfo<SocketAddr>`).
+#[derive(Clone)]
+pub struct TrackedService {
+    app: Router,
+    state: Arc<ConnState>,
+    body: BodyLimits,
+    peer: std::net::SocketAddr,
+}
+
+impl TrackedService {
+    /// `app` serving the connection `state` from `peer`.
+    pub fn new(app: Router, state: Arc<ConnState>, peer: std::net::SocketAddr) -> Self {
+        let limits = &state.tracker.limits;
+        let body = BodyLimits {
+            timeout: limits.body_timeout,
+            min_rate: limits.body_min_rate,
+            stats: Arc::clone(&state.tracker.stats),
+        };
+        Self {
+            app,
+            state,
+            body,
+            peer,
+        }
+    }
+}
+
+impl hyper::service::Service<Request<Incoming>> for TrackedService {
+    type Response = Response<Body>;
+    type Error = Infallible;
+    type Future = Pin<Box<dyn Future<Output = Result<Response<Body>, Infallible>> + Send>>;
+
+    fn call(&self, req: Request<Incoming>) -> Self::Future {
+        let guard = self.state.begin();
+        let http2 = req.version() == hyper::Version::HTTP_2;
+        let limits = self.body.clone();
+        let mut req = req.map(|b| Body::new(DeadlineBody::new(b, limits)));
+        req.extensions_mut()
+            .insert(axum::extract::ConnectInfo(self.peer));
+        let app = self.app.clone();
+        let state = Arc::clone(&self.state);
+        Box::pin(async move {
+            let resp = app.oneshot(req).await?;
+            Ok(resp.map(|inner| {
+                let progress = http2.then(|| state.track_response());
+                Body::new(GuardedBody {
+                    inner,
+                    progress,
+                    state,
+                    _guard: guard,
+                })
+            }))
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn limits(timeout_ms: u64, min_rate: u64) -> BodyLimits {
+        BodyLimits {
+            timeout: Duration::from_millis(timeout_ms),
+            min_rate,
+            stats: Arc::new(ConnectionStats::default()),
+        }
+    }
+
+    type Frames = tokio::sync::mpsc::Sender<Result<Frame<Bytes>, Infallible>>;
+
+    /// A body fed by the test through a channel.
+    fn channel_body() -> (
+        Frames,
+        impl HttpBody<Data = Bytes, Error = Infallible> + Unpin,
+    ) {
+        let (tx, rx) = tokio::sync::mpsc::channel(4);
+        let frames = futures::stream::unfold(rx, |mut rx| async move {
+            rx.recv().await.map(|frame| (frame, rx))
+        });
+        (tx, http_body_util::StreamBody::new(Box::pin(frames)))
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_body_that_stops_arriving_fails_at_its_deadline() {
+        use http_body_util::BodyExt as _;
+        let (tx, body) = channel_body();
+        let l = limits(1_000, 0);
+        let stats = Arc::clone(&l.stats);
+        let mut body = DeadlineBody::new(body, l);
+        tx.send(Ok(Frame::data(Bytes::from_static(b"{"))))
+            .await
+            .unwrap();
+        assert!(body.frame().await.unwrap().is_ok());
+        let started = Instant::now();
+        let err = body.frame().await.unwrap().unwrap_err();
+        assert!(body_timeout(err.as_ref()).is_some(), "{err}");
+        assert_eq!(started.elapsed(), Duration::from_millis(1_000));
+        assert_eq!(stats.body_timeouts.load(Ordering::Relaxed), 1);
+        // After the cut-off the body ends.
+        assert!(body.frame().await.is_none());
+        drop(tx);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn bytes_arriving_at_the_minimum_rate_extend_the_deadline() {
+        use http_body_util::BodyExt as _;
+        let (tx, body) = channel_body();
+        // 1 s, plus 1 s per 100 bytes received.
+        let mut body = DeadlineBody::new(body, limits(1_000, 100));
+        let feeder = tokio::spawn(async move {
+            for _ in 0..5 {
+                // 100 bytes every 0.9 s: each earns one more second.
+                tokio::time::sleep(Duration::from_millis(900)).await;
+                tx.send(Ok(Frame::data(Bytes::from(vec![b' '; 100]))))
+                    .await
+                    .unwrap();
+            }
+            tx
+        });
+        let started = Instant::now();
+        let mut received = 0;
+        let err = loop {
+            match body.frame().await {
+                Some(Ok(f)) => received += f.into_data().map_or(0, |d| d.len()),
+                Some(Err(e)) => break e,
+                None => panic!("the body ended"),
+            }
+        };
+        // 500 bytes by 4.5 s earn a deadline of 1 + 5 = 6 s.
+        assert_eq!(received, 500);
+        assert_eq!(body_timeout(err.as_ref()).map(|t| t.received), Some(500));
+        assert_eq!(started.elapsed(), Duration::from_millis(6_000));
+        drop(feeder);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_complete_body_is_passed_through() {
+        use http_body_util::BodyExt as _;
+        let (tx, body) = channel_body();
+        let body = DeadlineBody::new(body, limits(1_000, 0));
+        tx.send(Ok(Frame::data(Bytes::from_static(b"hello"))))
+            .await
+            .unwrap();
+        drop(tx);
+        let bytes = body.collect().await.unwrap().to_bytes();
+        assert_eq!(&bytes[..], b"hello");
+    }
+}

@@ -6,7 +6,7 @@
 //! was parsed from). The signature is checked separately, against a key the
 //! caller trusts ([`Record::verify_signature`]).
 //!
-//! A record's canonical bytes are written by [`write_canonical`], a JCS
+//! A record's canonical bytes are written by `write_canonical`, a JCS
 //! writer for this one fixed shape (members in RFC 8785 order, strings
 //! escaped as RFC 8785 §3.2.2.2 says); a test holds it byte-equal to the
 //! general canonicaliser. Parsing has two roads with one answer: input that
@@ -14,6 +14,11 @@
 //! only if writing those fields back gives the input byte for byte; anything
 //! else (other spacing or member order, an error of any kind) goes the
 //! strict road through [`canonical::parse_strict`], which gives the errors.
+//!
+//! The files: `fields.rs` (agent names, seqs, nonces, the text rule),
+//! `body.rs` (kinds and bodies, §5), `write.rs` (the canonical writer),
+//! `fast.rs` (the fast layout reader) and this one (errors, [`UnsignedRecord`],
+//! [`Record`] and its two roads).
 
 mod body;
 mod fast;
@@ -440,9 +445,7 @@ pub(crate) fn check_version<E>(
 
 #[cfg(test)]
 mod tests {
-    use super::write::{put_counter, put_str};
     use super::*;
-    use crate::limits::MAX_COUNTER;
 
     fn key() -> SecretKey {
         SecretKey::from_seed(&[7; 32])
@@ -562,34 +565,6 @@ mod tests {
             message.extend_from_slice(&r.unsigned().signing_bytes().unwrap());
             assert_eq!(r.signed_message(), message);
         }
-    }
-
-    #[test]
-    fn strings_are_escaped_as_rfc8785_says() {
-        let mut texts: Vec<String> = (0u32..0x80)
-            .filter_map(char::from_u32)
-            .map(|c| format!("a{c}b{c}"))
-            .collect();
-        texts.extend(
-            [
-                "",
-                "\u{80}\u{9f}\u{2028}\u{2029}\u{feff}",
-                "😀é\\\"/",
-                "\u{10ffff}",
-            ]
-            .map(String::from),
-        );
-        for t in texts {
-            let mut out = Vec::new();
-            put_str(&mut out, &t);
-            assert_eq!(out, canonical::canonicalize(&t).unwrap(), "{t:?}");
-        }
-        for n in [0, 9, 10, 99, 100, 1 << 32, MAX_COUNTER] {
-            let mut out = Vec::new();
-            put_counter(&mut out, n).unwrap();
-            assert_eq!(out, n.to_string().into_bytes());
-        }
-        assert_eq!(put_counter(&mut Vec::new(), MAX_COUNTER + 1), None);
     }
 
     fn strict(bytes: &[u8]) -> Result<Record, RecordError> {

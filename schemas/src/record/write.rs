@@ -235,3 +235,37 @@ pub(super) fn write_canonical(
     out.extend_from_slice(b",\"v\":1}");
     Ok(())
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::canonical;
+
+    #[test]
+    fn strings_are_escaped_as_rfc8785_says() {
+        let mut texts: Vec<String> = (0u32..0x80)
+            .filter_map(char::from_u32)
+            .map(|c| format!("a{c}b{c}"))
+            .collect();
+        texts.extend(
+            [
+                "",
+                "\u{80}\u{9f}\u{2028}\u{2029}\u{feff}",
+                "😀é\\\"/",
+                "\u{10ffff}",
+            ]
+            .map(String::from),
+        );
+        for t in texts {
+            let mut out = Vec::new();
+            put_str(&mut out, &t);
+            assert_eq!(out, canonical::canonicalize(&t).unwrap(), "{t:?}");
+        }
+        for n in [0, 9, 10, 99, 100, 1 << 32, MAX_COUNTER] {
+            let mut out = Vec::new();
+            put_counter(&mut out, n).unwrap();
+            assert_eq!(out, n.to_string().into_bytes());
+        }
+        assert_eq!(put_counter(&mut Vec::new(), MAX_COUNTER + 1), None);
+    }
+}

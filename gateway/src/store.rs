@@ -1,4 +1,4 @@
-//! The agent's local chain store (issue 6 §1): one redb file per agent that
+//! The agent's local chain store: one redb file per agent that
 //! holds its records (docs/protocol.md §3), the salts and optional contents
 //! behind their salted hashes (§6.1), the witness's receipts (§8) and the
 //! sync state. Every record is committed here durably before it is sent to

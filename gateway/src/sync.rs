@@ -1,4 +1,5 @@
-//! Syncing the local chain to the witness (issue 6 §1, docs/protocol.md §8).
+//! Syncing the local chain to the witness (docs/protocol.md §8;
+//! docs/operations.md "Syncing").
 //!
 //! Records go to the witness in seq order, starting at the sync cursor (the
 //! lowest seq without an accepted receipt). A record is never skipped or

@@ -1,4 +1,4 @@
-//! The receipt acceptance suite (issue 6 §3, docs/protocol.md §8): one case
+//! The receipt acceptance suite (docs/protocol.md §8): one case
 //! for each way a receipt can be wrong, and the right ones. Receipts are
 //! built here the way a witness builds them: an entry per record, a tree
 //! from the naive reference implementation, a checkpoint signed as a C2SP

@@ -1,4 +1,4 @@
-//! The MCP proxy driven in-process (issue 6 §2): a scripted client and
+//! The MCP proxy driven in-process: a scripted client and
 //! server on in-memory pipes, a real redb chain store (or one that fails on
 //! demand), and checks of both what crosses the proxy and what is recorded.
 

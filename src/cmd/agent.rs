@@ -1,4 +1,5 @@
-//! `tally agent …`: the agent's identity and local state (issue 6 §1).
+//! `tally agent …`: the agent's identity and local state (docs/operations.md
+//! "The agent side: `tally gateway` and `.tally/`").
 //! `init` makes the key and pins the witness's log key; `sync` pushes the
 //! local chain to the witness. Witness-side administration (`add`,
 //! `rotate`, `retire`) belongs in this group too: add a variant to

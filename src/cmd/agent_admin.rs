@@ -1,5 +1,5 @@
-//! `tally agent add|rotate|retire`: the witness side of agent keys (issue 4
-//! §2), over the project routes of docs/api.md "Agents". The validity ranges
+//! `tally agent add|rotate|retire`: the witness side of agent keys, over
+//! the project routes of docs/api.md "Agents and their keys". The validity ranges
 //! set here are what `tally keys export` writes into agent-keys.json.
 
 use super::out::outln;

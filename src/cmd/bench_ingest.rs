@@ -1,4 +1,5 @@
-//! `tally bench ingest`: the ingest benchmark of issue 4 §7 (not a test).
+//! `tally bench ingest`: the ingest benchmark of docs/benchmarks.md
+//! "Ingest" (not a test).
 //! It pre-signs records for many agents, posts them over keep-alive HTTP at
 //! a set concurrency to a witness (one it starts, `tally serve` on a temp
 //! data folder, or `--witness URL`), and reports records/s, latency

@@ -1,4 +1,4 @@
-//! `tally project …`: projects and their API keys (issue 4 §2), over the
+//! `tally project …`: projects and their API keys, over the
 //! witness's admin routes (docs/api.md "Projects"). Also the small HTTP
 //! client ([`Remote`]) the other witness-side commands share: the redb files
 //! are single-process, so the CLI talks to the running `tally serve`.

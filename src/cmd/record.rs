@@ -1,5 +1,5 @@
 //! `tally record decision|outcome|note`: record through the agent's local
-//! chain without MCP (issue 6 §4), then sync to the witness when one is
+//! chain without MCP, then sync to the witness when one is
 //! configured. Prints one JSON line per record for scripts.
 //!
 //! The record is durably in the local chain before anything is sent, so the

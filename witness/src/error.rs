@@ -1,5 +1,5 @@
 //! The witness's typed errors and the one table that maps each to an HTTP
-//! status and a stable code (docs/api.md, "Errors"; issue 4 §3).
+//! status and a stable code (docs/api.md, "Errors").
 //!
 //! Every refusal is a JSON body `{"error":{"code","message",…evidence}}`.
 //! A 500 says only "internal error"; the detail goes to the log.

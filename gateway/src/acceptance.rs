@@ -275,7 +275,7 @@ pub fn accept_receipt(
                 let retired = key.not_after.is_some_and(|t| received >= t);
                 if too_early || retired {
                     return Err(ReceiptRejection::KeyRetired {
-                        key: format!("{}+{:08x}", key.verifier.name(), key.verifier.id()),
+                        key: key.verifier.label(),
                         received,
                         not_before: key.not_before,
                         not_after: key.not_after,

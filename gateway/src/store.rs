@@ -23,11 +23,14 @@
 
 use std::path::{Path, PathBuf};
 
+use rand_core::CryptoRngCore;
 use redb::{
     Database, ReadableDatabase as _, ReadableTable as _, ReadableTableMetadata as _,
     TableDefinition,
 };
 use serde::{Deserialize, Serialize};
+use tally_schemas::canonical::CanonicalError;
+use tally_schemas::hash::SaltedHash;
 use tally_schemas::{Hash, Record, Seq, UnixMillis};
 
 const RECORDS: TableDefinition<u64, &[u8]> = TableDefinition::new("records");
@@ -80,6 +83,30 @@ pub struct Secret {
     /// The content that was hashed, when the agent keeps it.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub content: Option<serde_json::Value>,
+}
+
+impl Secret {
+    /// Hashes `content` under a fresh salt (docs/protocol.md §6.1,
+    /// [`SaltedHash::of_content`]) and returns the salted hash with what the
+    /// agent keeps: the salt, and the content itself when `keep`.
+    ///
+    /// # Errors
+    /// [`CanonicalError`] when `content` has no canonical form; nothing is
+    /// hashed.
+    pub fn for_content(
+        content: &serde_json::Value,
+        keep: bool,
+        rng: &mut impl CryptoRngCore,
+    ) -> Result<(Hash, Self), CanonicalError> {
+        let salted = SaltedHash::of_content(content, rng)?;
+        Ok((
+            salted.hash,
+            Self {
+                salt: hex::encode(salted.salt),
+                content: keep.then(|| content.clone()),
+            },
+        ))
+    }
 }
 
 /// A record and what goes with it, appended in one transaction.

@@ -247,7 +247,10 @@ impl NoteVerifier {
         })
     }
 
-    fn label(&self) -> String {
+    /// `name+hex8(key id)`: the key as people, and Go's note package, name
+    /// it (the vkey without its key bytes).
+    #[must_use]
+    pub fn label(&self) -> String {
         format!("{}+{:08x}", self.name, self.id)
     }
 }

@@ -255,6 +255,20 @@ impl NoteVerifier {
     }
 }
 
+/// On the wire a log key is its vkey string (§4.4, §4.5).
+impl serde::Serialize for NoteVerifier {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.serialize_str(&self.vkey())
+    }
+}
+
+impl<'de> serde::Deserialize<'de> for NoteVerifier {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        let text = <std::borrow::Cow<'de, str>>::deserialize(d)?;
+        Self::from_vkey(&text).map_err(|e| serde::de::Error::custom(format!("vkey: {e}")))
+    }
+}
+
 impl fmt::Debug for NoteVerifier {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         write!(f, "NoteVerifier({})", self.vkey())

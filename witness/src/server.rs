@@ -31,7 +31,7 @@ use tokio::net::{TcpListener, TcpStream};
 use crate::config::{ConnLimits, ServeConfig, TlsFiles, DEFAULT_ORIGIN};
 use crate::conn::{self, ConnIo, ConnState, ConnectionStats, TrackedService, Tracker};
 use crate::error::RegistryError;
-use crate::keydir::{KeyDirectory, KeyDirectoryError};
+use crate::keydir::{KeyDirectory, KeyDirectoryError, KeyDirectoryFile as _};
 use crate::registry::{FirstStart, Registry};
 use crate::witness::{Rng, Witness};
 

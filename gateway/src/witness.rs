@@ -150,9 +150,11 @@ impl WitnessClient {
         let head = if code == "chain_conflict" {
             match head {
                 Some(head) => Some(head),
-                None => return WitnessError::BadResponse(format!(
+                None => {
+                    return WitnessError::BadResponse(format!(
                     "{status} chain_conflict without the witness's head (docs/api.md \"Errors\")"
-                )),
+                ))
+                }
             }
         } else {
             None

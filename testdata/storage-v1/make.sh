@@ -46,5 +46,6 @@ kill -TERM $SERVE; wait $SERVE || true
 rm -rf "$OUT/data" && cp -r "$WORK/data" "$OUT/data"
 cp pack.jsonl agent-keys.json "$OUT/"
 echo "$VKEY" >"$OUT/witness.vkey"
+echo "$KEY" >"$OUT/api.key"
 "$TALLY" verify "$OUT/pack.jsonl" --agent-keys "$OUT/agent-keys.json" --witness-key "$VKEY" | tail -1
 ls -la "$OUT/data"

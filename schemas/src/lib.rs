@@ -6,6 +6,7 @@
 //!
 //! - [`canonical`]: strict JSON and RFC 8785 canonicalisation.
 //! - [`hash`], [`keys`]: SHA-256 constructions, Ed25519 keys and key ids.
+//! - [`batch_sig`]: strict verification of many signatures, with per-key tables.
 //! - [`record`], [`tools`]: records, bodies, tool-definition digests.
 //! - [`entry`]: log entries (leaves) and receipts.
 //! - [`note`]: C2SP checkpoints and signed notes.
@@ -21,6 +22,7 @@
 //! [`time::UnixMillis::now`], for callers without one (the CLI). `cargo tree -p tally-schemas -e normal` shows no
 //! tokio, axum or redb.
 
+pub mod batch_sig;
 pub mod canonical;
 pub mod cosignature;
 pub mod display;

@@ -40,6 +40,30 @@ pub enum AppendError {
         /// The record hash of the chain's current head.
         head_hash: Option<Hash>,
     },
+    /// An earlier record of the same agent in the same batch (in the
+    /// batch's admission order, docs/storage.md "Batches") was refused, so
+    /// this one cannot extend the chain and is not considered.
+    #[error("record {seq} of {agent} was refused earlier in this batch, so this later record of the same agent is not appended")]
+    PriorRecordRefused {
+        /// The agent.
+        agent: AgentName,
+        /// The seq of the first refused record of this agent in the batch.
+        seq: Seq,
+    },
+    /// A batch holds more records than one group commit takes
+    /// (`LogConfig::max_batch`). Nothing was queued.
+    #[error("a batch of {count} records is more than the {max} records of one group commit")]
+    BatchTooLarge {
+        /// Records in the batch.
+        count: usize,
+        /// The largest batch.
+        max: usize,
+    },
+    /// Returned only for a `BatchItem::Refused`: the caller refused that
+    /// record before the log saw it, and the log kept its place so that the
+    /// agent's later records are refused with `PriorRecordRefused`.
+    #[error("refused by the caller before the log")]
+    RefusedByCaller,
     /// The entry would not fit a C2SP entry bundle.
     #[error("entry: {0}")]
     Entry(#[from] EntryError),

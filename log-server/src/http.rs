@@ -25,6 +25,8 @@ use crate::log::Log;
 use crate::store::StoreError;
 use crate::tree::{self, TILE_WIDTH};
 
+pub use crate::tile_path::{parse_tile_path, TilePath};
+
 /// Cache header of full tiles, which never change.
 pub const IMMUTABLE: &str = "public, max-age=31536000, immutable";
 /// Cache header of the checkpoint and partial tiles, which are superseded.
@@ -135,90 +137,6 @@ async fn checkpoint(State(log): State<Arc<Log>>) -> Response {
         cp.note.clone(),
     )
         .into_response()
-}
-
-/// A parsed C2SP tile path (without the leading `tile/`).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct TilePath {
-    /// `None` for an entry bundle (`entries`), else the hash tile level.
-    pub level: Option<u8>,
-    /// The tile index N.
-    pub n: u64,
-    /// `Some(w)` for a partial tile `.p/<W>`, 1 <= w < 256.
-    pub partial: Option<u64>,
-}
-
-/// Parses `<L>/<N>[.p/<W>]` or `entries/<N>[.p/<W>]` as C2SP tlog-tiles
-/// writes it: `N` in groups of three digits, all but the last prefixed `x`,
-/// with no other spelling accepted.
-///
-/// # Errors
-/// A message saying what is wrong.
-pub fn parse_tile_path(path: &str) -> Result<TilePath, &'static str> {
-    let mut parts: Vec<&str> = path.split('/').collect();
-    if parts.len() < 2 {
-        return Err("expected <L>/<N>[.p/<W>] or entries/<N>[.p/<W>]");
-    }
-    let level = match parts[0] {
-        "entries" => None,
-        l if !l.is_empty()
-            && l.len() <= 2
-            && l.bytes().all(|b| b.is_ascii_digit())
-            && (l == "0" || !l.starts_with('0')) =>
-        {
-            let l: u8 = l.parse().map_err(|_| "bad level")?;
-            if l > 7 {
-                return Err("level must be 0 to 7 (a tree of 2^56 leaves)");
-            }
-            Some(l)
-        }
-        _ => return Err("level must be a decimal number or \"entries\""),
-    };
-    let mut partial = None;
-    let last = parts.len() - 1;
-    if parts[last - 1].ends_with(".p") && parts.len() >= 3 {
-        let w = parts[last];
-        let ok = !w.is_empty()
-            && w.len() <= 3
-            && w.bytes().all(|b| b.is_ascii_digit())
-            && !w.starts_with('0');
-        let w: u64 = if ok {
-            w.parse().map_err(|_| "bad width")?
-        } else {
-            0
-        };
-        if !(1..TILE_WIDTH).contains(&w) {
-            return Err("partial width must be 1 to 255 without leading zeros");
-        }
-        partial = Some(w);
-        parts[last - 1] = &parts[last - 1][..parts[last - 1].len() - 2];
-        parts.pop();
-    }
-    let groups = &parts[1..];
-    if groups.is_empty() || groups.len() > 7 {
-        return Err("bad tile index");
-    }
-    let mut n: u64 = 0;
-    for (i, g) in groups.iter().enumerate() {
-        let digits = if i + 1 < groups.len() {
-            g.strip_prefix('x')
-                .ok_or("tile index groups before the last must start with x")?
-        } else {
-            g
-        };
-        if digits.len() != 3 || !digits.bytes().all(|b| b.is_ascii_digit()) {
-            return Err("tile index groups must be three digits");
-        }
-        if i == 0 && groups.len() > 1 && digits == "000" {
-            return Err("tile index has a leading zero group");
-        }
-        let d: u64 = digits.parse().map_err(|_| "bad tile index")?;
-        n = n
-            .checked_mul(1000)
-            .and_then(|n| n.checked_add(d))
-            .ok_or("tile index out of range")?;
-    }
-    Ok(TilePath { level, n, partial })
 }
 
 async fn tile(State(log): State<Arc<Log>>, Path(path): Path<String>) -> Result<Response, ApiError> {

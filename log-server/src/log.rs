@@ -1,52 +1,41 @@
-//! The log engine: one sequencer (a single writer thread with group commit),
-//! checkpoint signing and crash recovery, and the Rust read API the witness
-//! uses. docs/protocol.md §7–§8 (entries, checkpoints, receipts) and
-//! docs/storage.md ("Write path", "Recovery").
-//!
-//! Order of operations for a batch, and why:
-//! 1. Classify each queued record against storage plus the batch so far:
-//!    retry of a committed record, replayed nonce, chain conflict, or new.
-//! 2. Commit the new entries, their stored hashes, index rows and receipt
-//!    sizes in one durable transaction (compare-and-swap on the tree size).
-//! 3. Prove the new tree consistent with the last signed checkpoint, sign a
-//!    checkpoint over the new size, and store it durably. Nothing is signed
-//!    over state that is not on disk.
-//! 4. Only then resolve each append with its entry and receipt.
-//!
-//! After any storage error the writer re-reads storage and runs recovery
-//! (the same as at open) before the next batch, since a failed write may have
-//! landed.
+//! The log engine's public face (docs/storage.md, "Read API" and "Write
+//! path"; docs/protocol.md §7–§8): [`Log`] opens a store (recovering it),
+//! starts the sequencer ([`crate::sequencer`]), queues appends (one record,
+//! or a batch of many records of several agents) and serves the Rust read
+//! API the witness uses. The admission rules are in [`crate::rules`],
+//! checkpoint signing and recovery in [`crate::checkpoint`].
 
-use std::collections::HashMap;
 use std::future::Future;
 use std::path::Path;
 use std::pin::Pin;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, RwLock};
 use std::task::{Context, Poll};
 use std::thread::JoinHandle;
 
-use tally_schemas::entry::RECEIPT_VERSION;
-use tally_schemas::limits::MAX_COUNTER;
-use tally_schemas::note::open_checkpoint;
-use tally_schemas::tree::verify_consistency;
 use tally_schemas::{
-    AgentName, Checkpoint, Entry, Hash, LeafIndex, Nonce, NoteSigner, NoteVerifier, Receipt,
-    Record, Seq, TreeSize, UnixMillis,
+    AgentName, Entry, Hash, LeafIndex, NoteSigner, NoteVerifier, Receipt, Record, Seq, TreeSize,
+    UnixMillis,
 };
 use tokio::sync::{mpsc, oneshot};
 
+use crate::checkpoint::recover;
+pub use crate::checkpoint::SignedCheckpoint;
 use crate::error::{AppendError, OpenError, ProofRequestError, ReadError};
+use crate::receipt::{read_entry, stored_receipt};
+use crate::sequencer::{self, BatchAnswers, Job, Shared, Stats};
 use crate::store::redb::RedbStore;
-use crate::store::{BatchWrite, ChainHead, Found, LogStore, Lookup, NewEntry, StoreError};
-use crate::tree::{self, StoredHashes};
+use crate::store::{ChainHead, LogStore, StoreError};
+use crate::tree;
 
 /// Tuning of the sequencer.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct LogConfig {
-    /// Appends that may wait for the writer; beyond this, `Overloaded`.
+    /// Records (of single appends and batches) that may wait for the
+    /// writer; beyond this, `Overloaded`.
     pub queue_capacity: usize,
-    /// Most records committed in one transaction.
+    /// Most records committed in one transaction, and the largest batch
+    /// [`Log::enqueue_batch`] takes.
     pub max_batch: usize,
     /// The redb store's page cache in bytes ([`Log::open_redb`] only). redb
     /// reads through its own cache, which otherwise grows to 1 GiB as reads
@@ -68,15 +57,6 @@ impl Default for LogConfig {
     }
 }
 
-/// A checkpoint the log signed and stored, with its note.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct SignedCheckpoint {
-    /// The parsed body.
-    pub checkpoint: Checkpoint,
-    /// The signed note, as served at `/checkpoint`.
-    pub note: String,
-}
-
 /// A resolved append.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Appended {
@@ -84,7 +64,8 @@ pub struct Appended {
     pub entry: Entry,
     /// The receipt (for a retry: byte-for-byte the receipt first issued).
     pub receipt: Receipt,
-    /// Whether the record was already in the log.
+    /// Whether the record was already in the log (or earlier in the same
+    /// group commit).
     pub duplicate: bool,
 }
 
@@ -108,53 +89,82 @@ pub struct ChainEntry {
     pub receipt_size: TreeSize,
 }
 
+/// One item of a batch ([`Log::enqueue_batch`]).
+// Nearly every item is a record; boxing it would cost an allocation each.
+#[allow(clippy::large_enum_variant)]
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum BatchItem {
+    /// A record the caller admitted (schema, signature, key, time): the log
+    /// classifies it.
+    Record(Record),
+    /// A record the caller refused itself. It holds its place in its
+    /// agent's seq order, so that the agent's later records in the batch
+    /// are refused with [`AppendError::PriorRecordRefused`]; its own answer
+    /// is [`AppendError::RefusedByCaller`].
+    Refused {
+        /// The record's agent.
+        agent: AgentName,
+        /// The record's seq.
+        seq: Seq,
+    },
+}
+
 /// A queued append ([`Log::enqueue`]): resolves once the record is durably
 /// committed and covered by a signed checkpoint, or refused.
 #[derive(Debug)]
 #[must_use = "the append is queued either way; await it for the receipt"]
 pub struct PendingAppend {
-    rx: oneshot::Receiver<Result<Appended, AppendError>>,
+    rx: oneshot::Receiver<BatchAnswers>,
 }
 
 impl Future for PendingAppend {
     type Output = Result<Appended, AppendError>;
 
     fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
-        Pin::new(&mut self.rx)
-            .poll(cx)
-            .map(|r| r.map_err(|_| AppendError::Closed).and_then(|a| a))
+        Pin::new(&mut self.rx).poll(cx).map(|r| match r {
+            Ok(answers) => answers
+                .into_iter()
+                .next()
+                .unwrap_or(Err(AppendError::Closed)),
+            Err(_) => Err(AppendError::Closed),
+        })
     }
 }
 
-struct Job {
-    record: Record,
-    received: UnixMillis,
-    reply: oneshot::Sender<Result<Appended, AppendError>>,
+/// A queued batch ([`Log::enqueue_batch`]): resolves to one answer per
+/// item, in the items' order, once the batch's group commit is durable and
+/// signed.
+#[derive(Debug)]
+#[must_use = "the batch is queued either way; await it for the receipts"]
+pub struct PendingBatch {
+    rx: Option<oneshot::Receiver<BatchAnswers>>,
 }
 
-#[derive(Default)]
-struct Stats {
-    batches: AtomicU64,
-    entries: AtomicU64,
-    largest: AtomicU64,
-}
+impl Future for PendingBatch {
+    type Output = Result<Vec<Result<Appended, AppendError>>, AppendError>;
 
-struct Shared {
-    store: Arc<dyn LogStore>,
-    signer: NoteSigner,
-    latest: RwLock<Arc<SignedCheckpoint>>,
-    stats: Stats,
+    fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
+        match self.rx.as_mut() {
+            None => Poll::Ready(Ok(Vec::new())),
+            Some(rx) => Pin::new(rx)
+                .poll(cx)
+                .map(|r| r.map_err(|_| AppendError::Closed)),
+        }
+    }
 }
 
 /// The durable Merkle log. Open it over a store with [`Log::open`]; append
-/// with [`Log::append`]; read with the other methods (blocking: call them from
-/// a blocking thread in async code). There is no auth and no admission here:
-/// the caller has already checked the record's signature, key and time.
+/// with [`Log::append`] or [`Log::append_batch`]; read with the other
+/// methods (blocking: call them from a blocking thread in async code).
+/// There is no auth and no admission here: the caller has already checked
+/// each record's signature, key and time.
 pub struct Log {
     shared: Arc<Shared>,
-    queue: Mutex<Option<mpsc::Sender<Job>>>,
+    queue: Mutex<Option<mpsc::UnboundedSender<Job>>>,
+    queued: Arc<AtomicUsize>,
     writer: Mutex<Option<JoinHandle<()>>>,
     capacity: usize,
+    max_batch: usize,
 }
 
 impl std::fmt::Debug for Log {
@@ -191,12 +201,14 @@ impl Log {
             stats: Stats::default(),
         });
         let capacity = config.queue_capacity.max(1);
-        let (tx, rx) = mpsc::channel(capacity);
-        let writer_shared = Arc::clone(&shared);
         let max_batch = config.max_batch.max(1);
+        let (tx, rx) = mpsc::unbounded_channel();
+        let queued = Arc::new(AtomicUsize::new(0));
+        let writer_shared = Arc::clone(&shared);
+        let writer_queued = Arc::clone(&queued);
         let handle = std::thread::Builder::new()
             .name("tally-log-sequencer".into())
-            .spawn(move || run_writer(&writer_shared, rx, max_batch, size))
+            .spawn(move || sequencer::run(&writer_shared, rx, &writer_queued, max_batch, size))
             .map_err(|e| {
                 OpenError::Store(StoreError::Backend(format!(
                     "cannot start the sequencer thread: {e}"
@@ -205,12 +217,16 @@ impl Log {
         Ok(Self {
             shared,
             queue: Mutex::new(Some(tx)),
+            queued,
             writer: Mutex::new(Some(handle)),
             capacity,
+            max_batch,
         })
     }
 
-    /// Opens (or creates) a redb log file at `path`; see [`Log::open`].
+    /// Opens (or creates) a redb log file at `path`; see [`Log::open`]. A
+    /// file of storage layout 1 is migrated to layout 2 first
+    /// ([`RedbStore::open`]).
     ///
     /// # Errors
     /// [`OpenError`] as for [`Log::open`], or when the file cannot be opened.
@@ -257,24 +273,92 @@ impl Log {
         record: Record,
         received: UnixMillis,
     ) -> Result<PendingAppend, AppendError> {
-        let (reply, rx) = oneshot::channel();
+        let rx = self.send(vec![BatchItem::Record(record)], received)?;
+        Ok(PendingAppend { rx })
+    }
+
+    /// Queues a batch of items (records of one or several agents, all
+    /// received at `received`) now, synchronously; the future resolves to
+    /// one answer per item, in order (docs/storage.md, "Batches"):
+    /// - the batch is one group commit: its new entries share one
+    ///   checkpoint, and each receipt has its own inclusion proof in it;
+    /// - each agent's records are admitted in seq order, whatever their
+    ///   order in the batch; once one of them is refused (or was
+    ///   [`BatchItem::Refused`] by the caller), the agent's later records in
+    ///   the batch are refused with [`AppendError::PriorRecordRefused`];
+    /// - a record already in the log, or twice in the batch, answers with
+    ///   its entry and receipt (`duplicate: true`), as [`Log::append`] does.
+    ///
+    /// # Errors
+    /// At once, for the whole batch: [`AppendError::BatchTooLarge`] for more
+    /// items than [`LogConfig::max_batch`], [`AppendError::Overloaded`],
+    /// [`AppendError::Closed`]. The future fails only with
+    /// [`AppendError::Closed`]; every other error is per item.
+    pub fn enqueue_batch(
+        &self,
+        items: Vec<BatchItem>,
+        received: UnixMillis,
+    ) -> Result<PendingBatch, AppendError> {
+        if items.is_empty() {
+            return Ok(PendingBatch { rx: None });
+        }
+        if items.len() > self.max_batch {
+            return Err(AppendError::BatchTooLarge {
+                count: items.len(),
+                max: self.max_batch,
+            });
+        }
+        let rx = self.send(items, received)?;
+        Ok(PendingBatch { rx: Some(rx) })
+    }
+
+    /// [`Log::enqueue_batch`], awaited.
+    ///
+    /// # Errors
+    /// As [`Log::enqueue_batch`].
+    pub async fn append_batch(
+        &self,
+        items: Vec<BatchItem>,
+        received: UnixMillis,
+    ) -> Result<Vec<Result<Appended, AppendError>>, AppendError> {
+        self.enqueue_batch(items, received)?.await
+    }
+
+    /// The largest batch [`Log::enqueue_batch`] takes.
+    #[must_use]
+    pub fn max_batch(&self) -> usize {
+        self.max_batch
+    }
+
+    fn send(
+        &self,
+        items: Vec<BatchItem>,
+        received: UnixMillis,
+    ) -> Result<oneshot::Receiver<BatchAnswers>, AppendError> {
+        let n = items.len();
         let queue = self.queue.lock().map_err(|_| AppendError::Closed)?;
         let Some(sender) = queue.as_ref() else {
             return Err(AppendError::Closed);
         };
-        sender
-            .try_send(Job {
-                record,
+        let capacity = self.capacity;
+        self.queued
+            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |q| {
+                (q + n <= capacity.max(n)).then_some(q + n)
+            })
+            .map_err(|_| AppendError::Overloaded { capacity })?;
+        let (reply, rx) = oneshot::channel();
+        if sender
+            .send(Job {
+                items,
                 received,
                 reply,
             })
-            .map_err(|e| match e {
-                mpsc::error::TrySendError::Full(_) => AppendError::Overloaded {
-                    capacity: self.capacity,
-                },
-                mpsc::error::TrySendError::Closed(_) => AppendError::Closed,
-            })?;
-        Ok(PendingAppend { rx })
+            .is_err()
+        {
+            self.queued.fetch_sub(n, Ordering::AcqRel);
+            return Err(AppendError::Closed);
+        }
+        Ok(rx)
     }
 
     /// Stops taking appends, lets the writer finish the queued ones, and
@@ -311,7 +395,7 @@ impl Log {
     /// The latest signed checkpoint (always stored before it is shown here).
     #[must_use]
     pub fn latest_checkpoint(&self) -> Arc<SignedCheckpoint> {
-        latest(&self.shared)
+        self.shared.latest()
     }
 
     /// Counters of the sequencer.
@@ -619,513 +703,4 @@ impl Iterator for ChainEntries {
         }
         Some(item)
     }
-}
-
-fn latest(shared: &Shared) -> Arc<SignedCheckpoint> {
-    match shared.latest.read() {
-        Ok(g) => Arc::clone(&g),
-        Err(poisoned) => Arc::clone(&poisoned.into_inner()),
-    }
-}
-
-fn set_latest(shared: &Shared, cp: SignedCheckpoint) {
-    let cp = Arc::new(cp);
-    match shared.latest.write() {
-        Ok(mut g) => *g = cp,
-        Err(poisoned) => *poisoned.into_inner() = cp,
-    }
-}
-
-fn read_entry(store: &dyn LogStore, index: LeafIndex) -> Result<Option<Entry>, ReadError> {
-    let next = LeafIndex::new(index.get().saturating_add(1));
-    let Some(bytes) = store.entries(index, next)?.into_iter().next() else {
-        return Ok(None);
-    };
-    let entry =
-        Entry::from_json(&bytes).map_err(|source| ReadError::CorruptEntry { index, source })?;
-    if entry.index() != index {
-        return Err(ReadError::Store(StoreError::Corrupt(format!(
-            "entry stored at {index} says index {}",
-            entry.index()
-        ))));
-    }
-    Ok(Some(entry))
-}
-
-/// Rebuilds the receipt first issued for `index` from storage.
-///
-/// Its checkpoint note is always stored (recovery stores the note of the
-/// only batch that can be beyond the latest stored checkpoint). Should one
-/// still be missing, it is re-signed from the stored tree: the note is a
-/// deterministic function of the tree of that size and the key, so these are
-/// the bytes first issued, and any tree the store holds is consistent with
-/// every checkpoint signed over it.
-fn stored_receipt(
-    store: &dyn LogStore,
-    signer: &NoteSigner,
-    index: LeafIndex,
-) -> Result<Option<(Entry, Receipt)>, ReadError> {
-    let Some(entry) = read_entry(store, index)? else {
-        return Ok(None);
-    };
-    let size = store.receipt_size(index)?.ok_or_else(|| {
-        ReadError::Store(StoreError::Corrupt(format!(
-            "entry {index} has no receipt size"
-        )))
-    })?;
-    let note = match store.checkpoint(size)? {
-        Some(note) => note,
-        None if size <= store.size()? => {
-            let root = tree::root(store, size)?;
-            signer
-                .sign_checkpoint(&Checkpoint::new(signer.verifier().name(), size, root))
-                .map_err(|_| ReadError::MissingCheckpoint { index, size })?
-        }
-        None => return Err(ReadError::MissingCheckpoint { index, size }),
-    };
-    let inclusion = tree::inclusion_proof(store, index, size)?;
-    let receipt = make_receipt(&entry, note, inclusion);
-    Ok(Some((entry, receipt)))
-}
-
-fn make_receipt(entry: &Entry, checkpoint: String, inclusion: Vec<Hash>) -> Receipt {
-    Receipt {
-        v: RECEIPT_VERSION,
-        record_hash: entry.record().hash(),
-        nonce: entry.record().nonce.clone(),
-        index: entry.index(),
-        received: entry.received(),
-        checkpoint,
-        inclusion,
-    }
-}
-
-/// Recovery (docs/storage.md, "Recovery"): check the latest signed
-/// checkpoint against storage, and sign one over the stored size if it is
-/// newer, after proving it consistent. Returns the latest checkpoint.
-fn recover(store: &dyn LogStore, signer: &NoteSigner) -> Result<SignedCheckpoint, OpenError> {
-    let size = store.size()?;
-    let previous = match store.latest_checkpoint()? {
-        None => None,
-        Some((cs, note)) => {
-            let cp = open_checkpoint(&note, signer.verifier())
-                .map_err(|source| OpenError::ForeignCheckpoint { size: cs, source })?;
-            if cp.size != cs {
-                return Err(OpenError::Store(StoreError::Corrupt(format!(
-                    "checkpoint stored under size {cs} says size {}",
-                    cp.size
-                ))));
-            }
-            if cs > size {
-                return Err(OpenError::CheckpointBeyondStorage {
-                    checkpoint_size: cs,
-                    tree_size: size,
-                });
-            }
-            let stored_root = tree::root(store, cs)?;
-            if stored_root != cp.root {
-                return Err(OpenError::RootMismatch {
-                    size: cs,
-                    checkpoint_root: cp.root,
-                    stored_root,
-                });
-            }
-            if cs == size {
-                return Ok(SignedCheckpoint {
-                    checkpoint: cp,
-                    note,
-                });
-            }
-            Some(cp)
-        }
-    };
-    let new_root = tree::root(store, size)?;
-    if let Some(prev) = &previous {
-        check_extends(store, prev, size, &new_root)?;
-    }
-    sign_and_store(store, signer, size, new_root)
-}
-
-/// Proves the stored tree of `size` with `new_root` consistent with `prev`.
-fn check_extends(
-    store: &dyn LogStore,
-    prev: &Checkpoint,
-    size: TreeSize,
-    new_root: &Hash,
-) -> Result<(), OpenError> {
-    check_extends_with(&StoredHashes::new(store), prev, size, new_root)
-}
-
-/// [`check_extends`] over a given hash reader.
-fn check_extends_with(
-    reader: &StoredHashes<'_>,
-    prev: &Checkpoint,
-    size: TreeSize,
-    new_root: &Hash,
-) -> Result<(), OpenError> {
-    if prev.size.get() == 0 {
-        return Ok(());
-    }
-    let proof = tree::consistency_proof_with(reader, prev.size, size)?;
-    verify_consistency(prev.size, size, &prev.root, new_root, &proof).map_err(|source| {
-        OpenError::Inconsistent {
-            from: prev.size,
-            to: size,
-            source,
-        }
-    })
-}
-
-fn sign_and_store(
-    store: &dyn LogStore,
-    signer: &NoteSigner,
-    size: TreeSize,
-    root: Hash,
-) -> Result<SignedCheckpoint, OpenError> {
-    let checkpoint = Checkpoint::new(signer.verifier().name(), size, root);
-    let note = signer
-        .sign_checkpoint(&checkpoint)
-        .map_err(OpenError::Sign)?;
-    store.put_checkpoint(size, &note)?;
-    Ok(SignedCheckpoint { checkpoint, note })
-}
-
-fn open_error_to_store(e: OpenError) -> StoreError {
-    match e {
-        OpenError::Store(s) => s,
-        other => StoreError::Corrupt(other.to_string()),
-    }
-}
-
-/// What the writer decided for one queued record.
-enum Decision {
-    /// New entry at this position of the batch.
-    New(usize),
-    /// A retry of the new entry at this position of the batch.
-    Again(usize),
-    /// Already committed at this index.
-    Existing(LeafIndex),
-    /// Refused.
-    Refused(AppendError),
-}
-
-fn run_writer(shared: &Shared, mut rx: mpsc::Receiver<Job>, max_batch: usize, size: TreeSize) {
-    let mut state = WriterState {
-        size,
-        healthy: true,
-    };
-    while let Some(first) = rx.blocking_recv() {
-        let mut jobs = vec![first];
-        while jobs.len() < max_batch {
-            match rx.try_recv() {
-                Ok(job) => jobs.push(job),
-                Err(_) => break,
-            }
-        }
-        process_batch(shared, &mut state, jobs);
-    }
-}
-
-struct WriterState {
-    size: TreeSize,
-    healthy: bool,
-}
-
-fn fail_all(jobs: Vec<Job>, err: &AppendError) {
-    for job in jobs {
-        let _ = job.reply.send(Err(err.clone()));
-    }
-}
-
-fn process_batch(shared: &Shared, state: &mut WriterState, jobs: Vec<Job>) {
-    let store = shared.store.as_ref();
-    if !state.healthy {
-        match recover(store, &shared.signer) {
-            Ok(cp) => {
-                state.size = cp.checkpoint.size;
-                set_latest(shared, cp);
-                state.healthy = true;
-            }
-            Err(e) => {
-                tracing::error!(error = %e, "log recovery failed; refusing appends");
-                fail_all(jobs, &AppendError::Storage(open_error_to_store(e)));
-                return;
-            }
-        }
-    }
-
-    let old_size = state.size;
-    let mut new_entries: Vec<NewEntry> = Vec::new();
-    let mut built: Vec<Entry> = Vec::new();
-    let mut by_hash: HashMap<Hash, usize> = HashMap::new();
-    let mut by_nonce: HashMap<Nonce, LeafIndex> = HashMap::new();
-    let mut heads: HashMap<AgentName, ChainHead> = HashMap::new();
-    let mut decided: Vec<(Job, Decision)> = Vec::with_capacity(jobs.len());
-
-    // Everything classification needs from storage, in one read. Storage
-    // cannot change meanwhile: this thread is its only writer.
-    let lookups: Vec<Lookup<'_>> = jobs
-        .iter()
-        .map(|j| Lookup {
-            record_hash: j.record.hash(),
-            nonce: &j.record.nonce,
-            agent: &j.record.agent,
-        })
-        .collect();
-    let found = match store.lookup(&lookups) {
-        Ok(f) if f.len() == jobs.len() => f,
-        Ok(_) => {
-            fail_all(
-                jobs,
-                &AppendError::Storage(StoreError::Corrupt("short lookup answer".into())),
-            );
-            return;
-        }
-        Err(e) => {
-            fail_all(jobs, &AppendError::Storage(e));
-            return;
-        }
-    };
-    drop(lookups);
-
-    for (job, found) in jobs.into_iter().zip(found) {
-        let d = classify(
-            &job,
-            &found,
-            old_size,
-            &built,
-            &mut by_hash,
-            &mut by_nonce,
-            &mut heads,
-        );
-        let d = match d {
-            Ok(Some(entry)) => {
-                let pos = built.len();
-                let record = entry.record();
-                by_hash.insert(record.hash(), pos);
-                by_nonce.insert(record.nonce.clone(), entry.index());
-                heads.insert(
-                    record.agent.clone(),
-                    ChainHead {
-                        seq: record.seq,
-                        record_hash: record.hash(),
-                        index: entry.index(),
-                    },
-                );
-                new_entries.push(NewEntry {
-                    index: entry.index(),
-                    canonical: entry.canonical_bytes().to_vec(),
-                    leaf_hash: entry.leaf_hash(),
-                    record_hash: record.hash(),
-                    nonce: record.nonce.clone(),
-                    agent: record.agent.clone(),
-                    seq: record.seq,
-                });
-                built.push(entry);
-                Decision::New(pos)
-            }
-            Ok(None) => match (by_hash.get(&job.record.hash()), found.record) {
-                (Some(&pos), _) => Decision::Again(pos),
-                (None, Some(index)) => Decision::Existing(index),
-                (None, None) => Decision::Refused(AppendError::Storage(StoreError::Corrupt(
-                    "record classified as a retry but not found".into(),
-                ))),
-            },
-            Err(e) => Decision::Refused(e),
-        };
-        decided.push((job, d));
-    }
-
-    let mut committed: Option<Committed> = None;
-    if !new_entries.is_empty() {
-        match commit_and_sign(shared, state, old_size, new_entries) {
-            Ok(c) => committed = Some(c),
-            Err(e) => {
-                tracing::warn!(error = %e, "batch failed; the writer will recover before the next one");
-                state.healthy = false;
-                let err = AppendError::Storage(e);
-                for (job, d) in decided {
-                    let result = match d {
-                        Decision::New(_) | Decision::Again(_) => Err(err.clone()),
-                        Decision::Existing(index) => existing(store, &shared.signer, index),
-                        Decision::Refused(e) => Err(e),
-                    };
-                    let _ = job.reply.send(result);
-                }
-                return;
-            }
-        }
-    }
-
-    for (job, d) in decided {
-        let result = match d {
-            Decision::New(pos) | Decision::Again(pos) => {
-                let duplicate = matches!(d, Decision::Again(_));
-                let entry = &built[pos];
-                match &committed {
-                    // The proof is read from the batch's own hashes and the
-                    // old tree's frontier, not from storage.
-                    Some(c) => {
-                        let reader = StoredHashes::for_batch(store, &c.hashes);
-                        match tree::inclusion_proof_with(&reader, entry.index(), c.size) {
-                            Ok(inclusion) => Ok(Appended {
-                                entry: entry.clone(),
-                                receipt: make_receipt(entry, c.note.clone(), inclusion),
-                                duplicate,
-                            }),
-                            Err(e) => Err(AppendError::Storage(e)),
-                        }
-                    }
-                    None => Err(AppendError::Storage(StoreError::Corrupt(
-                        "no checkpoint after commit".into(),
-                    ))),
-                }
-            }
-            Decision::Existing(index) => existing(store, &shared.signer, index),
-            Decision::Refused(e) => Err(e),
-        };
-        let _ = job.reply.send(result);
-    }
-}
-
-/// A committed batch: its size, its checkpoint note, and its hashes.
-struct Committed {
-    size: TreeSize,
-    note: String,
-    hashes: tree::BatchHashes,
-}
-
-fn existing(
-    store: &dyn LogStore,
-    signer: &NoteSigner,
-    index: LeafIndex,
-) -> Result<Appended, AppendError> {
-    match stored_receipt(store, signer, index)? {
-        Some((entry, receipt)) => Ok(Appended {
-            entry,
-            receipt,
-            duplicate: true,
-        }),
-        None => Err(AppendError::Storage(StoreError::Corrupt(format!(
-            "record indexed at {index} has no entry"
-        )))),
-    }
-}
-
-/// Classifies one record. `Ok(Some(entry))`: a new entry; `Ok(None)`: a retry
-/// of a record committed or earlier in this batch; `Err`: refused.
-#[allow(clippy::too_many_arguments)]
-fn classify(
-    job: &Job,
-    found: &Found,
-    old_size: TreeSize,
-    built: &[Entry],
-    by_hash: &mut HashMap<Hash, usize>,
-    by_nonce: &mut HashMap<Nonce, LeafIndex>,
-    heads: &mut HashMap<AgentName, ChainHead>,
-) -> Result<Option<Entry>, AppendError> {
-    let record = &job.record;
-    let hash = record.hash();
-    if by_hash.contains_key(&hash) || found.record.is_some() {
-        return Ok(None);
-    }
-    let first_index = match by_nonce.get(&record.nonce) {
-        Some(i) => Some(*i),
-        None => found.nonce,
-    };
-    if let Some(first_index) = first_index {
-        return Err(AppendError::NonceReplayed {
-            nonce: record.nonce.clone(),
-            first_index,
-        });
-    }
-    let head = match heads.get(&record.agent) {
-        Some(h) => Some(h.clone()),
-        None => found.head.clone(),
-    };
-    let extends = match &head {
-        None => record.seq == Seq::GENESIS,
-        Some(h) => h.seq.next() == Some(record.seq) && record.prev == Some(h.record_hash),
-    };
-    if !extends {
-        return Err(AppendError::ChainConflict {
-            agent: record.agent.clone(),
-            head_seq: head.as_ref().map(|h| h.seq),
-            head_hash: head.as_ref().map(|h| h.record_hash),
-        });
-    }
-    let index = old_size.get() + built.len() as u64;
-    if index >= MAX_COUNTER {
-        return Err(AppendError::LogFull);
-    }
-    Ok(Some(Entry::new(
-        LeafIndex::new(index),
-        job.received,
-        record.clone(),
-    )?))
-}
-
-/// Steps 2 and 3 of the write path. On success the writer's size is the new
-/// size and the returned checkpoint is stored (durably with the next batch).
-fn commit_and_sign(
-    shared: &Shared,
-    state: &mut WriterState,
-    old_size: TreeSize,
-    entries: Vec<NewEntry>,
-) -> Result<Committed, StoreError> {
-    let store = shared.store.as_ref();
-    let leaves: Vec<Hash> = entries.iter().map(|e| e.leaf_hash).collect();
-    let hashes = tree::extend(store, old_size, &leaves)?;
-    let mut last_per_agent: HashMap<AgentName, ChainHead> = HashMap::new();
-    for e in &entries {
-        last_per_agent.insert(
-            e.agent.clone(),
-            ChainHead {
-                seq: e.seq,
-                record_hash: e.record_hash,
-                index: e.index,
-            },
-        );
-    }
-    let new_size = TreeSize::new(old_size.get() + entries.len() as u64);
-    let n = entries.len() as u64;
-    let batch = BatchWrite {
-        old_size,
-        entries,
-        hashes: hashes.hashes.clone(),
-        heads: last_per_agent.into_iter().collect(),
-        receipt_size: new_size,
-    };
-    // The one durable write of the batch. It also persists the previous
-    // batch's checkpoint note, stored without a sync of its own.
-    store.commit_batch(&batch)?;
-    drop(batch);
-    state.size = new_size;
-
-    // The batch is durable. Recompute the new root and prove it extends the
-    // last signed checkpoint (the batch's hashes and the old frontier are
-    // the bytes just committed and read; they are kept only to save reads).
-    let reader = StoredHashes::for_batch(store, &hashes);
-    let new_root = tree::root_with(&reader, new_size)?;
-    let prev = latest(shared);
-    check_extends_with(&reader, &prev.checkpoint, new_size, &new_root)
-        .map_err(open_error_to_store)?;
-    drop(reader);
-    // Signing is deterministic, so this note is a function of durable state:
-    // storing it without its own fsync loses nothing a crash cannot rebuild
-    // (recovery re-signs the same bytes). docs/storage.md, "Write path".
-    let signed =
-        sign_and_store(store, &shared.signer, new_size, new_root).map_err(open_error_to_store)?;
-    let note = signed.note.clone();
-    set_latest(shared, signed);
-
-    let stats = &shared.stats;
-    stats.batches.fetch_add(1, Ordering::Relaxed);
-    stats.entries.fetch_add(n, Ordering::Relaxed);
-    stats.largest.fetch_max(n, Ordering::Relaxed);
-    Ok(Committed {
-        size: new_size,
-        note,
-        hashes,
-    })
 }

@@ -374,7 +374,6 @@ mod tests {
                     old_size: old,
                     entries,
                     hashes: want,
-                    heads: Vec::new(),
                     receipt_size: new,
                 })
                 .unwrap_or_else(|e| panic!("{e}"));

@@ -229,7 +229,6 @@ fn synthetic_log(n: u64) -> (Arc<Log>, Vec<Hash>) {
                 old_size: old,
                 entries,
                 hashes,
-                heads: Vec::new(),
                 receipt_size: new_size,
             })
             .unwrap();

@@ -18,7 +18,7 @@ use tally_schemas::time::UnixMillis;
 use tally_schemas::tree::{verify_inclusion, LeafIndex, TreeSize};
 use tally_schemas::{Hash, Record};
 
-use crate::sig::verify_record;
+use crate::sig::PreparedKeys;
 
 /// Lines per batch handed to a worker, at most. Small enough that the
 /// batches in flight (queued, being worked, results waiting) hold a few
@@ -154,10 +154,10 @@ pub(crate) fn lookup_key<'a>(
     }
 }
 
-fn work_record(line: PackRecord, ctx: &Context) -> RecordWork {
+fn work_record(line: PackRecord, ctx: &Context, keys: &mut PreparedKeys) -> RecordWork {
     let record = &line.record;
     let (key, trusted) = lookup_key(&ctx.keys, record);
-    let sig_ok = trusted.map(|k| verify_record(record, &k.public_key));
+    let sig_ok = trusted.map(|k| keys.verify_record(record, &k.public_key));
     let inclusion = line.witnessed.as_ref().map(|w| match &ctx.pack_tree {
         Some((size, root)) => prove_entry(w.index, w.received, record, &w.inclusion, *size, root),
         None => Err("the pack checkpoint could not be read, so no entry can be proven".to_owned()),
@@ -172,8 +172,9 @@ fn work_record(line: PackRecord, ctx: &Context) -> RecordWork {
     }
 }
 
-/// The parallel half for one line of `data`.
-pub(crate) fn work(line: RawLine, data: &[u8], ctx: &Context) -> Parsed {
+/// The parallel half for one line of `data`; `keys` is the worker's own
+/// cache of prepared keys.
+pub(crate) fn work(line: RawLine, data: &[u8], ctx: &Context, keys: &mut PreparedKeys) -> Parsed {
     let bytes = match line {
         RawLine::TooLong(len) => return Parsed::TooLong(len),
         RawLine::Text(range) => &data[range],
@@ -181,7 +182,7 @@ pub(crate) fn work(line: RawLine, data: &[u8], ctx: &Context) -> Parsed {
     match PackLine::from_json(bytes) {
         Ok(PackLine::Header(_)) => Parsed::Header,
         Ok(PackLine::Checkpoint(c)) => Parsed::Checkpoint(Box::new(c)),
-        Ok(PackLine::Record(r)) => Parsed::Record(Box::new(work_record(*r, ctx))),
+        Ok(PackLine::Record(r)) => Parsed::Record(Box::new(work_record(*r, ctx, keys))),
         Ok(PackLine::End(e)) => Parsed::End(e),
         Err(PackError::UnsupportedVersion { what, found }) => {
             Parsed::Bad(format!("{what} format version {found} is not supported"))
@@ -239,20 +240,23 @@ impl<'a> Pipeline<'a> {
         for _ in 0..threads {
             let res_tx = res_tx.clone();
             let rx = &queue.rx;
-            scope.spawn(move || loop {
-                let job = rx
-                    .lock()
-                    .unwrap_or_else(std::sync::PoisonError::into_inner)
-                    .recv();
-                let Ok((id, batch)) = job else { break };
-                let data = &batch.data;
-                let out: Vec<Parsed> = batch
-                    .lines
-                    .into_iter()
-                    .map(|l| work(l, data, ctx))
-                    .collect();
-                if res_tx.send((id, out)).is_err() {
-                    break;
+            scope.spawn(move || {
+                let mut keys = PreparedKeys::default();
+                loop {
+                    let job = rx
+                        .lock()
+                        .unwrap_or_else(std::sync::PoisonError::into_inner)
+                        .recv();
+                    let Ok((id, batch)) = job else { break };
+                    let data = &batch.data;
+                    let out: Vec<Parsed> = batch
+                        .lines
+                        .into_iter()
+                        .map(|l| work(l, data, ctx, &mut keys))
+                        .collect();
+                    if res_tx.send((id, out)).is_err() {
+                        break;
+                    }
                 }
             });
         }

@@ -89,3 +89,36 @@ fn the_record_message_is_the_domain_and_the_canonical_record_without_sig() {
         ));
     }
 }
+
+#[test]
+fn prepared_keys_answer_exactly_as_single_strict_verification_on_records() {
+    use tally_schemas::keys::Signature as Sig;
+    use tally_testkit::fixture::{self, note, Fixture};
+    use tally_verifier::sig::{verify_record, PreparedKeys};
+    let mut fx = Fixture::new("tally.local/log", "log");
+    for a in ["a", "b", "c"] {
+        fx.add_agent(a, &format!("{a}/1"));
+    }
+    let mut keys = PreparedKeys::default();
+    let mut accepted = 0;
+    for i in 0..60u8 {
+        let agent = ["a", "b", "c"][usize::from(i % 3)];
+        let record = fx.log(agent, note(&format!("n{i}")));
+        let key = fixture::key_from_label(&format!("{agent}/1")).public_key();
+        // Every fourth record gets a flipped bit in R or S.
+        let record = if i % 4 == 0 {
+            let mut v: serde_json::Value =
+                serde_json::from_slice(record.canonical_bytes()).unwrap();
+            let mut sig = *record.signature().as_bytes();
+            sig[usize::from(i) % 64] ^= 1;
+            v["sig"] = serde_json::Value::String(Sig::from_bytes(sig).to_base64());
+            tally_schemas::Record::from_value(v).unwrap()
+        } else {
+            record
+        };
+        let want = verify_record(&record, &key);
+        assert_eq!(keys.verify_record(&record, &key), want, "record {i}");
+        accepted += usize::from(want);
+    }
+    assert_eq!(accepted, 45);
+}

@@ -1,6 +1,6 @@
 //! Bulk-fills a real redb log store with synthetic entries through the same
 //! `LogStore::commit_batch` the sequencer uses (every table written: entries,
-//! receipt sizes, agent/seq, nonce, record hash, leaf hash, chain heads), in
+//! leaves, chains and the merged index of layout 2), in
 //! batches of 100k, without signing or admission. Appending millions of signed
 //! records through the sequencer takes hours on a small machine; this takes
 //! minutes. Shared by `benches/log.rs` and `examples/proofs_at_scale.rs`.
@@ -9,7 +9,7 @@
 //! chains appended afterwards under other names start at genesis.
 
 use tally_log::store::redb::RedbStore;
-use tally_log::store::{BatchWrite, ChainHead, LogStore, NewEntry};
+use tally_log::store::{BatchWrite, LogStore, NewEntry};
 use tally_log::tree;
 use tally_schemas::hash::leaf_hash;
 use tally_schemas::{AgentName, Hash, LeafIndex, Nonce, Seq, TreeSize};
@@ -45,27 +45,11 @@ pub fn fill(store: &RedbStore, from: u64, to: u64) {
             .collect();
         let leaves: Vec<Hash> = entries.iter().map(|e| e.leaf_hash).collect();
         let hashes = tree::batch_hashes(store, TreeSize::new(size), &leaves).expect("hashes");
-        let heads = entries
-            .iter()
-            .rev()
-            .take(AGENTS as usize)
-            .map(|e| {
-                (
-                    e.agent.clone(),
-                    ChainHead {
-                        seq: e.seq,
-                        record_hash: e.record_hash,
-                        index: e.index,
-                    },
-                )
-            })
-            .collect();
         store
             .commit_batch(&BatchWrite {
                 old_size: TreeSize::new(size),
                 entries,
                 hashes,
-                heads,
                 receipt_size: TreeSize::new(end),
             })
             .expect("commit");

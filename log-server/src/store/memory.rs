@@ -150,9 +150,16 @@ impl LogStore for MemoryStore {
             s.nonces.insert(e.nonce.as_bytes().to_vec(), e.index);
             s.records.insert(e.record_hash, e.index);
             s.leaves.insert(e.leaf_hash, e.index);
-        }
-        for (agent, head) in &batch.heads {
-            s.heads.insert(agent.clone(), head.clone());
+            // Entries of one agent come in seq order (checked above), so
+            // the last one is the head.
+            s.heads.insert(
+                e.agent.clone(),
+                ChainHead {
+                    seq: e.seq,
+                    record_hash: e.record_hash,
+                    index: e.index,
+                },
+            );
         }
         Ok(())
     }

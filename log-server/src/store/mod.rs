@@ -25,13 +25,24 @@
 //!    an error instead of assuming either. The fault-injecting backend
 //!    ([`faulty::FaultyStore`]) exercises both outcomes.
 //!
+//! 6. **Indexes follow the entries.** Everything a lookup answers (chain
+//!    heads, an agent's `(seq, index)` rows, the nonce, record-hash and
+//!    leaf-hash indexes, receipt sizes) is derived from the batch's
+//!    [`NewEntry`] rows and written in the same atomic batch. An agent's
+//!    chain head is its entry with the highest seq.
+//!
 //! The store itself checks no chain, nonce or signature rule: the single
 //! writer (the sequencer) does that before it builds a batch, and the
-//! compare-and-swap of rule 2 makes that check-then-write atomic.
+//! compare-and-swap of rule 2 makes that check-then-write atomic. The trait
+//! names no backend type, so a backend on another database (a SQL one)
+//! implements the same methods; how a backend lays out its rows is its own
+//! (docs/storage.md has the redb layout).
 
 pub mod faulty;
 pub mod memory;
 pub mod redb;
+#[doc(hidden)]
+pub mod redb_v1;
 
 use tally_schemas::{AgentName, Hash, LeafIndex, Nonce, Seq, TreeSize};
 
@@ -96,6 +107,10 @@ pub struct Lookup<'a> {
     pub nonce: &'a Nonce,
     /// The record's agent (where is its chain's head?).
     pub agent: &'a AgentName,
+    /// The record's seq: a committed record with this hash is the agent's
+    /// entry at this seq (the hash covers agent and seq), so a backend may
+    /// answer [`Found::record`] from its `(agent, seq)` rows.
+    pub seq: Seq,
 }
 
 /// The answers to one [`Lookup`], as of one consistent read of the store.
@@ -119,8 +134,6 @@ pub struct BatchWrite {
     /// The new stored hashes, starting at stored-hash index
     /// `stored_hash_count(old_size)` and ending at `stored_hash_count(new size)`.
     pub hashes: Vec<Hash>,
-    /// The new chain head of each agent that has entries in the batch.
-    pub heads: Vec<(AgentName, ChainHead)>,
     /// The tree size of the checkpoint every receipt for this batch is issued
     /// under: the new size.
     pub receipt_size: TreeSize,
@@ -155,6 +168,17 @@ impl BatchWrite {
                 "batch has {} stored hashes, {want} expected",
                 self.hashes.len()
             )));
+        }
+        let mut last: std::collections::HashMap<&AgentName, Seq> = std::collections::HashMap::new();
+        for e in &self.entries {
+            if let Some(prev) = last.insert(&e.agent, e.seq) {
+                if e.seq <= prev {
+                    return Err(StoreError::Conflict(format!(
+                        "batch entries of {} are not in seq order",
+                        e.agent
+                    )));
+                }
+            }
         }
         if self.receipt_size != self.new_size() {
             return Err(StoreError::Conflict(

@@ -1,46 +1,111 @@
 //! The redb [`LogStore`], the default backend: one file, one durable
 //! (`Durability::Immediate`) write transaction per group commit; checkpoint
-//! notes are written with `Durability::None` and persisted by the next one. Its tables,
-//! keys and encodings are documented in docs/storage.md, which is the
-//! contract for this file.
+//! notes are written with `Durability::None` and persisted by the next one.
+//! Its tables, keys and encodings (layout version 2) are documented in
+//! docs/storage.md, which is the contract for this file. A file of layout
+//! version 1 is migrated when it is opened (`super::redb_v1`).
+//!
+//! Layout 2 writes six B-tree rows per entry, whatever the index: the entry,
+//! its leaf row (receipt size and the stored hashes the leaf appends), its
+//! chain row, and three rows of one merged index keyed by 16-byte prefixes
+//! (nonce, record hash, leaf hash). A prefix can be shared by two entries,
+//! so every index hit is confirmed against the entry before it is answered.
 
 use std::path::Path;
 
 use redb::{
-    Database, Durability, ReadableDatabase, ReadableTable, ReadableTableMetadata, TableDefinition,
+    Database, Durability, ReadTransaction, ReadableDatabase, ReadableTable, ReadableTableMetadata,
+    TableDefinition,
 };
-use tally_schemas::{AgentName, Hash, LeafIndex, Nonce, Seq, TreeSize};
+use tally_schemas::{AgentName, Entry, Hash, LeafIndex, Nonce, Seq, TreeSize};
 
 use super::{check_put_checkpoint, BatchWrite, ChainHead, Found, LogStore, Lookup, StoreError};
 
 /// `meta`: named counters. `tree_size` = number of committed entries;
-/// `layout` = the storage layout version.
-const META: TableDefinition<&str, u64> = TableDefinition::new("meta");
-/// `hashes`: stored-hash index (sumdb/tlog layout) → 32-byte hash.
-const HASHES: TableDefinition<u64, [u8; 32]> = TableDefinition::new("hashes");
+/// `layout` = the storage layout version; `migrated_to` = while a layout 1
+/// file is being migrated, the entries already carried over.
+pub(crate) const META: TableDefinition<&str, u64> = TableDefinition::new("meta");
 /// `entries`: leaf index → the entry's canonical JSON bytes (the leaf data).
-const ENTRIES: TableDefinition<u64, &[u8]> = TableDefinition::new("entries");
-/// `receipt_sizes`: leaf index → size of the checkpoint its receipt names.
-const RECEIPT_SIZES: TableDefinition<u64, u64> = TableDefinition::new("receipt_sizes");
+pub(crate) const ENTRIES: TableDefinition<u64, &[u8]> = TableDefinition::new("entries");
 /// `checkpoints`: tree size → signed checkpoint note (UTF-8 text).
-const CHECKPOINTS: TableDefinition<u64, &str> = TableDefinition::new("checkpoints");
-/// `chain_heads`: agent name → (seq, record hash, leaf index).
-const CHAIN_HEADS: TableDefinition<&str, (u64, [u8; 32], u64)> =
-    TableDefinition::new("chain_heads");
-/// `agent_seq`: (agent name, seq) → leaf index.
-const AGENT_SEQ: TableDefinition<(&str, u64), u64> = TableDefinition::new("agent_seq");
-/// `nonces`: nonce bytes → leaf index of the record that used it.
-const NONCES: TableDefinition<&[u8], u64> = TableDefinition::new("nonces");
-/// `record_hashes`: record hash → leaf index.
-const RECORD_HASHES: TableDefinition<[u8; 32], u64> = TableDefinition::new("record_hashes");
-/// `leaf_hashes`: leaf hash → leaf index.
-const LEAF_HASHES: TableDefinition<[u8; 32], u64> = TableDefinition::new("leaf_hashes");
+pub(crate) const CHECKPOINTS: TableDefinition<u64, &str> = TableDefinition::new("checkpoints");
+/// `leaves`: leaf index → receipt size (u64, little-endian) ‖ the
+/// `1 + trailing_ones(index)` stored hashes that appending this leaf adds.
+pub(crate) const LEAVES: TableDefinition<u64, &[u8]> = TableDefinition::new("leaves");
+/// `chains`: (agent name, seq) → (leaf index, record hash). An agent's
+/// chain head is its last row.
+pub(crate) const CHAINS: TableDefinition<(&str, u64), (u64, [u8; 32])> =
+    TableDefinition::new("chains");
+/// `ids`: (kind byte ‖ the first 15 bytes of a digest, leaf index) → ().
+/// Kinds: [`ID_NONCE`] (digest = SHA-256 of the nonce), [`ID_RECORD`]
+/// (the record hash), [`ID_LEAF`] (the leaf hash).
+pub(crate) const IDS: TableDefinition<([u8; 16], u64), ()> = TableDefinition::new("ids");
 
-/// The storage layout version written in `meta.layout`.
-pub const LAYOUT_VERSION: u64 = 1;
+/// Kind byte of a nonce key in `ids`.
+pub(crate) const ID_NONCE: u8 = 1;
+/// Kind byte of a record-hash key in `ids`.
+pub(crate) const ID_RECORD: u8 = 2;
+/// Kind byte of a leaf-hash key in `ids`.
+pub(crate) const ID_LEAF: u8 = 3;
 
-fn backend<E: std::fmt::Display>(e: E) -> StoreError {
+/// The storage layout version this build writes (`meta.layout`).
+pub const LAYOUT_VERSION: u64 = 2;
+
+/// Entries carried over per transaction when a layout 1 file is migrated,
+/// unless `TALLY_LOG_MIGRATION_CHUNK` says otherwise (tests set it small
+/// to kill the migration between many commits).
+pub const DEFAULT_MIGRATION_CHUNK: u64 = 20_000;
+
+pub(crate) fn backend<E: std::fmt::Display>(e: E) -> StoreError {
     StoreError::Backend(e.to_string())
+}
+
+/// The `ids` key of a digest of the given kind.
+pub(crate) fn id_key(kind: u8, digest: &Hash) -> [u8; 16] {
+    let mut k = [0u8; 16];
+    k[0] = kind;
+    k[1..].copy_from_slice(&digest.as_bytes()[..15]);
+    k
+}
+
+/// The `ids` key of a nonce.
+pub(crate) fn nonce_key(nonce: &Nonce) -> [u8; 16] {
+    id_key(ID_NONCE, &Hash::sha256(nonce.as_bytes()))
+}
+
+/// The number of stored hashes leaf `index` appends.
+pub(crate) fn hashes_of_leaf(index: u64) -> usize {
+    1 + index.trailing_ones() as usize
+}
+
+/// A `leaves` row: receipt size, then the leaf's stored hashes.
+pub(crate) fn leaf_row(receipt_size: TreeSize, hashes: &[Hash]) -> Vec<u8> {
+    let mut row = Vec::with_capacity(8 + 32 * hashes.len());
+    row.extend_from_slice(&receipt_size.get().to_le_bytes());
+    for h in hashes {
+        row.extend_from_slice(h.as_bytes());
+    }
+    row
+}
+
+fn corrupt(what: String) -> StoreError {
+    StoreError::Corrupt(what)
+}
+
+/// The receipt size in a `leaves` row.
+fn row_receipt_size(index: u64, row: &[u8]) -> Result<TreeSize, StoreError> {
+    row.get(..8)
+        .and_then(|b| <[u8; 8]>::try_from(b).ok())
+        .map(|b| TreeSize::new(u64::from_le_bytes(b)))
+        .ok_or_else(|| corrupt(format!("leaf row {index} is too short")))
+}
+
+/// The stored hash at `level` in a `leaves` row.
+fn row_hash(index: u64, row: &[u8], level: usize) -> Result<Hash, StoreError> {
+    row.get(8 + 32 * level..8 + 32 * (level + 1))
+        .and_then(|b| <[u8; 32]>::try_from(b).ok())
+        .map(Hash::from_bytes)
+        .ok_or_else(|| corrupt(format!("leaf row {index} has no hash at level {level}")))
 }
 
 /// A [`LogStore`] in one redb file.
@@ -49,11 +114,15 @@ pub struct RedbStore {
 }
 
 impl RedbStore {
-    /// Opens (or creates) the log file at `path` and checks its layout version.
+    /// Opens (or creates) the log file at `path`, migrating a file of layout
+    /// version 1 to version 2 first (docs/storage.md, "Migration from layout
+    /// 1"; resumable: a migration cut short by a crash goes on at the next
+    /// open).
     ///
     /// # Errors
     /// [`StoreError::Backend`] when the file cannot be opened (held by another
-    /// process, unreadable); [`StoreError::Corrupt`] for another layout version.
+    /// process, unreadable); [`StoreError::Corrupt`] for an unknown layout
+    /// version or a layout 1 file that does not migrate.
     pub fn open(path: &Path) -> Result<Self, StoreError> {
         Self::open_with_cache(path, crate::log::DEFAULT_CACHE_BYTES)
     }
@@ -68,80 +137,139 @@ impl RedbStore {
             .create(path)
             .map_err(backend)?;
         let tx = db.begin_write().map_err(backend)?;
-        {
+        let layout = {
             let mut meta = tx.open_table(META).map_err(backend)?;
             let layout = meta.get("layout").map_err(backend)?.map(|g| g.value());
-            match layout {
-                None => {
-                    meta.insert("layout", LAYOUT_VERSION).map_err(backend)?;
-                    meta.insert("tree_size", 0).map_err(backend)?;
-                }
-                Some(LAYOUT_VERSION) => {}
-                Some(other) => {
-                    return Err(StoreError::Corrupt(format!(
-                        "storage layout version {other}, this build reads {LAYOUT_VERSION}"
-                    )))
-                }
+            if layout.is_none() {
+                meta.insert("layout", LAYOUT_VERSION).map_err(backend)?;
+                meta.insert("tree_size", 0).map_err(backend)?;
             }
             // Create every table so that readers never meet a missing one.
-            tx.open_table(HASHES).map_err(backend)?;
             tx.open_table(ENTRIES).map_err(backend)?;
-            tx.open_table(RECEIPT_SIZES).map_err(backend)?;
             tx.open_table(CHECKPOINTS).map_err(backend)?;
-            tx.open_table(CHAIN_HEADS).map_err(backend)?;
-            tx.open_table(AGENT_SEQ).map_err(backend)?;
-            tx.open_table(NONCES).map_err(backend)?;
-            tx.open_table(RECORD_HASHES).map_err(backend)?;
-            tx.open_table(LEAF_HASHES).map_err(backend)?;
-        }
+            tx.open_table(LEAVES).map_err(backend)?;
+            tx.open_table(CHAINS).map_err(backend)?;
+            tx.open_table(IDS).map_err(backend)?;
+            layout.unwrap_or(LAYOUT_VERSION)
+        };
         tx.commit().map_err(backend)?;
+        match layout {
+            LAYOUT_VERSION => {}
+            1 => {
+                let chunk = std::env::var("TALLY_LOG_MIGRATION_CHUNK")
+                    .ok()
+                    .and_then(|v| v.parse::<u64>().ok())
+                    .filter(|v| *v > 0)
+                    .unwrap_or(DEFAULT_MIGRATION_CHUNK);
+                super::redb_v1::migrate(&db, chunk)?;
+            }
+            other => {
+                return Err(StoreError::Corrupt(format!(
+                    "storage layout version {other}, this build reads 1 (and migrates it) and {LAYOUT_VERSION}"
+                )))
+            }
+        }
         Ok(Self { db })
     }
 
     fn read<T>(
         &self,
-        f: impl FnOnce(&redb::ReadTransaction) -> Result<T, redb::Error>,
+        f: impl FnOnce(&ReadTransaction) -> Result<T, StoreError>,
     ) -> Result<T, StoreError> {
         let tx = self.db.begin_read().map_err(backend)?;
-        f(&tx).map_err(backend)
+        f(&tx)
     }
+}
 
-    fn lookup<K: redb::Key + 'static>(
-        &self,
-        table: TableDefinition<K, u64>,
-        key: K::SelfType<'_>,
-    ) -> Result<Option<LeafIndex>, StoreError> {
-        self.read(|tx| {
-            let t = tx.open_table(table)?;
-            Ok(t.get(key)?.map(|g| LeafIndex::new(g.value())))
-        })
+/// The leaf indexes filed under `key` in `ids`.
+fn id_candidates(tx: &ReadTransaction, key: [u8; 16]) -> Result<Vec<u64>, StoreError> {
+    let ids = tx.open_table(IDS).map_err(backend)?;
+    let mut out = Vec::new();
+    for row in ids.range((key, 0)..=(key, u64::MAX)).map_err(backend)? {
+        out.push(row.map_err(backend)?.0.value().1);
     }
+    Ok(out)
+}
+
+fn read_entry(tx: &ReadTransaction, index: u64) -> Result<Entry, StoreError> {
+    let entries = tx.open_table(ENTRIES).map_err(backend)?;
+    let row = entries
+        .get(index)
+        .map_err(backend)?
+        .ok_or_else(|| corrupt(format!("indexed entry {index} is not stored")))?;
+    Entry::from_json(row.value())
+        .map_err(|e| corrupt(format!("stored entry {index} does not parse: {e}")))
+}
+
+/// The entry whose record used `nonce`, confirmed against the entry.
+fn find_nonce(tx: &ReadTransaction, nonce: &Nonce) -> Result<Option<LeafIndex>, StoreError> {
+    for i in id_candidates(tx, nonce_key(nonce))? {
+        if read_entry(tx, i)?.record().nonce == *nonce {
+            return Ok(Some(LeafIndex::new(i)));
+        }
+    }
+    Ok(None)
+}
+
+fn chain_head_in(tx: &ReadTransaction, agent: &AgentName) -> Result<Option<ChainHead>, StoreError> {
+    let chains = tx.open_table(CHAINS).map_err(backend)?;
+    let last = chains
+        .range((agent.as_str(), 0)..=(agent.as_str(), u64::MAX))
+        .map_err(backend)?
+        .next_back()
+        .transpose()
+        .map_err(backend)?;
+    last.map(|(k, v)| {
+        let (index, hash) = v.value();
+        Ok(ChainHead {
+            seq: Seq::new(k.value().1).map_err(|e| corrupt(e.to_string()))?,
+            record_hash: Hash::from_bytes(hash),
+            index: LeafIndex::new(index),
+        })
+    })
+    .transpose()
 }
 
 impl LogStore for RedbStore {
     fn size(&self) -> Result<TreeSize, StoreError> {
         self.read(|tx| {
-            let t = tx.open_table(META)?;
-            Ok(TreeSize::new(t.get("tree_size")?.map_or(0, |g| g.value())))
+            let t = tx.open_table(META).map_err(backend)?;
+            Ok(TreeSize::new(
+                t.get("tree_size")
+                    .map_err(backend)?
+                    .map_or(0, |g| g.value()),
+            ))
         })
     }
 
     fn read_hashes(&self, indexes: &[u64]) -> Result<Vec<Hash>, StoreError> {
-        let found = self.read(|tx| {
-            let t = tx.open_table(HASHES)?;
+        self.read(|tx| {
+            let leaves = tx.open_table(LEAVES).map_err(backend)?;
             let mut out = Vec::with_capacity(indexes.len());
+            let mut last: Option<(u64, Vec<u8>)> = None;
             for &i in indexes {
-                out.push(t.get(i)?.map(|g| Hash::from_bytes(g.value())));
+                let (level, n) = tlog_tiles::split_stored_hash_index(i);
+                // Stored hash (level, n) is appended by the leaf that
+                // completes that subtree: ((n + 1) << level) − 1.
+                let leaf = n
+                    .checked_add(1)
+                    .filter(|m| m.leading_zeros() >= u32::from(level))
+                    .map(|m| (m << level) - 1)
+                    .ok_or_else(|| corrupt(format!("stored hash {i} is out of range")))?;
+                if last.as_ref().is_none_or(|(at, _)| *at != leaf) {
+                    let row = leaves
+                        .get(leaf)
+                        .map_err(backend)?
+                        .ok_or_else(|| corrupt(format!("stored hash {i} is missing")))?
+                        .value()
+                        .to_vec();
+                    last = Some((leaf, row));
+                }
+                let row = last.as_ref().map(|(_, r)| r.as_slice()).unwrap_or_default();
+                out.push(row_hash(leaf, row, usize::from(level))?);
             }
             Ok(out)
-        })?;
-        found
-            .into_iter()
-            .zip(indexes)
-            .map(|(h, i)| {
-                h.ok_or_else(|| StoreError::Corrupt(format!("stored hash {i} is missing")))
-            })
-            .collect()
+        })
     }
 
     fn entries(&self, start: LeafIndex, end: LeafIndex) -> Result<Vec<Vec<u8>>, StoreError> {
@@ -149,10 +277,10 @@ impl LogStore for RedbStore {
             return Ok(Vec::new());
         }
         self.read(|tx| {
-            let t = tx.open_table(ENTRIES)?;
+            let t = tx.open_table(ENTRIES).map_err(backend)?;
             let mut out = Vec::new();
-            for row in t.range(start.get()..end.get())? {
-                out.push(row?.1.value().to_vec());
+            for row in t.range(start.get()..end.get()).map_err(backend)? {
+                out.push(row.map_err(backend)?.1.value().to_vec());
             }
             Ok(out)
         })
@@ -160,41 +288,35 @@ impl LogStore for RedbStore {
 
     fn receipt_size(&self, index: LeafIndex) -> Result<Option<TreeSize>, StoreError> {
         self.read(|tx| {
-            let t = tx.open_table(RECEIPT_SIZES)?;
-            Ok(t.get(index.get())?.map(|g| TreeSize::new(g.value())))
+            let t = tx.open_table(LEAVES).map_err(backend)?;
+            let row = t.get(index.get()).map_err(backend)?;
+            row.map(|r| row_receipt_size(index.get(), r.value()))
+                .transpose()
         })
     }
 
     fn checkpoint(&self, size: TreeSize) -> Result<Option<String>, StoreError> {
         self.read(|tx| {
-            let t = tx.open_table(CHECKPOINTS)?;
-            Ok(t.get(size.get())?.map(|g| g.value().to_owned()))
+            let t = tx.open_table(CHECKPOINTS).map_err(backend)?;
+            Ok(t.get(size.get())
+                .map_err(backend)?
+                .map(|g| g.value().to_owned()))
         })
     }
 
     fn latest_checkpoint(&self) -> Result<Option<(TreeSize, String)>, StoreError> {
         self.read(|tx| {
-            let t = tx.open_table(CHECKPOINTS)?;
+            let t = tx.open_table(CHECKPOINTS).map_err(backend)?;
             let last = t
-                .last()?
+                .last()
+                .map_err(backend)?
                 .map(|(k, v)| (TreeSize::new(k.value()), v.value().to_owned()));
             Ok(last)
         })
     }
 
     fn chain_head(&self, agent: &AgentName) -> Result<Option<ChainHead>, StoreError> {
-        let row = self.read(|tx| {
-            let t = tx.open_table(CHAIN_HEADS)?;
-            Ok(t.get(agent.as_str())?.map(|g| g.value()))
-        })?;
-        row.map(|(seq, hash, index)| {
-            Ok(ChainHead {
-                seq: Seq::new(seq).map_err(|e| StoreError::Corrupt(e.to_string()))?,
-                record_hash: Hash::from_bytes(hash),
-                index: LeafIndex::new(index),
-            })
-        })
-        .transpose()
+        self.read(|tx| chain_head_in(tx, agent))
     }
 
     fn agent_indexes(
@@ -203,73 +325,81 @@ impl LogStore for RedbStore {
         from: Seq,
         limit: usize,
     ) -> Result<Vec<(Seq, LeafIndex)>, StoreError> {
-        let rows = self.read(|tx| {
-            let t = tx.open_table(AGENT_SEQ)?;
+        self.read(|tx| {
+            let t = tx.open_table(CHAINS).map_err(backend)?;
             let mut out = Vec::new();
             for row in t
-                .range((agent.as_str(), from.get())..=(agent.as_str(), u64::MAX))?
+                .range((agent.as_str(), from.get())..=(agent.as_str(), u64::MAX))
+                .map_err(backend)?
                 .take(limit)
             {
-                let (k, v) = row?;
-                out.push((k.value().1, v.value()));
-            }
-            Ok(out)
-        })?;
-        rows.into_iter()
-            .map(|(seq, index)| {
-                Ok((
-                    Seq::new(seq).map_err(|e| StoreError::Corrupt(e.to_string()))?,
-                    LeafIndex::new(index),
-                ))
-            })
-            .collect()
-    }
-
-    fn index_of_nonce(&self, nonce: &Nonce) -> Result<Option<LeafIndex>, StoreError> {
-        self.lookup(NONCES, nonce.as_bytes())
-    }
-
-    fn index_of_record(&self, record_hash: &Hash) -> Result<Option<LeafIndex>, StoreError> {
-        self.lookup(RECORD_HASHES, *record_hash.as_bytes())
-    }
-
-    fn index_of_leaf(&self, leaf_hash: &Hash) -> Result<Option<LeafIndex>, StoreError> {
-        self.lookup(LEAF_HASHES, *leaf_hash.as_bytes())
-    }
-
-    fn lookup(&self, lookups: &[Lookup<'_>]) -> Result<Vec<Found>, StoreError> {
-        let rows = self.read(|tx| {
-            let records = tx.open_table(RECORD_HASHES)?;
-            let nonces = tx.open_table(NONCES)?;
-            let heads = tx.open_table(CHAIN_HEADS)?;
-            let mut out = Vec::with_capacity(lookups.len());
-            for l in lookups {
+                let (k, v) = row.map_err(backend)?;
                 out.push((
-                    records.get(*l.record_hash.as_bytes())?.map(|g| g.value()),
-                    nonces.get(l.nonce.as_bytes())?.map(|g| g.value()),
-                    heads.get(l.agent.as_str())?.map(|g| g.value()),
+                    Seq::new(k.value().1).map_err(|e| corrupt(e.to_string()))?,
+                    LeafIndex::new(v.value().0),
                 ));
             }
             Ok(out)
-        })?;
-        rows.into_iter()
-            .map(|(record, nonce, head)| {
-                Ok(Found {
-                    record: record.map(LeafIndex::new),
-                    nonce: nonce.map(LeafIndex::new),
-                    head: head
-                        .map(|(seq, hash, index)| {
-                            Ok::<_, StoreError>(ChainHead {
-                                seq: Seq::new(seq)
-                                    .map_err(|e| StoreError::Corrupt(e.to_string()))?,
-                                record_hash: Hash::from_bytes(hash),
-                                index: LeafIndex::new(index),
-                            })
-                        })
-                        .transpose()?,
-                })
-            })
-            .collect()
+        })
+    }
+
+    fn index_of_nonce(&self, nonce: &Nonce) -> Result<Option<LeafIndex>, StoreError> {
+        self.read(|tx| find_nonce(tx, nonce))
+    }
+
+    fn index_of_record(&self, record_hash: &Hash) -> Result<Option<LeafIndex>, StoreError> {
+        self.read(|tx| {
+            for i in id_candidates(tx, id_key(ID_RECORD, record_hash))? {
+                if read_entry(tx, i)?.record().hash() == *record_hash {
+                    return Ok(Some(LeafIndex::new(i)));
+                }
+            }
+            Ok(None)
+        })
+    }
+
+    fn index_of_leaf(&self, leaf_hash: &Hash) -> Result<Option<LeafIndex>, StoreError> {
+        self.read(|tx| {
+            let leaves = tx.open_table(LEAVES).map_err(backend)?;
+            for i in id_candidates(tx, id_key(ID_LEAF, leaf_hash))? {
+                let row = leaves
+                    .get(i)
+                    .map_err(backend)?
+                    .ok_or_else(|| corrupt(format!("indexed leaf {i} is not stored")))?;
+                if row_hash(i, row.value(), 0)? == *leaf_hash {
+                    return Ok(Some(LeafIndex::new(i)));
+                }
+            }
+            Ok(None)
+        })
+    }
+
+    fn lookup(&self, lookups: &[Lookup<'_>]) -> Result<Vec<Found>, StoreError> {
+        self.read(|tx| {
+            let chains = tx.open_table(CHAINS).map_err(backend)?;
+            let mut out = Vec::with_capacity(lookups.len());
+            for l in lookups {
+                // A committed record with this hash is the agent's entry at
+                // this seq: the hash covers both.
+                let record = chains
+                    .get((l.agent.as_str(), l.seq.get()))
+                    .map_err(backend)?
+                    .map(|g| g.value())
+                    .filter(|(_, h)| *h == *l.record_hash.as_bytes())
+                    .map(|(i, _)| LeafIndex::new(i));
+                let nonce = match record {
+                    // The same record, so the same nonce.
+                    Some(i) => Some(i),
+                    None => find_nonce(tx, l.nonce)?,
+                };
+                out.push(Found {
+                    record,
+                    nonce,
+                    head: chain_head_in(tx, l.agent)?,
+                });
+            }
+            Ok(out)
+        })
     }
 
     fn sync(&self) -> Result<(), StoreError> {
@@ -294,47 +424,46 @@ impl LogStore for RedbStore {
                     batch.old_size
                 )));
             }
-            let mut hashes = tx.open_table(HASHES).map_err(backend)?;
-            let first = tlog_tiles::stored_hash_count(batch.old_size.get());
-            if hashes.len().map_err(backend)? != first {
+            let mut leaves = tx.open_table(LEAVES).map_err(backend)?;
+            if leaves.len().map_err(backend)? != stored {
                 return Err(StoreError::Corrupt(
-                    "stored hash count does not match the tree size".into(),
+                    "the number of leaf rows does not match the tree size".into(),
                 ));
             }
-            for (k, h) in batch.hashes.iter().enumerate() {
-                hashes
-                    .insert(first + k as u64, *h.as_bytes())
-                    .map_err(backend)?;
-            }
             let mut entries = tx.open_table(ENTRIES).map_err(backend)?;
-            let mut receipts = tx.open_table(RECEIPT_SIZES).map_err(backend)?;
-            let mut agent_seq = tx.open_table(AGENT_SEQ).map_err(backend)?;
-            let mut nonces = tx.open_table(NONCES).map_err(backend)?;
-            let mut records = tx.open_table(RECORD_HASHES).map_err(backend)?;
-            let mut leaves = tx.open_table(LEAF_HASHES).map_err(backend)?;
+            let mut chains = tx.open_table(CHAINS).map_err(backend)?;
+            let mut ids = tx.open_table(IDS).map_err(backend)?;
+            let mut next_hash = 0usize;
             for e in &batch.entries {
                 let i = e.index.get();
+                let count = hashes_of_leaf(i);
+                let hashes = batch
+                    .hashes
+                    .get(next_hash..next_hash + count)
+                    .ok_or_else(|| {
+                        StoreError::Conflict("batch has too few stored hashes".into())
+                    })?;
+                next_hash += count;
                 entries.insert(i, e.canonical.as_slice()).map_err(backend)?;
-                receipts
-                    .insert(i, batch.receipt_size.get())
+                leaves
+                    .insert(i, leaf_row(batch.receipt_size, hashes).as_slice())
                     .map_err(backend)?;
-                agent_seq
-                    .insert((e.agent.as_str(), e.seq.get()), i)
-                    .map_err(backend)?;
-                nonces.insert(e.nonce.as_bytes(), i).map_err(backend)?;
-                records
-                    .insert(*e.record_hash.as_bytes(), i)
-                    .map_err(backend)?;
-                leaves.insert(*e.leaf_hash.as_bytes(), i).map_err(backend)?;
-            }
-            let mut heads = tx.open_table(CHAIN_HEADS).map_err(backend)?;
-            for (agent, h) in &batch.heads {
-                heads
+                chains
                     .insert(
-                        agent.as_str(),
-                        (h.seq.get(), *h.record_hash.as_bytes(), h.index.get()),
+                        (e.agent.as_str(), e.seq.get()),
+                        (i, *e.record_hash.as_bytes()),
                     )
                     .map_err(backend)?;
+                ids.insert((nonce_key(&e.nonce), i), ()).map_err(backend)?;
+                ids.insert((id_key(ID_RECORD, &e.record_hash), i), ())
+                    .map_err(backend)?;
+                ids.insert((id_key(ID_LEAF, &e.leaf_hash), i), ())
+                    .map_err(backend)?;
+            }
+            if next_hash != batch.hashes.len() {
+                return Err(StoreError::Conflict(
+                    "batch has stored hashes beyond its entries".into(),
+                ));
             }
             meta.insert("tree_size", batch.new_size().get())
                 .map_err(backend)?;

@@ -1,4 +1,5 @@
-//! `tally serve`'s machinery (issue 4 §1; docs/operations.md): the data
+//! `tally serve`'s machinery (docs/operations.md "The data folder",
+//! "Connections", "TLS", "Shutdown, crashes, restarts"): the data
 //! folder (log key, key directory, log and registry files), the listener
 //! with optional TLS (rustls) and the connection limits of module
 //! [`crate::conn`], and graceful shutdown that drains in-flight requests

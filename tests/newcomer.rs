@@ -888,3 +888,55 @@ fn recorded_hashes_recompute_from_the_kept_salt_and_content() {
         assert_eq!(secret.content.is_some(), kept, "{member}");
     }
 }
+
+/// A script that starts `serve` and waits for its port to accept before
+/// running the next command finds the data folder ready: the port is bound
+/// first (so a port in use fails before anything is made) but accepts only
+/// once the admin token and the first API key are written.
+#[test]
+fn the_port_accepts_only_once_the_data_folder_is_ready() {
+    let tmp = tempfile::tempdir().unwrap();
+    let data = tmp.path().join("tally-data");
+    let port = TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let addr = format!("127.0.0.1:{port}");
+    let mut child = command(
+        tmp.path(),
+        &["serve", "--data-dir", "tally-data", "--listen", &addr],
+        &[],
+    )
+    .stdout(Stdio::null())
+    .stderr(Stdio::null())
+    .spawn()
+    .unwrap();
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while TcpStream::connect(&addr).is_err() {
+        assert!(Instant::now() < deadline, "serve never accepted on {addr}");
+        assert!(child.try_wait().unwrap().is_none(), "serve exited");
+        std::thread::sleep(Duration::from_millis(1));
+    }
+    let token_there = data.join("admin.token").exists();
+    let created = run(
+        tmp.path(),
+        &[
+            "project",
+            "create",
+            "scripted",
+            "--witness",
+            &format!("http://{addr}"),
+            "--data-dir",
+            "tally-data",
+        ],
+        &[],
+    );
+    let _ = child.kill();
+    let _ = child.wait();
+    assert!(
+        token_there,
+        "the port accepted before admin.token was written"
+    );
+    assert_eq!(created.code, Some(0), "{}", created.show());
+}

@@ -253,6 +253,24 @@ pub fn run(args: &Args) -> anyhow::Result<ExitCode> {
     runtime.block_on(serve(config, origin))
 }
 
+/// The accept backlog of the listening socket (tokio's own default).
+const LISTEN_BACKLOG: u32 = 1024;
+
+/// A TCP socket bound to `addr` but not yet listening, with `SO_REUSEADDR`
+/// as `TcpListener::bind` sets it on Unix (a restart is not refused by
+/// connections of the last run still in TIME_WAIT).
+fn bind_socket(addr: std::net::SocketAddr) -> std::io::Result<tokio::net::TcpSocket> {
+    let socket = if addr.is_ipv4() {
+        tokio::net::TcpSocket::new_v4()?
+    } else {
+        tokio::net::TcpSocket::new_v6()?
+    };
+    #[cfg(unix)]
+    socket.set_reuseaddr(true)?;
+    socket.bind(addr)?;
+    Ok(socket)
+}
+
 async fn serve(mut config: ServeConfig, origin: Option<String>) -> anyhow::Result<ExitCode> {
     // Everything that can fail without the data folder fails before it is
     // touched: bad TLS files, a port in use.
@@ -265,10 +283,13 @@ async fn serve(mut config: ServeConfig, origin: Option<String>) -> anyhow::Resul
             );
         }
     }
-    let listener = tokio::net::TcpListener::bind(config.listen)
-        .await
-        .with_context(|| format!("listening on {}", config.listen))?;
-    let addr = listener.local_addr().context("reading the bound address")?;
+    // The address is bound now (a port in use fails here, before the data
+    // folder is touched) but connections are refused until the folder is
+    // ready and `listen` is called below: a client that waits for the port
+    // to accept finds the admin token and the first API key already written.
+    let socket =
+        bind_socket(config.listen).with_context(|| format!("listening on {}", config.listen))?;
+    let addr = socket.local_addr().context("reading the bound address")?;
     // Locked for this process; a first start that fails from here on
     // removes what it made (see data_folder).
     let mut folder = DataFolder::claim(&config.data_dir)?;
@@ -291,6 +312,9 @@ async fn serve(mut config: ServeConfig, origin: Option<String>) -> anyhow::Resul
         &config.data_dir,
         tls.is_some() || config.secure_cookies,
     )?;
+    let listener = socket
+        .listen(LISTEN_BACKLOG)
+        .with_context(|| format!("listening on {addr}"))?;
     if let Some(first) = &opened.first_start {
         let vkey = log.verifier().vkey();
         outln!(

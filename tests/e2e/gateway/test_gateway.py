@@ -341,7 +341,11 @@ def test_fail_closed_when_the_store_is_unwritable(state: Path, tmp_path: Path) -
 
 def test_signals_reach_the_server_and_its_exit_code_passes_through(state: Path, tmp_path: Path) -> None:
     marker = tmp_path / "got-term"
-    script = f'trap \'echo term > "{marker}"; exit 7\' TERM; while true; do sleep 0.1; done'
+    ready = tmp_path / "trap-set"
+    script = (
+        f'trap \'echo term > "{marker}"; exit 7\' TERM; touch "{ready}"; '
+        "while true; do sleep 0.1; done"
+    )
     env = dict(os.environ, TALLY_STATE_DIR=str(state))
     p = subprocess.Popen(
         [TALLY, "gateway", "--agent", AGENT, "--", "sh", "-c", script],
@@ -350,7 +354,12 @@ def test_signals_reach_the_server_and_its_exit_code_passes_through(state: Path, 
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
     )
-    time.sleep(1.0)
+    # The signal must reach the server after its trap is set, however
+    # loaded the machine is.
+    deadline = time.time() + 60
+    while not ready.exists() and time.time() < deadline:
+        time.sleep(0.05)
+    assert ready.exists(), "the server never started"
     p.send_signal(signal.SIGTERM)
     code = p.wait(timeout=30)
     assert marker.read_text().strip() == "term"

@@ -1,6 +1,7 @@
-//! The kill -9 loop of issue 3, run against the real `tally serve`: append
-//! under load over HTTP, SIGKILL the server at a random moment, restart it on
-//! the same data folder, and after every restart check that
+//! The kill -9 loop (docs/storage.md "Recovery (open, and after a write
+//! error)"), run against the real `tally serve`: append under load over
+//! HTTP, SIGKILL the server at a random moment, restart it on the same data
+//! folder, and after every restart check that
 //! - every receipt ever acknowledged still stands: its checkpoint (verified
 //!   with the pinned key when the receipt arrived, with `Receipt::verify`) is
 //!   proven consistent with the new checkpoint through the JSON consistency
@@ -11,10 +12,10 @@
 //! - a record whose answer was lost in the crash is either in the log or
 //!   can still be appended (retrying it is safe).
 //!
-//! Every sixth stop is a SIGTERM instead (issue 4: "SIGTERM drains in-flight
-//! appends before exit"): the server must exit 0, and no record whose answer
-//! the client lost in that stop may have landed (a drained server answers
-//! every request it read).
+//! Every sixth stop is a SIGTERM instead (docs/operations.md "Shutdown,
+//! crashes, restarts": SIGTERM drains in-flight appends before exit): the
+//! server must exit 0, and no record whose answer the client lost in that
+//! stop may have landed (a drained server answers every request it read).
 //!
 //! Its length is set by KILL9_ROUNDS (default 50 kills, the minimum the issue
 //! asks, plus one SIGTERM per five kills).

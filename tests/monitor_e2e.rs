@@ -1,4 +1,5 @@
-//! `tally monitor` against the real `tally serve` (issue 5 §5): it follows
+//! `tally monitor` against the real `tally serve` (docs/operations.md
+//! "Monitoring"): it follows
 //! a growing log through the JSON consistency route and through C2SP tiles,
 //! and it catches a fork made for real: the data folder is copied while the
 //! witness is stopped, both copies are served with the same checkpoint key,

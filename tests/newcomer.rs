@@ -824,6 +824,71 @@ async fn serve_logs_refusals_with_401_and_403_without_the_key() {
     assert!(log.contains("counted, not logged"), "{log}");
 }
 
+// The salted hashes `tally record` writes recompute from the salt (and
+// content) it keeps, as protocol.md §6.1 says anyone can recompute them.
+#[test]
+fn recorded_hashes_recompute_from_the_kept_salt_and_content() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path();
+    let r = run(dir, &["agent", "init", "bot"], &[]);
+    assert_eq!(r.code, Some(0), "{}", r.show());
+    let r = run(
+        dir,
+        &[
+            "record",
+            "decision",
+            "--agent",
+            "bot",
+            "--tool",
+            "refund",
+            "--call-id",
+            "c1",
+            "--input",
+            r#"{ "b": [1, 2.50], "a": "\u00e9" }"#,
+            "--store-content",
+        ],
+        &[],
+    );
+    assert_eq!(r.code, Some(0), "{}", r.show());
+    let r = run(
+        dir,
+        &[
+            "record",
+            "outcome",
+            "--agent",
+            "bot",
+            "--call-id",
+            "c1",
+            "--status",
+            "ok",
+            "--output",
+            r#"{"z": {}, "y": -0}"#,
+        ],
+        &[],
+    );
+    assert_eq!(r.code, Some(0), "{}", r.show());
+
+    let state = tally_gateway::state::StateDir::new(dir.join(".tally"));
+    let agent = tally_schemas::AgentName::new("bot").unwrap();
+    let store = tally_gateway::store::ChainStore::open(&state.agent(&agent).store()).unwrap();
+    let records = store.records(0, 10).unwrap();
+    assert_eq!(records.len(), 2);
+    for (seq, member, canonical, kept) in [
+        (0u64, "input_hash", r#"{"a":"é","b":[1,2.5]}"#, true),
+        (1, "output_hash", r#"{"y":0,"z":{}}"#, false),
+    ] {
+        let secret = store.secret(seq).unwrap().expect("the salt is kept");
+        let salt: [u8; 16] = hex::decode(&secret.salt).unwrap().try_into().unwrap();
+        let body = serde_json::to_value(&records[seq as usize].body).unwrap();
+        assert_eq!(
+            body[member],
+            tally_schemas::hash::salted_hash(&salt, canonical.as_bytes()).to_hex(),
+            "{member}"
+        );
+        assert_eq!(secret.content.is_some(), kept, "{member}");
+    }
+}
+
 /// A script that starts `serve` and waits for its port to accept before
 /// running the next command finds the data folder ready: the port is bound
 /// first (so a port in use fails before anything is made) but accepts only

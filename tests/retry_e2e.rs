@@ -21,8 +21,8 @@ use std::time::Duration;
 use rand_core::OsRng;
 use serde_json::Value;
 use tally_schemas::note::NoteVerifier;
-use tally_schemas::time::Clock;
 use tally_schemas::{SecretKey, UnixMillis};
+use tally_testkit::clock::TestClock;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
 
@@ -281,15 +281,6 @@ async fn agent_sync_recovers_a_lost_answer_after_the_skew_window_and_a_rotation(
         1,
         "a retry was appended again"
     );
-}
-
-#[derive(Debug)]
-struct TestClock(AtomicI64);
-
-impl Clock for TestClock {
-    fn now(&self) -> UnixMillis {
-        UnixMillis::new(self.0.load(Ordering::SeqCst))
-    }
 }
 
 /// The agent's syncer retries an hour after its answer was lost: beyond the

@@ -1,4 +1,4 @@
-//! The ordered end-to-end walk through the real `tally` binary (issue 4 §6):
+//! The ordered end-to-end walk through the real `tally` binary (docs/api.md):
 //! a fresh `tally serve`, the quickstart (register an agent, post records),
 //! every row of the admission status table, the CLI exports checked by
 //! `tally verify`, SIGTERM, and a restart that returns the same receipts.

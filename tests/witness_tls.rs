@@ -1,5 +1,5 @@
-//! `tally serve --tls-cert --tls-key` through the real binary (issue 4:
-//! "TLS (rustls)"): a client that trusts the test CA registers an agent,
+//! `tally serve --tls-cert --tls-key` through the real binary
+//! (docs/operations.md "TLS"): a client that trusts the test CA registers an agent,
 //! posts a record and gets a receipt that verifies; a client without the CA,
 //! and plain HTTP on the same port, get nothing; bad TLS files stop the
 //! server at start with a message naming the file.

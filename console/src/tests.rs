@@ -18,10 +18,10 @@ use tally_schemas::record::{
     Decision, NoteBody, Outcome, OutcomeStatus, ToolEntry, ToolList, ToolPartDigests,
 };
 use tally_schemas::report::Verdict;
-use tally_schemas::time::Clock;
 use tally_schemas::{
     AgentName, Body as RecordBody, Hash, Nonce, Record, SecretKey, Seq, UnixMillis, UnsignedRecord,
 };
+use tally_testkit::clock::TestClock;
 use tower::ServiceExt;
 
 use super::{Console, ConsoleLimits};
@@ -33,15 +33,6 @@ const T0: i64 = 1_796_025_600_000;
 const HOSTILE_TOOL: &str = "<script>alert('tool')</script>";
 const HOSTILE_NOTE: &str = "<img src=x onerror=alert('note')> & \"quoted\"";
 const HOSTILE_CALL: &str = "\"><svg onload=alert(1)>";
-
-#[derive(Debug)]
-struct TestClock(AtomicI64);
-
-impl Clock for TestClock {
-    fn now(&self) -> UnixMillis {
-        UnixMillis::new(self.0.load(Ordering::SeqCst))
-    }
-}
 
 struct Agent {
     name: AgentName,

@@ -268,9 +268,7 @@ fn open_for_log(
             continue;
         };
         if !key.verifies(parsed.text.as_bytes(), &line.signature) {
-            return Err(AddCheckpointError::BadSignature {
-                key: format!("{}+{:08x}", key.name(), key.id()),
-            });
+            return Err(AddCheckpointError::BadSignature { key: key.label() });
         }
         verified.push(line.clone());
     }

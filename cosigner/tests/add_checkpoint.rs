@@ -18,9 +18,10 @@ use tally_schemas::cosignature::{AddCheckpointRequest, CosignatureSigner, Cosign
 use tally_schemas::hash::leaf_hash;
 use tally_schemas::keys::SecretKey;
 use tally_schemas::note::{Checkpoint, NoteSigner};
-use tally_schemas::time::{FixedClock, UnixMillis};
+use tally_schemas::time::UnixMillis;
 use tally_schemas::tree::{empty_root, reference, TreeSize};
 use tally_schemas::Hash;
+use tally_testkit::clock::{FixedClock, TestClock};
 use tower::ServiceExt as _;
 
 const ORIGIN: &str = "log.example/tree";
@@ -363,15 +364,6 @@ fn concurrent_requests_from_two_forks_cosign_one_branch_only() {
     assert_eq!(held.root, reference::root(&branch.leaves));
 }
 
-/// A clock the test sets.
-struct SetClock(std::sync::atomic::AtomicI64);
-
-impl tally_schemas::time::Clock for SetClock {
-    fn now(&self) -> UnixMillis {
-        UnixMillis::new(self.0.load(std::sync::atomic::Ordering::SeqCst))
-    }
-}
-
 #[test]
 fn cosignature_timestamps_of_a_log_never_go_back() {
     let dir = tempfile::tempdir().unwrap();
@@ -380,7 +372,7 @@ fn cosignature_timestamps_of_a_log_never_go_back() {
     let state = State::create(&dir.path().join("state.redb"), &key.verifier().vkey()).unwrap();
     let mut logs = Logs::default();
     logs.add(ORIGIN, &[log.signer.verifier().clone()]).unwrap();
-    let clock = Arc::new(SetClock(std::sync::atomic::AtomicI64::new(NOW)));
+    let clock = Arc::new(TestClock::at(NOW));
     let c = Cosigner::new(key.clone(), logs, state, clock.clone());
     let timestamp = |line: &str| {
         let sig = signed_note::Signature::from_bytes(line.trim_end().as_bytes()).unwrap();
@@ -391,9 +383,7 @@ fn cosignature_timestamps_of_a_log_never_go_back() {
     assert_eq!(timestamp(&first), (NOW / 1000) as u64);
     // The clock steps back an hour: the next cosignature keeps the time of
     // the last one rather than claim an earlier view.
-    clock
-        .0
-        .store(NOW - 3_600_000, std::sync::atomic::Ordering::SeqCst);
+    clock.set(NOW - 3_600_000);
     log.grow(2, "a");
     let second = c.add_checkpoint(log.request(2).as_bytes()).unwrap();
     assert_eq!(timestamp(&second), (NOW / 1000) as u64);
@@ -402,12 +392,7 @@ fn cosignature_timestamps_of_a_log_never_go_back() {
     let state = State::create(&dir2.path().join("state.redb"), &key.verifier().vkey()).unwrap();
     let mut logs = Logs::default();
     logs.add(ORIGIN, &[log.signer.verifier().clone()]).unwrap();
-    let c = Cosigner::new(
-        key,
-        logs,
-        state,
-        Arc::new(SetClock(std::sync::atomic::AtomicI64::new(-5))),
-    );
+    let c = Cosigner::new(key, logs, state, Arc::new(TestClock::at(-5)));
     let line = c.add_checkpoint(log.request(0).as_bytes()).unwrap();
     assert_eq!(timestamp(&line), 1);
 }

@@ -25,7 +25,7 @@ use tally_schemas::entry::ReceiptError;
 use tally_schemas::note::{peek_checkpoint, NoteError, NoteVerifier};
 use tally_schemas::{Checkpoint, Receipt, Record, UnixMillis};
 
-use crate::witness::KeyDirectory;
+use tally_schemas::api::KeyDirectory;
 
 /// A log key the agent trusts, with the validity range the witness's key
 /// directory gave for it.
@@ -76,15 +76,14 @@ impl WitnessTrust {
         }
         let mut listed = Vec::with_capacity(dir.keys.len());
         for k in &dir.keys {
-            let v = NoteVerifier::from_vkey(&k.vkey)
-                .map_err(|e| format!("the witness's key directory lists {:?}: {e}", k.vkey))?;
-            if v.name() != dir.origin {
+            if k.vkey.name() != dir.origin {
                 return Err(format!(
                     "the witness's key directory lists {} under origin {}",
-                    k.vkey, dir.origin
+                    k.vkey.vkey(),
+                    dir.origin
                 ));
             }
-            listed.push((v, k.not_after));
+            listed.push((&k.vkey, k.not_after));
         }
         let mut review = DirectoryReview::default();
         for pinned in self
@@ -92,7 +91,7 @@ impl WitnessTrust {
             .iter_mut()
             .filter(|k| k.verifier.name() == dir.origin)
         {
-            let entry = listed.iter().find(|(v, _)| *v == pinned.verifier);
+            let entry = listed.iter().find(|(v, _)| **v == pinned.verifier);
             match entry {
                 None => review.missing.push(pinned.verifier.vkey()),
                 Some((_, Some(retired))) => {
@@ -105,7 +104,7 @@ impl WitnessTrust {
             }
         }
         for (v, not_after) in &listed {
-            if not_after.is_none() && !self.keys.iter().any(|k| k.verifier == *v) {
+            if not_after.is_none() && !self.keys.iter().any(|k| k.verifier == **v) {
                 review.unpinned.push(v.vkey());
             }
         }
@@ -275,7 +274,7 @@ pub fn accept_receipt(
                 let retired = key.not_after.is_some_and(|t| received >= t);
                 if too_early || retired {
                     return Err(ReceiptRejection::KeyRetired {
-                        key: format!("{}+{:08x}", key.verifier.name(), key.verifier.id()),
+                        key: key.verifier.label(),
                         received,
                         not_before: key.not_before,
                         not_after: key.not_after,

@@ -19,10 +19,9 @@ use std::collections::BTreeSet;
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
-use rand_core::{OsRng, RngCore as _};
+use rand_core::OsRng;
 use serde_json::{json, Value};
 use tally_schemas::canonical::{self, Limits};
-use tally_schemas::hash::{salted_hash, SALT_LEN};
 use tally_schemas::record::{Decision, Outcome, OutcomeStatus};
 use tally_schemas::{Body, Hash, Record};
 use tokio::sync::watch;
@@ -172,20 +171,6 @@ pub fn answer_status(msg: &Value) -> (OutcomeStatus, Option<&Value>) {
     }
 }
 
-/// A salt and the salted hash of `content`, and the secret to keep.
-fn salted(content: &Value, keep: bool) -> Result<(Hash, Secret), canonical::CanonicalError> {
-    let bytes = canonical::canonicalize(content)?;
-    let mut salt = [0u8; SALT_LEN];
-    OsRng.fill_bytes(&mut salt);
-    Ok((
-        salted_hash(&salt, &bytes),
-        Secret {
-            salt: hex::encode(salt),
-            content: keep.then(|| content.clone()),
-        },
-    ))
-}
-
 /// A `tools/call` whose decision has been recorded (or whose tool is not
 /// recorded), until its outcome is.
 #[derive(Debug, Clone)]
@@ -297,12 +282,13 @@ impl CallRecorder {
         }
         let empty = Value::Object(serde_json::Map::new());
         let arguments = params.and_then(|p| p.get("arguments")).unwrap_or(&empty);
-        let (input_hash, secret) = salted(arguments, self.config.store_content).map_err(|e| {
-            Refusal::new(
-                "decision_not_recorded",
-                format!("the arguments cannot be canonicalised: {e}"),
-            )
-        })?;
+        let (input_hash, secret) =
+            Secret::for_content(arguments, self.config.store_content, &mut OsRng).map_err(|e| {
+                Refusal::new(
+                    "decision_not_recorded",
+                    format!("the arguments cannot be canonicalised: {e}"),
+                )
+            })?;
         let body = Body::Decision(Decision {
             call_id: call_id.clone(),
             tool: tool.clone(),
@@ -354,7 +340,9 @@ impl CallRecorder {
             return;
         };
         let call_id = &call.call_id;
-        let (output_hash, secret) = match output.map(|o| salted(o, self.config.store_content)) {
+        let (output_hash, secret) = match output
+            .map(|o| Secret::for_content(o, self.config.store_content, &mut OsRng))
+        {
             Some(Ok((h, s))) => (Some(h), Some(s)),
             Some(Err(e)) => {
                 eprintln!("tally: gateway: outcome of call {call_id} recorded without an output hash: {e}");

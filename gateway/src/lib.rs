@@ -1,6 +1,7 @@
 //! # tally-gateway
 //!
-//! The agent side of tally (issue 6): everything an agent needs to record
+//! The agent side of tally (docs/operations.md "The agent side: `tally
+//! gateway` and `.tally/`"): everything an agent needs to record
 //! its tool calls in its own signed hash chain and get them witnessed.
 //!
 //! - [`state`]: the `.tally/` state directory: agent key, witness config, pinned log keys.

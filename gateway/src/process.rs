@@ -1,4 +1,4 @@
-//! Running the MCP server as a child process behind the proxy (issue 6 §2):
+//! Running the MCP server as a child process behind the proxy:
 //! its stdin and stdout go through [`crate::proxy::run_proxy`], its stderr
 //! passes straight through, SIGTERM, SIGINT and SIGHUP sent to the gateway
 //! are passed on to it, and its exit status becomes the gateway's.

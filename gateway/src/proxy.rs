@@ -1,4 +1,4 @@
-//! The MCP stdio proxy (issue 6 §2): newline-delimited JSON-RPC between an
+//! The MCP stdio proxy: newline-delimited JSON-RPC between an
 //! MCP client and server, forwarded byte for byte in both directions. The
 //! proxy parses each line only to observe it, and records (docs/protocol.md
 //! §5):

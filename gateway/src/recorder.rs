@@ -1,4 +1,4 @@
-//! The chain writer (issue 6 §1, docs/protocol.md §3): the one place where
+//! The chain writer (docs/protocol.md §3): the one place where
 //! an agent's records get their seq, prev, time and nonce, are signed, and
 //! are committed to the local store.
 //!

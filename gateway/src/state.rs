@@ -1,4 +1,5 @@
-//! The agent's local state directory (`.tally/` by default), issue 6 §1: the
+//! The agent's local state directory (`.tally/` by default; docs/operations.md
+//! "The agent side: `tally gateway` and `.tally/`"): the
 //! agent's signing key, its witness configuration (URL, API key, the pinned
 //! log keys of docs/protocol.md §4.4) and the path of its chain store.
 //!

@@ -1,4 +1,4 @@
-//! The agent's local chain store (issue 6 §1): one redb file per agent that
+//! The agent's local chain store: one redb file per agent that
 //! holds its records (docs/protocol.md §3), the salts and optional contents
 //! behind their salted hashes (§6.1), the witness's receipts (§8) and the
 //! sync state. Every record is committed here durably before it is sent to
@@ -23,11 +23,14 @@
 
 use std::path::{Path, PathBuf};
 
+use rand_core::CryptoRngCore;
 use redb::{
     Database, ReadableDatabase as _, ReadableTable as _, ReadableTableMetadata as _,
     TableDefinition,
 };
 use serde::{Deserialize, Serialize};
+use tally_schemas::canonical::CanonicalError;
+use tally_schemas::hash::SaltedHash;
 use tally_schemas::{Hash, Record, Seq, UnixMillis};
 
 const RECORDS: TableDefinition<u64, &[u8]> = TableDefinition::new("records");
@@ -80,6 +83,30 @@ pub struct Secret {
     /// The content that was hashed, when the agent keeps it.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub content: Option<serde_json::Value>,
+}
+
+impl Secret {
+    /// Hashes `content` under a fresh salt (docs/protocol.md §6.1,
+    /// [`SaltedHash::of_content`]) and returns the salted hash with what the
+    /// agent keeps: the salt, and the content itself when `keep`.
+    ///
+    /// # Errors
+    /// [`CanonicalError`] when `content` has no canonical form; nothing is
+    /// hashed.
+    pub fn for_content(
+        content: &serde_json::Value,
+        keep: bool,
+        rng: &mut impl CryptoRngCore,
+    ) -> Result<(Hash, Self), CanonicalError> {
+        let salted = SaltedHash::of_content(content, rng)?;
+        Ok((
+            salted.hash,
+            Self {
+                salt: hex::encode(salted.salt),
+                content: keep.then(|| content.clone()),
+            },
+        ))
+    }
 }
 
 /// A record and what goes with it, appended in one transaction.

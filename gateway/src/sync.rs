@@ -1,4 +1,5 @@
-//! Syncing the local chain to the witness (issue 6 §1, docs/protocol.md §8).
+//! Syncing the local chain to the witness (docs/protocol.md §8;
+//! docs/operations.md "Syncing").
 //!
 //! Records go to the witness in seq order, starting at the sync cursor (the
 //! lowest seq without an accepted receipt). A record is never skipped or
@@ -45,7 +46,8 @@ use crate::acceptance::{
 };
 use crate::state::StateDir;
 use crate::store::{ChainStore, SyncErrorNote};
-use crate::witness::{WitnessClient, WitnessError, WitnessHead};
+use crate::witness::{WitnessClient, WitnessError};
+use tally_schemas::api::ChainHead;
 
 /// How often a syncer that is posting refetches the witness's key directory.
 pub const KEY_CHECK_INTERVAL: Duration = Duration::from_secs(600);
@@ -363,7 +365,7 @@ impl Syncer {
         }
     }
 
-    fn resolve_conflict(&self, cursor: u64, head: Option<WitnessHead>) -> Step {
+    fn resolve_conflict(&self, cursor: u64, head: Option<ChainHead>) -> Step {
         let Some(head) = head else {
             if cursor == 0 {
                 return Step::Retry(self.note(
@@ -374,10 +376,11 @@ impl Syncer {
             }
             return self.rewind(cursor, 0, "the witness holds no records for this agent");
         };
-        match self.store.record(head.seq) {
+        let head_seq = head.seq.get();
+        match self.store.record(head_seq) {
             Ok(Some(local)) if local.hash() == head.hash => {
-                if head.seq + 1 < cursor {
-                    self.rewind(cursor, head.seq + 1, &format!("the witness's head is seq {}", head.seq))
+                if head_seq + 1 < cursor {
+                    self.rewind(cursor, head_seq + 1, &format!("the witness's head is seq {head_seq}"))
                 } else {
                     Step::Retry(self.note(
                         Some(cursor),

@@ -1,60 +1,18 @@
 //! The client side of the witness HTTP contract the agent syncs to:
 //! `POST /v1/records` (answer: a receipt, docs/protocol.md §8),
 //! `GET /v1/agents/{agent}/head`, and the key directory
-//! `GET /.well-known/tally/keys` (§4.4) that `tally agent init --witness`
+//! `GET /.well-known/tally/keys` (§4.5) that `tally agent init --witness`
 //! pins. Errors come back as `{"error":{"code","message",…}}`; a
-//! `chain_conflict` carries the witness's head of the agent's chain.
+//! `chain_conflict` carries the witness's head of the agent's chain. The
+//! bodies are tally-schemas' [`tally_schemas::api`] types, read strictly.
 
 use std::time::Duration;
 
-use serde::Deserialize;
+use tally_schemas::api::{
+    AgentHead, ApiBody as _, ChainHead, ErrorBody, ErrorBodyError, KeyDirectory,
+};
 use tally_schemas::limits::MAX_WIRE_OBJECT_BYTES;
-use tally_schemas::{Hash, Record, UnixMillis};
-
-/// The witness's head of an agent's chain.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
-pub struct WitnessHead {
-    /// Seq of the last record it holds.
-    pub seq: u64,
-    /// That record's hash.
-    pub hash: Hash,
-}
-
-/// One key of the witness's key directory (docs/protocol.md §4.5: exactly
-/// these members, all present).
-#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct DirectoryKey {
-    /// The C2SP vkey.
-    pub vkey: String,
-    /// Validity start (always given by the directory; `Option` because
-    /// pins written before it was are read into the same shape).
-    #[serde(deserialize_with = "required_time")]
-    pub not_before: Option<UnixMillis>,
-    /// Retirement, `null` while current.
-    #[serde(deserialize_with = "present")]
-    pub not_after: Option<UnixMillis>,
-}
-
-fn required_time<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Option<UnixMillis>, D::Error> {
-    UnixMillis::deserialize(d).map(Some)
-}
-
-fn present<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Option<UnixMillis>, D::Error> {
-    Option::<UnixMillis>::deserialize(d)
-}
-
-/// `/.well-known/tally/keys`.
-#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct KeyDirectory {
-    /// Version, 1.
-    pub v: u64,
-    /// The log's origin.
-    pub origin: String,
-    /// Current and retired log keys.
-    pub keys: Vec<DirectoryKey>,
-}
+use tally_schemas::Record;
 
 /// Why a witness request failed.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -73,7 +31,7 @@ pub enum WitnessError {
         message: String,
         /// For `chain_conflict`: the witness's head (`Some(None)`: it holds
         /// no records for the agent).
-        head: Option<Option<WitnessHead>>,
+        head: Option<Option<ChainHead>>,
     },
     /// The answer was not what the contract says.
     #[error("unexpected answer from the witness: {0}")]
@@ -111,20 +69,6 @@ impl WitnessError {
             }
         }
     }
-}
-
-#[derive(Deserialize)]
-struct ErrorBody {
-    error: ErrorDetail,
-}
-
-#[derive(Deserialize)]
-struct ErrorDetail {
-    code: String,
-    #[serde(default)]
-    message: String,
-    #[serde(default)]
-    head: Option<serde_json::Value>,
 }
 
 /// An HTTP client for one witness.
@@ -173,37 +117,53 @@ impl WitnessClient {
         Ok((status, body))
     }
 
+    /// The refusal an error answer carries (docs/api.md "Errors", read by
+    /// [`ErrorBody::from_json`]). A body that is no error body at all (a
+    /// proxy's page) is known by its status alone; an error body whose
+    /// evidence breaks api.md keeps its code, except a `chain_conflict`
+    /// without a well-formed head, which cannot be resolved.
     fn refusal(status: u16, body: &[u8]) -> WitnessError {
-        match serde_json::from_slice::<ErrorBody>(body) {
-            Ok(b) => {
-                let head = if b.error.code == "chain_conflict" {
-                    match b.error.head {
-                        None | Some(serde_json::Value::Null) => Some(None),
-                        Some(v) => match serde_json::from_value::<WitnessHead>(v) {
-                            Ok(h) => Some(Some(h)),
-                            Err(e) => {
-                                return WitnessError::BadResponse(format!(
-                                    "chain_conflict with a malformed head: {e}"
-                                ))
-                            }
-                        },
-                    }
-                } else {
-                    None
-                };
-                WitnessError::Refused {
+        let (code, message, head) = match ErrorBody::from_json(body) {
+            Ok(ErrorBody { error }) => (error.code, error.message, error.head),
+            Err(ErrorBodyError::Malformed {
+                code,
+                message,
+                reason,
+            }) => {
+                if code == "chain_conflict" {
+                    return WitnessError::BadResponse(format!(
+                        "{status} chain_conflict with a malformed body: {reason}"
+                    ));
+                }
+                let message = format!("{message} (the error body breaks docs/api.md: {reason})");
+                (code, message, None)
+            }
+            Err(ErrorBodyError::NotAnErrorBody(_)) => {
+                return WitnessError::Refused {
                     status,
-                    code: b.error.code,
-                    message: b.error.message.chars().take(500).collect(),
-                    head,
+                    code: format!("http_{status}"),
+                    message: String::from_utf8_lossy(&body[..body.len().min(200)]).into_owned(),
+                    head: None,
                 }
             }
-            Err(_) => WitnessError::Refused {
-                status,
-                code: format!("http_{status}"),
-                message: String::from_utf8_lossy(&body[..body.len().min(200)]).into_owned(),
-                head: None,
-            },
+        };
+        let head = if code == "chain_conflict" {
+            match head {
+                Some(head) => Some(head),
+                None => {
+                    return WitnessError::BadResponse(format!(
+                    "{status} chain_conflict without the witness's head (docs/api.md \"Errors\")"
+                ))
+                }
+            }
+        } else {
+            None
+        };
+        WitnessError::Refused {
+            status,
+            code,
+            message: message.chars().take(500).collect(),
+            head,
         }
     }
 
@@ -233,8 +193,9 @@ impl WitnessClient {
     /// The witness's head of `agent`'s chain, `None` when it has no records.
     ///
     /// # Errors
-    /// [`WitnessError`] for transport failures and refusals.
-    pub async fn head(&self, agent: &str) -> Result<Option<WitnessHead>, WitnessError> {
+    /// [`WitnessError`] for transport failures, refusals and malformed
+    /// answers.
+    pub async fn head(&self, agent: &str) -> Result<Option<AgentHead>, WitnessError> {
         let mut req = self
             .http
             .get(format!("{}/v1/agents/{agent}/head", self.base));
@@ -244,7 +205,7 @@ impl WitnessClient {
         let resp = req.send().await.map_err(transport)?;
         let (status, body) = Self::read_body(resp).await?;
         match status {
-            200 => serde_json::from_slice(&body)
+            200 => AgentHead::from_json(&body)
                 .map(Some)
                 .map_err(|e| WitnessError::BadResponse(e.to_string())),
             404 => match Self::refusal(status, &body) {
@@ -270,67 +231,72 @@ impl WitnessClient {
         if status != 200 {
             return Err(Self::refusal(status, &body));
         }
-        Self::parse_key_directory(&body)
-    }
-
-    /// Reads a key directory strictly: its version first, then exactly the
-    /// members of docs/protocol.md §4.5 (no unknown or repeated ones, every
-    /// one present).
-    ///
-    /// # Errors
-    /// [`WitnessError::BadResponse`] naming what is wrong.
-    pub fn parse_key_directory(body: &[u8]) -> Result<KeyDirectory, WitnessError> {
-        #[derive(Deserialize)]
-        struct Version {
-            v: u64,
-        }
-        let bad = |e: serde_json::Error| WitnessError::BadResponse(format!("key directory: {e}"));
-        let Version { v } = serde_json::from_slice(body).map_err(bad)?;
-        if v != 1 {
-            return Err(WitnessError::BadResponse(format!(
-                "key directory version {v} is not supported (this build reads 1)"
-            )));
-        }
-        serde_json::from_slice(body).map_err(bad)
+        KeyDirectory::from_json(&body).map_err(|e| WitnessError::BadResponse(e.to_string()))
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    const GOOD: &str = r#"{"v": 1, "origin": "tally.local/log",
- "keys": [{"vkey": "k1", "not_before": "2026-11-01T08:00:00.000Z", "not_after": "2026-11-30T08:00:00.000Z"},
-          {"vkey": "k2", "not_before": "2026-11-30T08:00:00.000Z", "not_after": null}]}"#;
+    use tally_schemas::{Hash, Seq};
 
     #[test]
-    fn key_directory_is_read_strictly() {
-        let dir = WitnessClient::parse_key_directory(GOOD.as_bytes()).unwrap();
-        assert_eq!(dir.keys.len(), 2);
-        assert!(dir.keys[0].not_after.is_some() && dir.keys[1].not_after.is_none());
-        for (bad, why) in [
-            (GOOD.replace(", \"not_after\": null", ""), "not_after"),
-            (
-                GOOD.replace("\"not_before\": \"2026-11-01T08:00:00.000Z\", ", ""),
-                "not_before",
-            ),
-            (
-                GOOD.replace("\"vkey\": \"k1\"", "\"vkey\": \"k1\", \"extra\": 1"),
-                "unknown",
-            ),
-            (
-                GOOD.replace("\"origin\"", "\"v\": 1, \"origin\""),
-                "duplicate",
-            ),
-            (GOOD.replace("\"v\": 1", "\"v\": 2"), "version 2"),
-            (
-                GOOD.replace("\"v\": 1", "\"v\": 2, \"new\": true"),
-                "version 2",
-            ),
+    fn refusals_keep_their_code_and_a_chain_conflict_needs_its_head() {
+        let hash = Hash::sha256(b"r");
+        let conflict = format!(
+            r#"{{"error":{{"code":"chain_conflict","message":"resync","agent":"bot","head":{{"seq":3,"hash":"{hash}"}}}}}}"#
+        );
+        match WitnessClient::refusal(409, conflict.as_bytes()) {
+            WitnessError::Refused { code, head, .. } => {
+                assert_eq!(code, "chain_conflict");
+                let head = head.unwrap().unwrap();
+                assert_eq!((head.seq, head.hash), (Seq::new(3).unwrap(), hash));
+            }
+            other => panic!("{other:?}"),
+        }
+        let empty =
+            br#"{"error":{"code":"chain_conflict","message":"m","agent":"bot","head":null}}"#;
+        assert!(matches!(
+            WitnessClient::refusal(409, empty),
+            WitnessError::Refused {
+                head: Some(None),
+                ..
+            }
+        ));
+        // Without its head, or with a malformed one, it cannot be resolved.
+        for body in [
+            r#"{"error":{"code":"chain_conflict","message":"m","agent":"bot"}}"#,
+            r#"{"error":{"code":"chain_conflict","message":"m","head":{"seq":3}}}"#,
         ] {
-            assert_ne!(bad, GOOD);
-            let err = WitnessClient::parse_key_directory(bad.as_bytes()).unwrap_err();
-            assert!(err.to_string().contains(why), "{why}: {err}");
+            assert!(
+                matches!(
+                    WitnessClient::refusal(409, body.as_bytes()),
+                    WitnessError::BadResponse(_)
+                ),
+                "{body}"
+            );
+        }
+        // Other evidence that breaks api.md keeps the code (and says so).
+        match WitnessClient::refusal(
+            422,
+            br#"{"error":{"code":"clock_skew","message":"late","extra":1}}"#,
+        ) {
+            WitnessError::Refused { code, message, .. } => {
+                assert_eq!(code, "clock_skew");
+                assert!(
+                    message.contains("late") && message.contains("extra"),
+                    "{message}"
+                );
+            }
+            other => panic!("{other:?}"),
+        }
+        // Not an error body: the status is all there is.
+        match WitnessClient::refusal(502, b"<html>Bad Gateway</html>") {
+            WitnessError::Refused { code, message, .. } => {
+                assert_eq!(code, "http_502");
+                assert!(message.contains("Bad Gateway"));
+            }
+            other => panic!("{other:?}"),
         }
     }
 }

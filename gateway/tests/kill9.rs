@@ -1,5 +1,6 @@
 //! A gateway killed with SIGKILL right after it forwarded a call keeps the
-//! call's decision (issue 6 §1, DESIGN "kill -9 at any moment").
+//! call's decision (docs/operations.md "Durability of a decision before its
+//! call is forwarded").
 //!
 //! The test re-runs its own binary as the gateway process (the
 //! `child_gateway` test, which does nothing unless `TALLY_KILL9_STATE` is

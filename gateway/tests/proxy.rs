@@ -1,4 +1,4 @@
-//! The MCP proxy driven in-process (issue 6 §2): a scripted client and
+//! The MCP proxy driven in-process: a scripted client and
 //! server on in-memory pipes, a real redb chain store (or one that fails on
 //! demand), and checks of both what crosses the proxy and what is recorded.
 
@@ -252,6 +252,24 @@ async fn decision_is_durable_before_the_call_is_forwarded_and_bytes_pass_unchang
     assert_eq!(o["decision"], records[0].hash().to_hex());
     assert!(o["output_hash"].is_string());
     assert_eq!(records[1].prev, Some(records[0].hash()));
+    // Each hash is SHA-256(salt || JCS(content)) with the salt kept in the
+    // store (protocol.md §6.1): the arguments, then the result object.
+    for (seq, member, content) in [
+        (0, "input_hash", r#"{"a":"é","b":1}"#),
+        (
+            1,
+            "output_hash",
+            r#"{"content":[{"text":"hi","type":"text"}]}"#,
+        ),
+    ] {
+        let secret = h.store.secret(seq).unwrap().expect("a salt is kept");
+        let salt: [u8; 16] = hex::decode(&secret.salt).unwrap().try_into().unwrap();
+        assert_eq!(
+            body(&records[seq as usize])[member],
+            tally_schemas::hash::salted_hash(&salt, content.as_bytes()).to_hex(),
+            "{member}"
+        );
+    }
 }
 
 #[tokio::test]

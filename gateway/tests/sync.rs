@@ -1,8 +1,8 @@
 //! Syncing against a fake witness that speaks the witness HTTP contract on
-//! loopback (issue 6 §1): records go in order, receipts are accepted before
-//! they are stored, transient errors are retried, a fork halts syncing, a
-//! witness that lost records gets them again, and `--strict` calls wait for
-//! a real receipt.
+//! loopback (docs/api.md, docs/protocol.md §8): records go in order,
+//! receipts are accepted before they are stored, transient errors are
+//! retried, a fork halts syncing, a witness that lost records gets them
+//! again, and `--strict` calls wait for a real receipt.
 
 use std::collections::{BTreeSet, HashMap};
 use std::sync::{Arc, Mutex};

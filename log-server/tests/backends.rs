@@ -1,6 +1,7 @@
 //! One suite over every storage backend (memory, redb in a tempdir, the
 //! fault-injecting wrapper passing everything through): the sequencer's
-//! contract, issue 3 items 2, 3 and 5.
+//! contract (docs/storage.md "The `LogStore` contract", "Write path (the
+//! sequencer)", "Recovery").
 
 mod common;
 

@@ -1,7 +1,8 @@
 //! Write faults, crashes mid-batch and overload, over the fault-injecting
-//! backend (issue 3 items 2, 3 and 5): a failed write that did or did not
-//! land never loses an acknowledged entry, never yields two receipts for one
-//! record, and never leads to two inconsistent checkpoints.
+//! backend (docs/storage.md "The `LogStore` contract", "Recovery"): a
+//! failed write that did or did not land never loses an acknowledged entry,
+//! never yields two receipts for one record, and never leads to two
+//! inconsistent checkpoints.
 
 mod common;
 

@@ -1,6 +1,7 @@
 //! The read routes without sockets (`Router` + `oneshot`), and a black-box
 //! monitor that rebuilds and checks the log only from its C2SP tiles and
-//! checkpoint, as an external tlog-tiles client would (issue 3 items 4, 5).
+//! checkpoint, as an external tlog-tiles client would (docs/storage.md
+//! "HTTP"; docs/protocol.md §7.3–§7.5).
 
 mod common;
 

@@ -1,5 +1,6 @@
-//! The kill -9 loop of issue 3 ("Done when": 50 kills, zero lost acknowledged
-//! entries, zero inconsistent checkpoints), against a real process: the
+//! The kill -9 loop (docs/storage.md "Recovery"; docs/benchmarks.md "Log":
+//! 50 kills, zero lost acknowledged entries, zero inconsistent
+//! checkpoints), against a real process: the
 //! `tally-log-load` binary appending to a redb file under load with durable
 //! group commits. Each round starts it, lets it append for a random time,
 //! SIGKILLs it, then reopens the file in this process (which runs recovery)

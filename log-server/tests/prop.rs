@@ -1,6 +1,7 @@
-//! Property test (issue 3 item 5): random appends, retries, refused records,
-//! injected write faults (failing, and failing after landing) and crashes
-//! with reopen, checked after every step against the naive reference tree of
+//! Property test (docs/storage.md "The `LogStore` contract", "Recovery"):
+//! random appends, retries, refused records, injected write faults (failing,
+//! and failing after landing) and crashes with reopen, checked after every
+//! step against the naive reference tree of
 //! `tally_schemas::tree::reference`. Invariants: the latest checkpoint is
 //! the reference root of every entry ever acknowledged or landed; every
 //! checkpoint ever observed stays consistent with the latest; every receipt

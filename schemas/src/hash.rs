@@ -6,8 +6,11 @@
 
 use std::fmt;
 
+use rand_core::CryptoRngCore;
 use serde::{Deserialize, Deserializer, Serialize, Serializer};
 use sha2::{Digest, Sha256};
+
+use crate::canonical::{canonicalize, CanonicalError};
 
 /// Length in bytes of every hash in tally.
 pub const HASH_LEN: usize = 32;
@@ -145,6 +148,38 @@ pub fn salted_hash(salt: &[u8; SALT_LEN], canonical_content: &[u8]) -> Hash {
     Hash(h.finalize().into())
 }
 
+/// A salted content hash with the salt it was made with, docs/protocol.md
+/// §6.1. The salt stays with the agent, beside the content (or without it).
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+pub struct SaltedHash {
+    /// `SHA-256(salt ‖ JCS(content))`.
+    pub hash: Hash,
+    /// The 16 random salt bytes.
+    pub salt: [u8; SALT_LEN],
+}
+
+impl SaltedHash {
+    /// The salted hash of `content` (any JSON value: a tool call's
+    /// arguments, a result, an error) under a fresh salt from `rng`: the one
+    /// place a producer builds `SHA-256(salt ‖ JCS(content))`.
+    ///
+    /// # Errors
+    /// [`CanonicalError`] when `content` has no canonical form (§6.1: an
+    /// integer beyond ±(2^53 − 1), a non-finite number); no hash is made.
+    pub fn of_content<T: Serialize + ?Sized>(
+        content: &T,
+        rng: &mut impl CryptoRngCore,
+    ) -> Result<Self, CanonicalError> {
+        let canonical = canonicalize(content)?;
+        let mut salt = [0u8; SALT_LEN];
+        rng.fill_bytes(&mut salt);
+        Ok(Self {
+            hash: salted_hash(&salt, &canonical),
+            salt,
+        })
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -189,5 +224,23 @@ mod tests {
         buf.extend_from_slice(l.as_bytes());
         buf.extend_from_slice(l.as_bytes());
         assert_eq!(node_hash(&l, &l), Hash::sha256(&buf));
+    }
+
+    #[test]
+    fn a_salted_content_hash_is_sha256_of_salt_and_canonical_content() {
+        let spaced: serde_json::Value =
+            serde_json::from_str(r#"{ "b": [1, 2.50, "\u00e9"], "a": null }"#).unwrap();
+        let mut rng = rand_core::OsRng;
+        let one = SaltedHash::of_content(&spaced, &mut rng).unwrap();
+        let mut by_hand = one.salt.to_vec();
+        by_hand.extend_from_slice("{\"a\":null,\"b\":[1,2.5,\"é\"]}".as_bytes());
+        assert_eq!(one.hash, Hash::sha256(&by_hand));
+        // A fresh salt each time, so the same content hashes differently.
+        let two = SaltedHash::of_content(&spaced, &mut rng).unwrap();
+        assert_ne!(one.salt, two.salt);
+        assert_ne!(one.hash, two.hash);
+        // Content without a canonical form gets no hash.
+        let big: serde_json::Value = serde_json::from_str("9007199254740993").unwrap();
+        assert!(SaltedHash::of_content(&big, &mut rng).is_err());
     }
 }

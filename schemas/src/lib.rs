@@ -5,6 +5,8 @@
 //! is docs/protocol.md; each module names the section it implements.
 //!
 //! - [`canonical`]: strict JSON and RFC 8785 canonicalisation.
+//! - [`api`]: the HTTP APIs' JSON bodies: the error body, the key
+//!   directory, the JSON proof answers and the admin API.
 //! - [`hash`], [`keys`]: SHA-256 constructions, Ed25519 keys and key ids.
 //! - [`batch_sig`]: strict verification of many signatures, with per-key tables.
 //! - [`record`], [`tools`]: records, bodies, tool-definition digests.
@@ -22,6 +24,7 @@
 //! [`time::UnixMillis::now`], for callers without one (the CLI). `cargo tree -p tally-schemas -e normal` shows no
 //! tokio, axum or redb.
 
+pub mod api;
 pub mod batch_sig;
 pub mod canonical;
 pub mod cosignature;

@@ -31,6 +31,11 @@ pub const MAX_AGENT_KEYS_BYTES: usize = 64 << 20;
 /// (145.2 MiB); schemas/tests/limits.rs builds it.
 pub const MAX_HEAD_BYTES: usize = 160 << 20;
 
+/// Largest list answer of the witness's API a client reads (`GET
+/// /v1/agents`, `/v1/projects`, `/v1/read-tokens`; docs/api.md): the lists
+/// grow with the witness, so their bound is agent-keys.json's.
+pub const MAX_LIST_ANSWER_BYTES: usize = MAX_AGENT_KEYS_BYTES;
+
 /// Maximum nesting depth of arrays and objects in any wire object.
 pub const MAX_DEPTH: usize = 16;
 

@@ -247,8 +247,25 @@ impl NoteVerifier {
         })
     }
 
-    fn label(&self) -> String {
+    /// `name+hex8(key id)`: the key as people, and Go's note package, name
+    /// it (the vkey without its key bytes).
+    #[must_use]
+    pub fn label(&self) -> String {
         format!("{}+{:08x}", self.name, self.id)
+    }
+}
+
+/// On the wire a log key is its vkey string (§4.4, §4.5).
+impl serde::Serialize for NoteVerifier {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.serialize_str(&self.vkey())
+    }
+}
+
+impl<'de> serde::Deserialize<'de> for NoteVerifier {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        let text = <std::borrow::Cow<'de, str>>::deserialize(d)?;
+        Self::from_vkey(&text).map_err(|e| serde::de::Error::custom(format!("vkey: {e}")))
     }
 }
 

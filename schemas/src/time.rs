@@ -208,16 +208,6 @@ impl Clock for SystemClock {
     }
 }
 
-/// A clock that always says the same time, for tests.
-#[derive(Debug, Clone, Copy)]
-pub struct FixedClock(pub UnixMillis);
-
-impl Clock for FixedClock {
-    fn now(&self) -> UnixMillis {
-        self.0
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -1,4 +1,5 @@
-//! `tally agent …`: the agent's identity and local state (issue 6 §1).
+//! `tally agent …`: the agent's identity and local state (docs/operations.md
+//! "The agent side: `tally gateway` and `.tally/`").
 //! `init` makes the key and pins the witness's log key; `sync` pushes the
 //! local chain to the witness. Witness-side administration (`add`,
 //! `rotate`, `retire`) belongs in this group too: add a variant to
@@ -15,8 +16,8 @@ use tally_gateway::state::{AgentConfig, PinnedKey, StateDir, WitnessConfig};
 use tally_gateway::store::ChainStore;
 use tally_gateway::sync::Step;
 use tally_gateway::witness::WitnessClient;
+use tally_schemas::api::{AgentList, ApiBody as _};
 use tally_schemas::display::escape;
-use tally_schemas::note::NoteVerifier;
 use tally_schemas::time::SystemClock;
 use tally_schemas::{AgentName, SecretKey};
 
@@ -213,23 +214,16 @@ fn check_witness(
                 "fetching {url}/.well-known/tally/keys; nothing was written (is `tally serve` running there?)"
             )
         })?;
-    let mut pinned = Vec::new();
-    for k in dir.keys.iter().filter(|k| k.not_after.is_none()) {
-        let v = NoteVerifier::from_vkey(&k.vkey)
-            .with_context(|| format!("the witness's key {:?}", k.vkey))?;
-        if v.name() != dir.origin {
-            bail!(
-                "the witness's key {} is not named after its origin {}",
-                k.vkey,
-                dir.origin
-            );
-        }
-        pinned.push(PinnedKey {
-            vkey: v.vkey(),
-            not_before: k.not_before,
+    // KeyDirectory::from_json checked every key (a vkey named after the
+    // origin, protocol.md §4.5).
+    let pinned: Vec<PinnedKey> = dir
+        .current()
+        .map(|k| PinnedKey {
+            vkey: k.vkey.vkey(),
+            not_before: Some(k.not_before),
             not_after: None,
-        });
-    }
+        })
+        .collect();
     if pinned.is_empty() {
         bail!("the witness at {url} lists no current log key");
     }
@@ -273,35 +267,22 @@ async fn registration(
             "the witness at {base} refused the API key {from} (401 unauthorized: it is not a current key of any project); nothing was written. Give the key `tally serve` printed on its first start, or make one with `tally project new-key PROJECT`"
         );
     }
-    let body: serde_json::Value = resp
-        .json()
+    let what = || format!("the witness's answer to GET {base}/v1/agents");
+    let body = super::project::read_bounded(resp, AgentList::LIMITS.max_bytes)
         .await
-        .with_context(|| format!("reading the witness's answer to GET {base}/v1/agents"))?;
+        .with_context(what)?;
     if !status.is_success() {
-        bail!(
-            "the witness at {base} answered GET /v1/agents with {status}: {}",
-            body["error"]["message"].as_str().unwrap_or("no message")
-        );
+        return Err(super::project::refusal(status.as_u16(), &body).context(what()));
     }
-    let found = body["agents"]
-        .as_array()
-        .into_iter()
-        .flatten()
-        .find(|a| a["agent"].as_str() == Some(agent.as_str()));
-    Ok(match found {
+    let list = AgentList::from_json(&body).with_context(what)?;
+    Ok(match list.agents.into_iter().find(|a| a.agent == *agent) {
         None => Registration::NotRegistered,
         Some(a) => Registration::Registered {
-            project: a["project"].as_str().unwrap_or("?").to_owned(),
-            keys: a["keys"]
-                .as_array()
+            project: a.project,
+            keys: a
+                .keys
                 .into_iter()
-                .flatten()
-                .map(|k| {
-                    (
-                        k["key_id"].as_str().unwrap_or("?").to_owned(),
-                        k["not_after"].as_str().map(str::to_owned),
-                    )
-                })
+                .map(|k| (k.key_id.to_string(), k.not_after.map(|t| t.to_string())))
                 .collect(),
         },
     })

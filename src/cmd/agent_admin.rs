@@ -1,12 +1,13 @@
-//! `tally agent add|rotate|retire`: the witness side of agent keys (issue 4
-//! §2), over the project routes of docs/api.md "Agents". The validity ranges
+//! `tally agent add|rotate|retire`: the witness side of agent keys, over
+//! the project routes of docs/api.md "Agents and their keys". The validity ranges
 //! set here are what `tally keys export` writes into agent-keys.json.
 
 use super::out::outln;
 use std::process::ExitCode;
 
 use anyhow::Context;
-use serde_json::{json, Value};
+use tally_schemas::api::{AddAgentRequest, RegisteredAgent, RetireRequest, RotateKeyRequest};
+use tally_schemas::display::escape;
 use tally_schemas::{PublicKey, UnixMillis};
 
 use super::agent::AgentArg;
@@ -75,13 +76,14 @@ pub struct RetireArgs {
     pub remote: RemoteArgs,
 }
 
-fn print_keys(v: &Value) -> std::io::Result<()> {
-    for k in v["keys"].as_array().into_iter().flatten() {
+fn print_keys(agent: &RegisteredAgent) -> std::io::Result<()> {
+    for k in &agent.keys {
         outln!(
             "  key {}  valid from {}  until {}",
-            k["key_id"].as_str().unwrap_or_default(),
-            k["not_before"].as_str().unwrap_or_default(),
-            k["not_after"].as_str().unwrap_or("(open)")
+            k.key_id,
+            k.not_before,
+            k.not_after
+                .map_or_else(|| "(open)".to_owned(), |t| t.to_string())
         )?;
     }
     Ok(())
@@ -93,20 +95,21 @@ fn print_keys(v: &Value) -> std::io::Result<()> {
 /// Transport errors and refusals (exit 2).
 pub fn add(a: &AddArgs) -> anyhow::Result<ExitCode> {
     let agent = a.agent.get()?;
-    let mut body = json!({"agent": agent, "public_key": a.public_key});
-    if let Some(t) = a.not_before {
-        body["not_before"] = json!(t);
-    }
-    let v = a
+    let request = AddAgentRequest {
+        agent: agent.clone(),
+        public_key: a.public_key.to_base64(),
+        not_before: a.not_before,
+    };
+    let registered: RegisteredAgent = a
         .remote
         .remote()?
-        .post_json("/v1/agents", &body)
+        .post("/v1/agents", &request)
         .context("registering the agent")?;
     outln!(
         "agent {agent} registered in project {}",
-        v["project"].as_str().unwrap_or_default()
+        escape(&registered.project)
     )?;
-    print_keys(&v)?;
+    print_keys(&registered)?;
     Ok(ExitCode::SUCCESS)
 }
 
@@ -116,17 +119,17 @@ pub fn add(a: &AddArgs) -> anyhow::Result<ExitCode> {
 /// Transport errors and refusals (exit 2).
 pub fn rotate(a: &RotateArgs) -> anyhow::Result<ExitCode> {
     let agent = a.agent.get()?;
-    let mut body = json!({"public_key": a.public_key});
-    if let Some(t) = a.at {
-        body["at"] = json!(t);
-    }
-    let v = a
+    let request = RotateKeyRequest {
+        public_key: a.public_key.to_base64(),
+        at: a.at,
+    };
+    let registered: RegisteredAgent = a
         .remote
         .remote()?
-        .post_json(&format!("/v1/agents/{agent}/rotate"), &body)
+        .post(&format!("/v1/agents/{agent}/rotate"), &request)
         .context("rotating the agent's key")?;
     outln!("agent {agent} key rotated")?;
-    print_keys(&v)?;
+    print_keys(&registered)?;
     Ok(ExitCode::SUCCESS)
 }
 
@@ -136,16 +139,15 @@ pub fn rotate(a: &RotateArgs) -> anyhow::Result<ExitCode> {
 /// Transport errors and refusals (exit 2).
 pub fn retire(a: &RetireArgs) -> anyhow::Result<ExitCode> {
     let agent = a.agent.get()?;
-    let mut body = json!({});
-    if let Some(t) = a.at {
-        body["at"] = json!(t);
-    }
-    let v = a
+    let registered: RegisteredAgent = a
         .remote
         .remote()?
-        .post_json(&format!("/v1/agents/{agent}/retire"), &body)
+        .post(
+            &format!("/v1/agents/{agent}/retire"),
+            &RetireRequest { at: a.at },
+        )
         .context("retiring the agent")?;
     outln!("agent {agent} retired")?;
-    print_keys(&v)?;
+    print_keys(&registered)?;
     Ok(ExitCode::SUCCESS)
 }

@@ -1,4 +1,5 @@
-//! `tally bench ingest`: the ingest benchmark of issue 4 §7 (not a test).
+//! `tally bench ingest`: the ingest benchmark of docs/benchmarks.md
+//! "Ingest" (not a test).
 //! It pre-signs records for many agents, posts them over keep-alive HTTP at
 //! a set concurrency to a witness (one it starts, `tally serve` on a temp
 //! data folder, or `--witness URL`), and reports records/s, latency
@@ -367,8 +368,12 @@ pub fn ingest(a: &IngestArgs) -> anyhow::Result<ExitCode> {
 
 /// The stable `error.code` of a witness error body, or what the body was.
 fn error_code(body: &[u8]) -> String {
-    serde_json::from_slice::<serde_json::Value>(body)
-        .ok()
-        .and_then(|v| v["error"]["code"].as_str().map(str::to_owned))
-        .unwrap_or_else(|| format!("(not a witness error: {} bytes)", body.len()))
+    use tally_schemas::api::{ErrorBody, ErrorBodyError};
+    match ErrorBody::from_json(body) {
+        Ok(b) => b.error.code,
+        Err(ErrorBodyError::Malformed { code, .. }) => code,
+        Err(ErrorBodyError::NotAnErrorBody(_)) => {
+            format!("(not a witness error: {} bytes)", body.len())
+        }
+    }
 }

@@ -1,4 +1,4 @@
-//! `tally project …`: projects and their API keys (issue 4 §2), over the
+//! `tally project …`: projects and their API keys, over the
 //! witness's admin routes (docs/api.md "Projects"). Also the small HTTP
 //! client ([`Remote`]) the other witness-side commands share: the redb files
 //! are single-process, so the CLI talks to the running `tally serve`.
@@ -9,7 +9,11 @@ use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
 use anyhow::{anyhow, bail, Context};
-use serde_json::{json, Value};
+use tally_schemas::api::{
+    ApiBody, ApiKeyRevoked, CreateProjectRequest, ErrorBody, ErrorBodyError, NewApiKey, ProjectList,
+};
+use tally_schemas::display::escape;
+use tally_schemas::limits::MAX_WIRE_OBJECT_BYTES;
 
 /// Where the witness is and how to authenticate with a project's API key.
 #[derive(Debug, Clone, clap::Args)]
@@ -146,64 +150,69 @@ impl Remote {
         r
     }
 
+    /// The answer when it is a success; else the witness's refusal as an
+    /// error, read with [`ErrorBody::from_json`] (docs/api.md "Errors").
     async fn check(resp: reqwest::Response) -> anyhow::Result<reqwest::Response> {
         let status = resp.status();
         if status.is_success() {
             return Ok(resp);
         }
-        let body = resp.bytes().await.unwrap_or_default();
-        let (code, message) = serde_json::from_slice::<Value>(&body)
-            .ok()
-            .and_then(|v| {
-                let e = v.get("error")?;
-                Some((
-                    e.get("code")?.as_str()?.to_owned(),
-                    e.get("message")?.as_str()?.to_owned(),
-                ))
-            })
-            .unwrap_or_else(|| {
-                (
-                    format!("http_{}", status.as_u16()),
-                    String::from_utf8_lossy(&body).into_owned(),
-                )
-            });
-        bail!(
-            "the witness refused ({} {code}): {message}",
-            status.as_u16()
-        )
+        let body = read_bounded(resp, MAX_WIRE_OBJECT_BYTES)
+            .await
+            .unwrap_or_default();
+        Err(refusal(status.as_u16(), &body))
     }
 
-    /// GET a JSON document.
-    ///
-    /// # Errors
-    /// Transport errors and refusals, with the witness's code and message.
-    pub fn get_json(&self, path: &str, query: &[(&str, String)]) -> anyhow::Result<Value> {
-        self.rt.block_on(async {
-            let resp = self
-                .request(reqwest::Method::GET, path, query)
-                .send()
-                .await
-                .with_context(|| format!("reaching the witness at {}", self.base))?;
-            let resp = Self::check(resp).await?;
-            Ok(resp.json::<Value>().await?)
-        })
+    /// Sends `request` and reads the answer as `T`, strictly (docs/api.md
+    /// "Conventions": exactly the members listed).
+    async fn answer<T: ApiBody>(
+        &self,
+        request: reqwest::RequestBuilder,
+        what: &str,
+    ) -> anyhow::Result<T> {
+        let resp = request
+            .send()
+            .await
+            .with_context(|| format!("reaching the witness at {}", self.base))?;
+        let resp = Self::check(resp).await?;
+        let body = read_bounded(resp, T::LIMITS.max_bytes)
+            .await
+            .with_context(|| format!("reading the witness's answer to {what}"))?;
+        T::from_json(&body).with_context(|| format!("the witness's answer to {what}"))
     }
 
-    /// POST a JSON body, returning the JSON answer.
+    /// GET an answer of the API.
     ///
     /// # Errors
-    /// As [`Remote::get_json`].
-    pub fn post_json(&self, path: &str, body: &Value) -> anyhow::Result<Value> {
-        self.rt.block_on(async {
-            let resp = self
-                .request(reqwest::Method::POST, path, &[])
-                .json(body)
-                .send()
-                .await
-                .with_context(|| format!("reaching the witness at {}", self.base))?;
-            let resp = Self::check(resp).await?;
-            Ok(resp.json::<Value>().await?)
-        })
+    /// Transport errors, refusals (with the witness's code and message), an
+    /// answer that is not a `T`.
+    pub fn get<T: ApiBody>(&self, path: &str, query: &[(&str, String)]) -> anyhow::Result<T> {
+        self.rt.block_on(self.answer(
+            self.request(reqwest::Method::GET, path, query),
+            &format!("GET {path}"),
+        ))
+    }
+
+    /// POST `body` as JSON and read the answer.
+    ///
+    /// # Errors
+    /// As [`Remote::get`].
+    pub fn post<B: ApiBody, T: ApiBody>(&self, path: &str, body: &B) -> anyhow::Result<T> {
+        self.rt.block_on(self.answer(
+            self.request(reqwest::Method::POST, path, &[]).json(body),
+            &format!("POST {path}"),
+        ))
+    }
+
+    /// POST without a body (the routes that take none) and read the answer.
+    ///
+    /// # Errors
+    /// As [`Remote::get`].
+    pub fn post_empty<T: ApiBody>(&self, path: &str) -> anyhow::Result<T> {
+        self.rt.block_on(self.answer(
+            self.request(reqwest::Method::POST, path, &[]),
+            &format!("POST {path}"),
+        ))
     }
 
     /// GET a document and stream it to `out` (`-` for stdout), through a
@@ -277,6 +286,48 @@ impl Remote {
     }
 }
 
+/// Reads an answer's body, refusing one over `max` bytes.
+///
+/// # Errors
+/// Transport errors, a body over `max`.
+pub async fn read_bounded(mut resp: reqwest::Response, max: usize) -> anyhow::Result<Vec<u8>> {
+    let mut body = Vec::new();
+    while let Some(chunk) = resp.chunk().await? {
+        if body.len() + chunk.len() > max {
+            bail!("the answer is larger than {max} bytes");
+        }
+        body.extend_from_slice(&chunk);
+    }
+    Ok(body)
+}
+
+/// The error for a refusal with HTTP `status` and `body`: the witness's
+/// code and message (escaped for the terminal, protocol.md §11.2), or the
+/// status and the start of the body when it is not an error body.
+#[must_use]
+pub fn refusal(status: u16, body: &[u8]) -> anyhow::Error {
+    let (code, message) = match ErrorBody::from_json(body) {
+        Ok(ErrorBody { error }) => (error.code, error.message),
+        Err(ErrorBodyError::Malformed {
+            code,
+            message,
+            reason,
+        }) => (
+            code,
+            format!("{message} (its error body breaks docs/api.md: {reason})"),
+        ),
+        Err(ErrorBodyError::NotAnErrorBody(_)) => (
+            format!("http_{status}"),
+            String::from_utf8_lossy(&body[..body.len().min(500)]).into_owned(),
+        ),
+    };
+    anyhow!(
+        "the witness refused ({status} {}): {}",
+        escape(&code),
+        escape(&message)
+    )
+}
+
 /// The refusal to overwrite `out`.
 #[must_use]
 pub fn exists(out: &Path) -> anyhow::Error {
@@ -331,36 +382,36 @@ pub enum ProjectCommand {
 pub fn run(args: &Args) -> anyhow::Result<ExitCode> {
     match &args.command {
         ProjectCommand::Create { name, admin } => {
-            let v = admin
+            let key: NewApiKey = admin
                 .remote()?
-                .post_json("/v1/projects", &json!({ "name": name }))?;
-            outln!("project {name} created")?;
-            outln!("API key: {}", v["api_key"].as_str().unwrap_or_default())?;
+                .post("/v1/projects", &CreateProjectRequest { name: name.clone() })?;
+            outln!("project {} created", escape(&key.project))?;
+            outln!("API key: {}", escape(&key.api_key))?;
             outln!("(shown once: it is stored only as a hash)")?;
         }
         ProjectCommand::List { admin } => {
-            let v = admin.remote()?.get_json("/v1/projects", &[])?;
-            for p in v["projects"].as_array().into_iter().flatten() {
+            let list: ProjectList = admin.remote()?.get("/v1/projects", &[])?;
+            for p in &list.projects {
                 outln!(
                     "{}\t{} agents\tcreated {}",
-                    p["name"].as_str().unwrap_or_default(),
-                    p["agents"],
-                    p["created"].as_str().unwrap_or_default()
+                    escape(&p.name),
+                    p.agents,
+                    p.created
                 )?;
             }
         }
         ProjectCommand::NewKey { name, admin } => {
-            let v = admin
+            let key: NewApiKey = admin
                 .remote()?
-                .post_json(&format!("/v1/projects/{name}/api-keys"), &json!({}))?;
-            outln!("API key: {}", v["api_key"].as_str().unwrap_or_default())?;
+                .post_empty(&format!("/v1/projects/{name}/api-keys"))?;
+            outln!("API key: {}", escape(&key.api_key))?;
             outln!("(shown once: it is stored only as a hash)")?;
         }
         ProjectCommand::RevokeKey { id, admin } => {
-            admin
+            let revoked: ApiKeyRevoked = admin
                 .remote()?
-                .post_json(&format!("/v1/api-keys/{id}/revoke"), &json!({}))?;
-            outln!("API key {id} revoked")?;
+                .post_empty(&format!("/v1/api-keys/{id}/revoke"))?;
+            outln!("API key {} revoked", escape(&revoked.api_key_id))?;
         }
     }
     Ok(ExitCode::SUCCESS)

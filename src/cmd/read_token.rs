@@ -7,7 +7,7 @@
 
 use std::process::ExitCode;
 
-use serde_json::json;
+use tally_schemas::api::{CreateReadTokenRequest, NewReadToken, ReadTokenList, ReadTokenRevoked};
 
 use super::out::outln;
 use super::project::AdminArgs;
@@ -53,38 +53,35 @@ pub enum ReadTokenCommand {
 pub fn run(args: &Args) -> anyhow::Result<ExitCode> {
     match &args.command {
         ReadTokenCommand::Create { label, admin } => {
-            let v = admin
-                .remote()?
-                .post_json("/v1/read-tokens", &json!({ "label": label }))?;
-            outln!(
-                "read token: {}",
-                v["read_token"].as_str().unwrap_or_default()
+            let token: NewReadToken = admin.remote()?.post(
+                "/v1/read-tokens",
+                &CreateReadTokenRequest {
+                    label: label.clone(),
+                },
             )?;
-            outln!(
-                "id:         {}",
-                v["read_token_id"].as_str().unwrap_or_default()
-            )?;
+            outln!("read token: {}", escape(&token.read_token))?;
+            outln!("id:         {}", escape(&token.read_token_id))?;
             outln!("(shown once: it is stored only as a hash)")?;
         }
         ReadTokenCommand::List { admin } => {
-            let v = admin.remote()?.get_json("/v1/read-tokens", &[])?;
-            for t in v["read_tokens"].as_array().into_iter().flatten() {
-                let state = t["revoked"]
-                    .as_str()
+            let list: ReadTokenList = admin.remote()?.get("/v1/read-tokens", &[])?;
+            for t in &list.read_tokens {
+                let state = t
+                    .revoked
                     .map_or_else(|| "active".to_owned(), |r| format!("revoked {r}"));
                 outln!(
                     "{}\tcreated {}\t{state}\t{}",
-                    t["id"].as_str().unwrap_or_default(),
-                    t["created"].as_str().unwrap_or_default(),
-                    escape(t["label"].as_str().unwrap_or_default())
+                    escape(&t.id),
+                    t.created,
+                    escape(&t.label)
                 )?;
             }
         }
         ReadTokenCommand::Revoke { id, admin } => {
-            admin
+            let revoked: ReadTokenRevoked = admin
                 .remote()?
-                .post_json(&format!("/v1/read-tokens/{id}/revoke"), &json!({}))?;
-            outln!("read token {id} revoked")?;
+                .post_empty(&format!("/v1/read-tokens/{id}/revoke"))?;
+            outln!("read token {} revoked", escape(&revoked.read_token_id))?;
         }
     }
     Ok(ExitCode::SUCCESS)

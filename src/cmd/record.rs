@@ -1,5 +1,5 @@
 //! `tally record decision|outcome|note`: record through the agent's local
-//! chain without MCP (issue 6 §4), then sync to the witness when one is
+//! chain without MCP, then sync to the witness when one is
 //! configured. Prints one JSON line per record for scripts.
 //!
 //! The record is durably in the local chain before anything is sent, so the
@@ -23,8 +23,7 @@ use tally_gateway::acceptance::{accept_receipt, parse_receipt};
 use tally_gateway::recorder::Recorder;
 use tally_gateway::store::{ChainStore, Secret};
 use tally_gateway::sync::Step;
-use tally_schemas::canonical::{canonicalize, parse_strict};
-use tally_schemas::hash::{salted_hash, SALT_LEN};
+use tally_schemas::canonical::parse_strict;
 use tally_schemas::limits::DEFAULT_MAX_SKEW_MS;
 use tally_schemas::record::{Decision, NoteBody, Outcome, OutcomeStatus};
 use tally_schemas::time::{Clock as _, SystemClock};
@@ -143,19 +142,6 @@ fn read_json(inline: Option<&String>, file: Option<&PathBuf>) -> anyhow::Result<
     ))
 }
 
-fn salted(content: &Value, keep: bool) -> anyhow::Result<(Hash, Secret)> {
-    let canonical = canonicalize(content).context("canonicalising the content")?;
-    let mut salt = [0u8; SALT_LEN];
-    rand_core::OsRng.fill_bytes(&mut salt);
-    Ok((
-        salted_hash(&salt, &canonical),
-        Secret {
-            salt: hex::encode(salt),
-            content: keep.then(|| content.clone()),
-        },
-    ))
-}
-
 /// Runs `tally record …`.
 ///
 /// # Errors
@@ -180,7 +166,9 @@ pub fn run(args: &Args) -> anyhow::Result<ExitCode> {
         } => {
             let arguments =
                 read_json(input.as_ref(), input_file.as_ref())?.unwrap_or_else(|| json!({}));
-            let (input_hash, secret) = salted(&arguments, common.store_content)?;
+            let (input_hash, secret) =
+                Secret::for_content(&arguments, common.store_content, &mut rand_core::OsRng)
+                    .context("canonicalising the content")?;
             let call_id = call_id.clone().unwrap_or_else(|| {
                 let mut b = [0u8; 8];
                 rand_core::OsRng.fill_bytes(&mut b);
@@ -218,7 +206,9 @@ pub fn run(args: &Args) -> anyhow::Result<ExitCode> {
             };
             let (output_hash, secret) = match read_json(output.as_ref(), output_file.as_ref())? {
                 Some(o) => {
-                    let (h, s) = salted(&o, common.store_content)?;
+                    let (h, s) =
+                        Secret::for_content(&o, common.store_content, &mut rand_core::OsRng)
+                            .context("canonicalising the content")?;
                     (Some(h), Some(s))
                 }
                 None => (None, None),

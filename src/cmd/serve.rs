@@ -1,5 +1,5 @@
-//! `tally serve`: run the witness (issue 4 §1). Flags override the config
-//! file (`--config`), which overrides the defaults; docs/operations.md lists
+//! `tally serve`: run the witness. Flags override the config file
+//! (`--config`), which overrides the defaults; docs/operations.md lists
 //! them all. On a fresh machine it needs no flags: it creates ./tally-data,
 //! the log key and the default project, and prints the API key once.
 

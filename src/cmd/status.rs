@@ -1,4 +1,4 @@
-//! `tally status`: the agent side's state at a glance (issue 6 §1): per
+//! `tally status`: the agent side's state at a glance: per
 //! agent, the chain head, the records not yet receipted, the witness and
 //! the last sync error, and a fork, loudly.
 

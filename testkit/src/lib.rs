@@ -4,6 +4,7 @@
 //! product crates (it is `publish = false`, and only ever a
 //! dev-dependency):
 //!
+//! - [`clock`]: a fixed clock and one the test moves.
 //! - [`fixture`]: a simulated agent, witness and log that make valid packs
 //!   from scratch, deterministically.
 //! - [`golden`]: the golden vectors of testdata/golden/.
@@ -11,6 +12,7 @@
 //!
 //! It depends on tally-schemas only, so every crate's tests may use it.
 
+pub mod clock;
 pub mod conformance;
 pub mod fixture;
 pub mod golden;

@@ -31,10 +31,9 @@ use std::io::Write as _;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use serde_json::Value;
-use tally_schemas::canonical::{parse_strict, Limits};
+use tally_schemas::api::ConsistencyProofAnswer;
 use tally_schemas::hash::node_hash;
-use tally_schemas::limits::{MAX_COUNTER, MAX_PROOF_HASHES, MAX_WIRE_OBJECT_BYTES};
+use tally_schemas::limits::MAX_WIRE_OBJECT_BYTES;
 use tally_schemas::note::{
     open_checkpoint, Checkpoint, NoteError, NoteVerifier, MAX_CHECKPOINT_NOTE_BYTES,
 };
@@ -398,71 +397,27 @@ impl Monitor {
 }
 
 /// Version of the JSON proof answers (§7.5).
-pub const PROOF_JSON_VERSION: u64 = 1;
+pub use tally_schemas::api::PROOF_JSON_VERSION;
 
 /// Parses the answer of `GET /v1/proof/consistency?from=M&to=N`
-/// (docs/protocol.md §7.5) strictly: the JSON rules of §2 (no duplicate
-/// member, integers within 2^53 − 1), exactly the members `v`, `from`, `to`
-/// and `consistency`, `v` = 1, `from` and `to` the sizes asked for, and at
-/// most `MAX_PROOF_HASHES` lowercase-hex hashes. The proof itself is checked
-/// by the caller against the two checkpoints.
+/// (docs/protocol.md §7.5) strictly, with tally-schemas'
+/// [`ConsistencyProofAnswer::from_json`] (the JSON rules of §2, exactly the
+/// members `v`, `from`, `to` and `consistency`, `v` = 1, at most
+/// `MAX_PROOF_HASHES` hashes), and checks that `from` and `to` are the
+/// sizes asked for. The proof itself is checked by the caller against the
+/// two checkpoints.
 ///
 /// # Errors
 /// A message naming the first rule the answer breaks.
 pub fn parse_consistency_proof(body: &[u8], from: u64, to: u64) -> Result<Vec<Hash>, String> {
-    let value = parse_strict(body, Limits::WIRE).map_err(|e| format!("not strict JSON: {e}"))?;
-    let Value::Object(obj) = value else {
-        return Err("expected a JSON object".into());
-    };
-    if let Some(unknown) = obj
-        .keys()
-        .find(|k| !["v", "from", "to", "consistency"].contains(&k.as_str()))
-    {
+    let answer = ConsistencyProofAnswer::from_json(body).map_err(|e| e.to_string())?;
+    if answer.from.get() != from || answer.to.get() != to {
         return Err(format!(
-            "unknown member {unknown:?} (expected v, from, to, consistency)"
+            "proof is for {}..{}, asked {from}..{to}",
+            answer.from, answer.to
         ));
     }
-    let counter = |name: &str| -> Result<u64, String> {
-        match obj.get(name) {
-            None => Err(format!("missing member {name:?}")),
-            Some(Value::Number(n)) => n
-                .as_u64()
-                .filter(|n| *n <= MAX_COUNTER)
-                .ok_or_else(|| format!("{name} must be an integer from 0 to 2^53-1, got {n}")),
-            Some(other) => Err(format!("{name} must be an integer, got {other}")),
-        }
-    };
-    let v = counter("v")?;
-    if v != PROOF_JSON_VERSION {
-        return Err(format!(
-            "unsupported version {v} of the proof answer (this build reads {PROOF_JSON_VERSION})"
-        ));
-    }
-    let (got_from, got_to) = (counter("from")?, counter("to")?);
-    if got_from != from || got_to != to {
-        return Err(format!(
-            "proof is for {got_from}..{got_to}, asked {from}..{to}"
-        ));
-    }
-    let Some(Value::Array(items)) = obj.get("consistency") else {
-        return Err("consistency must be an array of hashes".into());
-    };
-    if items.len() > MAX_PROOF_HASHES {
-        return Err(format!(
-            "proof has {} hashes, more than {MAX_PROOF_HASHES}",
-            items.len()
-        ));
-    }
-    items
-        .iter()
-        .enumerate()
-        .map(|(i, h)| match h {
-            Value::String(s) => Hash::from_hex(s).map_err(|e| format!("consistency[{i}]: {e}")),
-            other => Err(format!(
-                "consistency[{i}] must be a hash string, got {other}"
-            )),
-        })
-        .collect()
+    Ok(answer.consistency)
 }
 
 /// Reads node hashes of the tree of size `size` from tiles.

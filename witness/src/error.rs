@@ -1,13 +1,14 @@
 //! The witness's typed errors and the one table that maps each to an HTTP
-//! status and a stable code (docs/api.md, "Errors"; issue 4 §3).
+//! status and a stable code (docs/api.md, "Errors").
 //!
-//! Every refusal is a JSON body `{"error":{"code","message",…evidence}}`.
+//! Every refusal is a JSON body `{"error":{"code","message",…evidence}}`,
+//! tally-schemas' [`ErrorBody`], in canonical form.
 //! A 500 says only "internal error"; the detail goes to the log.
 
 use axum::http::{header, HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
-use serde_json::{json, Map, Value};
 use tally_log::{AppendError, ProofRequestError, ReadError, StoreError};
+use tally_schemas::api::{ChainHead, ErrorBody, ErrorDetail};
 use tally_schemas::canonical::CanonicalError;
 use tally_schemas::entry::EntryError;
 use tally_schemas::record::RecordError;
@@ -232,45 +233,45 @@ impl WitnessError {
         }
     }
 
-    /// The evidence members added to the error object besides code and message.
-    fn evidence(&self) -> Map<String, Value> {
-        let mut m = Map::new();
+    /// The error body (what [`IntoResponse`] sends): the code, the message
+    /// (a 500's says only "internal error") and the evidence members of
+    /// docs/api.md "Errors".
+    #[must_use]
+    pub fn body(&self) -> ErrorBody {
+        let (_, code) = self.status_and_code();
+        let message = match self {
+            Self::Internal(_) => "internal error".to_owned(),
+            other => other.to_string(),
+        };
+        let mut e = ErrorDetail::new(code, message);
         match self {
             Self::BodyTooLarge { max, .. } | Self::RecordTooLarge { max, .. } => {
-                m.insert("max_bytes".into(), json!(max));
+                e.max_bytes = Some(*max as u64);
             }
-            Self::Malformed { reason, .. } => {
-                m.insert("reason".into(), json!(reason));
-            }
-            Self::BodyTimeout { received, .. } => {
-                m.insert("received_bytes".into(), json!(received));
-            }
+            Self::Malformed { reason, .. } => e.reason = Some((*reason).to_owned()),
+            Self::BodyTimeout { received, .. } => e.received_bytes = Some(*received),
             Self::UnsupportedVersion { found } => {
-                m.insert("found".into(), json!(found));
-                m.insert("supported".into(), json!(1));
+                e.found = Some(found.clone());
+                e.supported = Some(1);
             }
-            Self::UnusableKey(why) => {
-                m.insert("reason".into(), json!(why.code()));
-            }
+            Self::UnusableKey(why) => e.reason = Some(why.code().to_owned()),
             Self::RetroactiveKeyChange {
                 agent,
                 at,
                 earliest_at,
                 latest_record_time,
             } => {
-                m.insert("agent".into(), json!(agent));
-                m.insert("at".into(), json!(at));
-                m.insert("earliest_at".into(), json!(earliest_at));
-                m.insert("latest_record_time".into(), json!(latest_record_time));
+                e.agent = Some(agent.clone());
+                e.at = Some(*at);
+                e.earliest_at = Some(*earliest_at);
+                e.latest_record_time = Some(*latest_record_time);
             }
             Self::AgentNotAllowed { agent }
             | Self::NoRecords { agent, .. }
-            | Self::NameUnavailable { agent } => {
-                m.insert("agent".into(), json!(agent));
-            }
+            | Self::NameUnavailable { agent } => e.agent = Some(agent.clone()),
             Self::KeyNotAllowed { agent, key_id } | Self::BadSignature { agent, key_id } => {
-                m.insert("agent".into(), json!(agent));
-                m.insert("key_id".into(), json!(key_id));
+                e.agent = Some(agent.clone());
+                e.key_id = Some(*key_id);
             }
             Self::KeyNotActive {
                 agent,
@@ -279,60 +280,37 @@ impl WitnessError {
                 not_before,
                 not_after,
             } => {
-                m.insert("agent".into(), json!(agent));
-                m.insert("key_id".into(), json!(key_id));
-                m.insert("time".into(), json!(time));
-                m.insert("not_before".into(), json!(not_before));
-                m.insert("not_after".into(), json!(not_after));
+                e.agent = Some(agent.clone());
+                e.key_id = Some(*key_id);
+                e.time = Some(*time);
+                e.not_before = Some(*not_before);
+                e.not_after = Some(*not_after);
             }
             Self::ClockSkew {
                 agent_time,
                 witness_time,
                 max_skew_ms,
             } => {
-                m.insert("agent_time".into(), json!(agent_time));
-                m.insert("witness_time".into(), json!(witness_time));
-                m.insert("max_skew_ms".into(), json!(max_skew_ms));
+                e.agent_time = Some(*agent_time);
+                e.witness_time = Some(*witness_time);
+                e.max_skew_ms = Some(*max_skew_ms);
             }
             Self::ChainConflict { agent, head } => {
-                m.insert("agent".into(), json!(agent));
-                m.insert(
-                    "head".into(),
-                    head.map_or(
-                        Value::Null,
-                        |(seq, hash)| json!({"seq": seq.get(), "hash": hash}),
-                    ),
-                );
+                e.agent = Some(agent.clone());
+                e.head = Some(head.map(|(seq, hash)| ChainHead { seq, hash }));
             }
             Self::NonceReplayed { nonce, first_index } => {
-                m.insert("nonce".into(), json!(nonce));
-                m.insert("first_index".into(), json!(first_index.get()));
+                e.nonce = Some(nonce.clone());
+                e.first_index = Some(*first_index);
             }
-            Self::RateLimited { retry_after_ms } => {
-                m.insert("retry_after_ms".into(), json!(retry_after_ms));
-            }
+            Self::RateLimited { retry_after_ms } => e.retry_after_ms = Some(*retry_after_ms),
             Self::Exists { what, name } => {
-                m.insert("what".into(), json!(what));
-                m.insert("name".into(), json!(name));
+                e.what = Some((*what).to_owned());
+                e.name = Some(name.clone());
             }
             _ => {}
         }
-        m
-    }
-
-    /// The JSON error body (what [`IntoResponse`] sends).
-    #[must_use]
-    pub fn body(&self) -> Value {
-        let (_, code) = self.status_and_code();
-        let message = match self {
-            Self::Internal(_) => "internal error".to_owned(),
-            other => other.to_string(),
-        };
-        let mut obj = Map::new();
-        obj.insert("code".into(), json!(code));
-        obj.insert("message".into(), json!(message));
-        obj.extend(self.evidence());
-        json!({ "error": obj })
+        ErrorBody { error: e }
     }
 
     /// A storage failure, logged here and shown as a bare 500.
@@ -345,7 +323,7 @@ impl WitnessError {
 impl IntoResponse for WitnessError {
     fn into_response(self) -> Response {
         let (status, code) = self.status_and_code();
-        let body = serde_json::to_vec(&self.body()).unwrap_or_else(|_| {
+        let body = self.body().to_json().unwrap_or_else(|_| {
             b"{\"error\":{\"code\":\"internal\",\"message\":\"internal error\"}}".to_vec()
         });
         let mut r = (status, body).into_response();

@@ -22,9 +22,12 @@ use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use axum::Router;
 use http_body_util::BodyExt;
-use serde::Deserialize;
 use serde_json::json;
-use tally_schemas::canonical::{self, Limits};
+use tally_schemas::api::{
+    AddAgentRequest, AgentHead, AgentList, ApiBody, ApiKeyRevoked, BodyError, CreateProjectRequest,
+    CreateReadTokenRequest, NewApiKey, NewReadToken, ProjectList, ProjectSummary, ReadTokenList,
+    ReadTokenRevoked, ReadTokenSummary, RegisteredAgent, RetireRequest, RotateKeyRequest,
+};
 use tally_schemas::{AgentName, KeyError, PublicKey, Seq, TreeSize, UnixMillis};
 
 use crate::config::LogRead;
@@ -201,17 +204,20 @@ async fn read_body(body: Body, headers: &HeaderMap, max: usize) -> Result<Bytes,
     }
 }
 
-/// Parses a small JSON request body strictly into `T`.
-fn json_body<T: for<'de> Deserialize<'de>>(bytes: &[u8]) -> Result<T, WitnessError> {
+/// Parses a small JSON request body strictly into `T` (an empty body is
+/// `{}`), a body tally-schemas' [`tally_schemas::api`] defines.
+fn json_body<T: ApiBody>(bytes: &[u8]) -> Result<T, WitnessError> {
     let bytes = if bytes.iter().all(u8::is_ascii_whitespace) {
         b"{}".as_slice()
     } else {
         bytes
     };
-    let value = canonical::parse_strict(bytes, Limits::WIRE)?;
-    serde_json::from_value(value).map_err(|e| WitnessError::Malformed {
-        reason: "schema",
-        message: e.to_string(),
+    T::from_json(bytes).map_err(|e| match e {
+        BodyError::Canonical { source, .. } => source.into(),
+        other => WitnessError::Malformed {
+            reason: other.code(),
+            message: other.to_string(),
+        },
     })
 }
 
@@ -232,6 +238,11 @@ fn json_response(status: StatusCode, bytes: Vec<u8>) -> Response {
 
 fn json_value(status: StatusCode, v: &serde_json::Value) -> Response {
     json_response(status, serde_json::to_vec(v).unwrap_or_default())
+}
+
+/// An answer of the API (a [`tally_schemas::api`] body), in canonical form.
+fn api_answer<T: ApiBody>(status: StatusCode, body: &T) -> Result<Response, WitnessError> {
+    Ok(json_response(status, export::to_canonical(body)?))
 }
 
 /// Decodes `%XX` and `+` in a query component.
@@ -398,39 +409,18 @@ async fn agent_head(
     let w2 = Arc::clone(&w);
     let a2 = agent.clone();
     let head = blocking(move || w2.agent_head(&principal, &a2)).await?;
-    Ok(json_value(
+    api_answer(
         StatusCode::OK,
-        &json!({"agent": agent, "seq": head.seq.get(), "hash": head.record_hash, "index": head.index.get()}),
-    ))
+        &AgentHead {
+            agent,
+            seq: head.seq,
+            hash: head.record_hash,
+            index: head.index,
+        },
+    )
 }
 
 // ---- registration ----------------------------------------------------------
-
-#[derive(Deserialize)]
-#[serde(deny_unknown_fields)]
-struct AddAgent {
-    agent: AgentName,
-    /// Parsed by [`public_key`], so a weak key gets its own code.
-    public_key: String,
-    #[serde(default)]
-    not_before: Option<UnixMillis>,
-}
-
-#[derive(Deserialize)]
-#[serde(deny_unknown_fields)]
-struct RotateKey {
-    /// Parsed by [`public_key`].
-    public_key: String,
-    #[serde(default)]
-    at: Option<UnixMillis>,
-}
-
-#[derive(Deserialize)]
-#[serde(deny_unknown_fields)]
-struct Retire {
-    #[serde(default)]
-    at: Option<UnixMillis>,
-}
 
 /// A request's public key: a weak one (small order, non-canonical:
 /// protocol.md §4.3) is `unusable_public_key`, other bad ones `malformed`.
@@ -444,8 +434,12 @@ fn public_key(text: &str) -> Result<PublicKey, WitnessError> {
     })
 }
 
-fn agent_json(agent: &AgentName, row: &crate::registry::AgentRow) -> serde_json::Value {
-    json!({"agent": agent, "project": row.project, "keys": row.keys})
+fn agent_answer(agent: &AgentName, row: &crate::registry::AgentRow) -> RegisteredAgent {
+    RegisteredAgent {
+        agent: agent.clone(),
+        project: row.project.clone(),
+        keys: row.keys.clone(),
+    }
 }
 
 async fn add_agent(
@@ -455,7 +449,7 @@ async fn add_agent(
 ) -> Result<Response, WitnessError> {
     let principal = w.authenticate(bearer(&headers))?;
     let bytes = read_body(body, &headers, w.config().max_body_bytes).await?;
-    let req: AddAgent = json_body(&bytes)?;
+    let req: AddAgentRequest = json_body(&bytes)?;
     let row = key_changes::add_agent(
         &w,
         &principal.project,
@@ -464,10 +458,7 @@ async fn add_agent(
         req.not_before,
     )
     .await?;
-    Ok(json_value(
-        StatusCode::CREATED,
-        &agent_json(&req.agent, &row),
-    ))
+    api_answer(StatusCode::CREATED, &agent_answer(&req.agent, &row))
 }
 
 async fn list_agents(
@@ -477,13 +468,13 @@ async fn list_agents(
 ) -> Result<Response, WitnessError> {
     let principal = w.authenticate(bearer(&headers))?;
     query(raw.as_deref(), &[], &[])?;
-    let agents: Vec<_> = w
+    let agents = w
         .registry()
         .agents_of(&principal.project)
         .iter()
-        .map(|(a, row)| agent_json(a, row))
+        .map(|(a, row)| agent_answer(a, row))
         .collect();
-    Ok(json_value(StatusCode::OK, &json!({ "agents": agents })))
+    api_answer(StatusCode::OK, &AgentList { agents })
 }
 
 async fn rotate_key(
@@ -495,7 +486,7 @@ async fn rotate_key(
     let principal = w.authenticate(bearer(&headers))?;
     let agent = path_agent(agent)?;
     let bytes = read_body(body, &headers, w.config().max_body_bytes).await?;
-    let req: RotateKey = json_body(&bytes)?;
+    let req: RotateKeyRequest = json_body(&bytes)?;
     let row = key_changes::change_keys(
         &w,
         &principal.project,
@@ -504,7 +495,7 @@ async fn rotate_key(
         req.at,
     )
     .await?;
-    Ok(json_value(StatusCode::OK, &agent_json(&agent, &row)))
+    api_answer(StatusCode::OK, &agent_answer(&agent, &row))
 }
 
 async fn retire_agent(
@@ -516,16 +507,10 @@ async fn retire_agent(
     let principal = w.authenticate(bearer(&headers))?;
     let agent = path_agent(agent)?;
     let bytes = read_body(body, &headers, w.config().max_body_bytes).await?;
-    let req: Retire = json_body(&bytes)?;
+    let req: RetireRequest = json_body(&bytes)?;
     let row =
         key_changes::change_keys(&w, &principal.project, &agent, KeyChange::Retire, req.at).await?;
-    Ok(json_value(StatusCode::OK, &agent_json(&agent, &row)))
-}
-
-#[derive(Deserialize)]
-#[serde(deny_unknown_fields)]
-struct CreateProject {
-    name: String,
+    api_answer(StatusCode::OK, &agent_answer(&agent, &row))
 }
 
 async fn create_project(
@@ -535,12 +520,16 @@ async fn create_project(
 ) -> Result<Response, WitnessError> {
     w.authenticate_admin(bearer(&headers))?;
     let bytes = read_body(body, &headers, w.config().max_body_bytes).await?;
-    let req: CreateProject = json_body(&bytes)?;
+    let req: CreateProjectRequest = json_body(&bytes)?;
     let key = w.create_project(&req.name)?;
-    Ok(json_value(
+    api_answer(
         StatusCode::CREATED,
-        &json!({"project": req.name, "api_key": key.token, "api_key_id": key.id()}),
-    ))
+        &NewApiKey {
+            api_key_id: key.id().to_owned(),
+            project: req.name,
+            api_key: key.token,
+        },
+    )
 }
 
 async fn list_projects(
@@ -548,16 +537,17 @@ async fn list_projects(
     headers: HeaderMap,
 ) -> Result<Response, WitnessError> {
     w.authenticate_admin(bearer(&headers))?;
-    let projects: Vec<_> = w
+    let projects = w
         .registry()
         .projects()
         .into_iter()
-        .map(|(name, row)| {
-            let agents = w.registry().agents_of(&name).len();
-            json!({"name": name, "created": row.created, "agents": agents})
+        .map(|(name, row)| ProjectSummary {
+            agents: w.registry().agents_of(&name).len() as u64,
+            name,
+            created: row.created,
         })
         .collect();
-    Ok(json_value(StatusCode::OK, &json!({ "projects": projects })))
+    api_answer(StatusCode::OK, &ProjectList { projects })
 }
 
 async fn new_api_key(
@@ -571,10 +561,14 @@ async fn new_api_key(
         message: e.body_text(),
     })?;
     let key = w.new_api_key(&project)?;
-    Ok(json_value(
+    api_answer(
         StatusCode::CREATED,
-        &json!({"project": project, "api_key": key.token, "api_key_id": key.id()}),
-    ))
+        &NewApiKey {
+            api_key_id: key.id().to_owned(),
+            project,
+            api_key: key.token,
+        },
+    )
 }
 
 async fn revoke_api_key(
@@ -588,17 +582,13 @@ async fn revoke_api_key(
         message: e.body_text(),
     })?;
     w.registry().revoke_api_key(&id, w.now())?;
-    Ok(json_value(
+    api_answer(
         StatusCode::OK,
-        &json!({"api_key_id": id, "revoked": true}),
-    ))
-}
-
-#[derive(Deserialize)]
-#[serde(deny_unknown_fields)]
-struct CreateReadToken {
-    #[serde(default)]
-    label: String,
+        &ApiKeyRevoked {
+            api_key_id: id,
+            revoked: true,
+        },
+    )
 }
 
 async fn create_read_token(
@@ -608,13 +598,17 @@ async fn create_read_token(
 ) -> Result<Response, WitnessError> {
     w.authenticate_admin(bearer(&headers))?;
     let bytes = read_body(body, &headers, w.config().max_body_bytes).await?;
-    let req: CreateReadToken = json_body(&bytes)?;
+    let req: CreateReadTokenRequest = json_body(&bytes)?;
     let now = w.now();
     let token = w.with_rng(|rng| w.registry().create_read_token(&req.label, now, rng))?;
-    Ok(json_value(
+    api_answer(
         StatusCode::CREATED,
-        &json!({"read_token": token.token, "read_token_id": token.id(), "label": req.label}),
-    ))
+        &NewReadToken {
+            read_token_id: token.id().to_owned(),
+            read_token: token.token,
+            label: req.label,
+        },
+    )
 }
 
 async fn list_read_tokens(
@@ -624,18 +618,18 @@ async fn list_read_tokens(
 ) -> Result<Response, WitnessError> {
     w.authenticate_admin(bearer(&headers))?;
     query(raw.as_deref(), &[], &[])?;
-    let tokens: Vec<_> = w
+    let read_tokens = w
         .registry()
         .read_tokens()
         .into_iter()
-        .map(|(id, row)| {
-            json!({"id": id, "label": row.label, "created": row.created, "revoked": row.revoked})
+        .map(|(id, row)| ReadTokenSummary {
+            id,
+            label: row.label,
+            created: row.created,
+            revoked: row.revoked,
         })
         .collect();
-    Ok(json_value(
-        StatusCode::OK,
-        &json!({ "read_tokens": tokens }),
-    ))
+    api_answer(StatusCode::OK, &ReadTokenList { read_tokens })
 }
 
 async fn revoke_read_token(
@@ -649,10 +643,13 @@ async fn revoke_read_token(
         message: e.body_text(),
     })?;
     w.registry().revoke_read_token(&id, w.now())?;
-    Ok(json_value(
+    api_answer(
         StatusCode::OK,
-        &json!({"read_token_id": id, "revoked": true}),
-    ))
+        &ReadTokenRevoked {
+            read_token_id: id,
+            revoked: true,
+        },
+    )
 }
 
 // ---- exports ---------------------------------------------------------------

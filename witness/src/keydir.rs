@@ -1,41 +1,16 @@
 //! The key directory served at `/.well-known/tally/keys` (docs/protocol.md
-//! §4.4, docs/api.md): the log's checkpoint keys, current and retired, with
-//! the time ranges they signed in. Stored as `keys.json` in the data folder;
-//! the current key is added on start if it is not listed, and any other key
-//! still open is closed at that moment (a key rotation).
+//! §4.5, docs/api.md): the log's checkpoint keys, current and retired, with
+//! the time ranges they signed in. Its format, [`KeyDirectory`], is defined
+//! once in tally-schemas; this module keeps it as `keys.json` in the data
+//! folder: the current key is added on start if it is not listed, and any
+//! other key still open is closed at that moment (a key rotation).
 
 use std::path::Path;
 
-use serde::{Deserialize, Serialize};
 use tally_schemas::note::NoteVerifier;
 use tally_schemas::UnixMillis;
 
-/// Format version of the directory.
-pub const KEY_DIRECTORY_VERSION: u64 = 1;
-
-/// One checkpoint key.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct DirectoryKey {
-    /// C2SP vkey (`name+id+base64`).
-    pub vkey: String,
-    /// First instant it signed.
-    pub not_before: UnixMillis,
-    /// When it was retired; `null` for the current key.
-    pub not_after: Option<UnixMillis>,
-}
-
-/// The whole directory.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct KeyDirectory {
-    /// Version, 1.
-    pub v: u64,
-    /// The log's origin.
-    pub origin: String,
-    /// Keys, oldest first.
-    pub keys: Vec<DirectoryKey>,
-}
+pub use tally_schemas::api::{DirectoryKey, KeyDirectory, KEY_DIRECTORY_VERSION};
 
 /// Why the directory file could not be used.
 #[derive(Debug, thiserror::Error)]
@@ -58,13 +33,24 @@ pub enum KeyDirectoryError {
     },
 }
 
-impl KeyDirectory {
+/// The witness's `keys.json`: the directory's file (its format is the wire
+/// format, [`KeyDirectory`]).
+pub trait KeyDirectoryFile: Sized {
     /// Loads `path` (or starts an empty directory) and makes sure `current`
-    /// is listed as the open key from `now`; writes the file back if it changed.
+    /// is listed as the open key from `now`; writes the file back if it
+    /// changed.
     ///
     /// # Errors
     /// [`KeyDirectoryError`] for I/O or a malformed file.
-    pub fn load_or_init(
+    fn load_or_init(
+        path: &Path,
+        current: &NoteVerifier,
+        now: UnixMillis,
+    ) -> Result<Self, KeyDirectoryError>;
+}
+
+impl KeyDirectoryFile for KeyDirectory {
+    fn load_or_init(
         path: &Path,
         current: &NoteVerifier,
         now: UnixMillis,
@@ -74,30 +60,23 @@ impl KeyDirectory {
             source,
         };
         let mut dir = match std::fs::read(path) {
-            Ok(bytes) => {
-                serde_json::from_slice::<Self>(&bytes).map_err(|e| KeyDirectoryError::Parse {
-                    path: path.display().to_string(),
-                    message: e.to_string(),
-                })?
-            }
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Self {
-                v: KEY_DIRECTORY_VERSION,
-                origin: current.name().to_owned(),
-                keys: Vec::new(),
-            },
+            Ok(bytes) => Self::from_json(&bytes).map_err(|e| KeyDirectoryError::Parse {
+                path: path.display().to_string(),
+                message: e.to_string(),
+            })?,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Self::empty(current.name()),
             Err(e) => return Err(io(e)),
         };
-        let vkey = current.vkey();
         let listed_open = dir
             .keys
             .iter()
-            .any(|k| k.vkey == vkey && k.not_after.is_none());
+            .any(|k| k.vkey == *current && k.not_after.is_none());
         if !listed_open {
             for k in &mut dir.keys {
                 k.not_after.get_or_insert(now);
             }
             dir.keys.push(DirectoryKey {
-                vkey,
+                vkey: current.clone(),
                 not_before: now,
                 not_after: None,
             });
@@ -133,7 +112,7 @@ mod tests {
         let b = KeyDirectory::load_or_init(&p, k2.verifier(), UnixMillis::new(30)).unwrap();
         assert_eq!(b.keys.len(), 2);
         assert_eq!(b.keys[0].not_after, Some(UnixMillis::new(30)));
-        assert_eq!(b.keys[1].vkey, k2.verifier().vkey());
+        assert_eq!(b.keys[1].vkey, *k2.verifier());
         assert!(b.keys[1].not_after.is_none());
     }
 }

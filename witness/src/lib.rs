@@ -1,11 +1,11 @@
 //! # tally-witness
 //!
-//! The front door of tally (issue 4; docs/api.md is the HTTP contract,
+//! The front door of tally (docs/api.md is the HTTP contract,
 //! docs/protocol.md the wire formats, docs/operations.md how to run it):
 //! authentication, projects and agent keys, record admission, receipts,
 //! exports, the key directory, metrics, and the server behind `tally serve`.
 //!
-//! - [`witness`]: admission in the order of issue 4 §3, agent heads.
+//! - [`witness`]: admission in the order of docs/api.md "`POST /v1/records`", agent heads.
 //! - [`registry`]: projects, API keys (hashed), agents and their keys.
 //! - [`export`]: packs, agent-keys.json, head.json (protocol.md §9).
 //! - [`http`]: the routes; [`error`]: the one error → status/code table.

@@ -1,4 +1,5 @@
-//! `/metrics` in the Prometheus text exposition format (issue 4 §4):
+//! `/metrics` in the Prometheus text exposition format (docs/api.md
+//! "`GET /metrics`"):
 //! admissions by status code and error code, admission latency, group-commit
 //! batch sizes, the log's counters, and the connection layer's
 //! ([`crate::conn::ConnectionStats`]). Hand-rolled: a few atomics and one

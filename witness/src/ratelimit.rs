@@ -1,4 +1,4 @@
-//! Per-API-key token buckets for `POST /v1/records` (issue 4 §3, 429
+//! Per-API-key token buckets for `POST /v1/records` (docs/api.md, 429
 //! `rate_limited`). Time comes from the injected clock, so tests are exact.
 
 use std::collections::HashMap;

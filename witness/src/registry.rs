@@ -1,6 +1,6 @@
 //! The witness's own tables: projects, API keys, the admin token and the
 //! agents registered to each project with their public keys and validity
-//! ranges (issue 4 §2; docs/operations.md "Data folder"; the keys end up in
+//! ranges (docs/operations.md "The data folder"; the keys end up in
 //! agent-keys.json, docs/protocol.md §9.3).
 //!
 //! Stored in a redb file of its own (`witness.redb`, next to the log's

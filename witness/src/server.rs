@@ -1,4 +1,5 @@
-//! `tally serve`'s machinery (issue 4 §1; docs/operations.md): the data
+//! `tally serve`'s machinery (docs/operations.md "The data folder",
+//! "Connections", "TLS", "Shutdown, crashes, restarts"): the data
 //! folder (log key, key directory, log and registry files), the listener
 //! with optional TLS (rustls) and the connection limits of module
 //! [`crate::conn`], and graceful shutdown that drains in-flight requests
@@ -31,7 +32,7 @@ use tokio::net::{TcpListener, TcpStream};
 use crate::config::{ConnLimits, ServeConfig, TlsFiles, DEFAULT_ORIGIN};
 use crate::conn::{self, ConnIo, ConnState, ConnectionStats, TrackedService, Tracker};
 use crate::error::RegistryError;
-use crate::keydir::{KeyDirectory, KeyDirectoryError};
+use crate::keydir::{KeyDirectory, KeyDirectoryError, KeyDirectoryFile as _};
 use crate::registry::{FirstStart, Registry};
 use crate::witness::{Rng, Witness};
 

@@ -1,7 +1,7 @@
 //! Handler tests without sockets (`Router` + `oneshot`): every row of the
 //! admission status table, the order of the checks, replay, skew with the
 //! injected clock, restart, the authorisation matrix and the bad-input
-//! corpus (issue 4 §6).
+//! corpus (docs/api.md).
 
 mod common;
 

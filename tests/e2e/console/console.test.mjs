@@ -1,4 +1,4 @@
-// Browser tests of the tally console (issue 7) against the real binary:
+// Browser tests of the tally console (docs/console.md) against the real binary:
 // Debian's chromium, headless, driven by playwright-core. Starts
 // `tally serve` on a temporary data folder and a free loopback port, posts
 // records with the CLI (`tally agent init/add`, `tally record ...`) and

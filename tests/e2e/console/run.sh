@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Browser tests of the console (issue 7): headless Debian chromium driven by
+# Browser tests of the console (docs/console.md): headless Debian chromium driven by
 # playwright-core against the real `tally` binary, with records from the CLI
 # and from the real `tally gateway` in front of
 # @modelcontextprotocol/server-everything (both pinned in package-lock.json).

@@ -5,7 +5,7 @@
 #![allow(dead_code)]
 
 use std::path::Path;
-use std::sync::atomic::{AtomicI64, Ordering};
+use std::sync::atomic::AtomicI64;
 use std::sync::Arc;
 
 use axum::body::Body;
@@ -15,10 +15,10 @@ use http_body_util::BodyExt;
 use rand_core::OsRng;
 use serde_json::Value;
 use tally_schemas::record::NoteBody;
-use tally_schemas::time::Clock;
 use tally_schemas::{
     AgentName, Body as RecordBody, Hash, Nonce, Record, SecretKey, Seq, UnixMillis, UnsignedRecord,
 };
+pub use tally_testkit::clock::TestClock;
 use tally_witness::config::{ServeConfig, WitnessConfig};
 use tally_witness::server;
 use tally_witness::Witness;
@@ -26,22 +26,6 @@ use tower::ServiceExt;
 
 /// 2026-11-30T08:00:00.000Z.
 pub const T0: i64 = 1_796_025_600_000;
-
-/// A clock the test moves.
-#[derive(Debug)]
-pub struct TestClock(pub AtomicI64);
-
-impl TestClock {
-    pub fn set(&self, ms: i64) {
-        self.0.store(ms, Ordering::SeqCst);
-    }
-}
-
-impl Clock for TestClock {
-    fn now(&self) -> UnixMillis {
-        UnixMillis::new(self.0.load(Ordering::SeqCst))
-    }
-}
 
 pub struct Harness {
     pub dir: tempfile::TempDir,

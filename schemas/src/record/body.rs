@@ -1,0 +1,297 @@
+//! Record kinds and bodies, docs/protocol.md §5.
+
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+
+use super::fields::check_text;
+use super::RecordError;
+use crate::hash::Hash;
+use crate::keys::{KeyId, PublicKey};
+use crate::limits::{
+    MAX_NAME_BYTES, MAX_NOTE_TEXT_BYTES, MAX_TOOLS_PER_RECORD, MAX_TOOL_LIST_PARTS,
+};
+
+/// The kind of a record; it selects the body's schema.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum RecordKind {
+    /// The agent decided to call a tool.
+    Decision,
+    /// What came back from a call.
+    Outcome,
+    /// The tools the agent has.
+    Tools,
+    /// Free text.
+    Note,
+    /// The agent moves to a new key; signed by the old one.
+    KeyRotation,
+}
+
+impl RecordKind {
+    /// The wire name.
+    #[must_use]
+    pub const fn as_str(self) -> &'static str {
+        match self {
+            Self::Decision => "decision",
+            Self::Outcome => "outcome",
+            Self::Tools => "tools",
+            Self::Note => "note",
+            Self::KeyRotation => "key_rotation",
+        }
+    }
+}
+
+/// How a call ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum OutcomeStatus {
+    /// A result without `isError`.
+    Ok,
+    /// A JSON-RPC error, or a result with `isError: true`.
+    Error,
+    /// The client cancelled the call.
+    Cancelled,
+    /// The server exited while the call was in flight.
+    ServerExited,
+    /// The client went away (closed its input or died) while the call was
+    /// in flight, and the call ended without an answer.
+    ClientGone,
+    /// No answer within the configured time.
+    Timeout,
+    /// Over MCP's Streamable HTTP transport, the exchange that carried the
+    /// call failed without a JSON-RPC answer to it: an HTTP error status or
+    /// an answer that is not MCP, or the upstream could not be reached.
+    HttpError,
+    /// The call was not forwarded (its decision could not be recorded, or a
+    /// strict receipt check failed).
+    NotRun,
+}
+
+impl OutcomeStatus {
+    /// The wire name.
+    #[must_use]
+    pub const fn as_str(self) -> &'static str {
+        match self {
+            Self::Ok => "ok",
+            Self::Error => "error",
+            Self::Cancelled => "cancelled",
+            Self::ServerExited => "server_exited",
+            Self::ClientGone => "client_gone",
+            Self::Timeout => "timeout",
+            Self::HttpError => "http_error",
+            Self::NotRun => "not_run",
+        }
+    }
+}
+
+/// Body of a `decision` record.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Decision {
+    /// The agent's id for this call (for MCP, the JSON-RPC request id as text).
+    pub call_id: String,
+    /// The tool's name.
+    pub tool: String,
+    /// Salted hash of the canonical call arguments (docs/protocol.md §6).
+    pub input_hash: Hash,
+}
+
+/// Body of an `outcome` record.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Outcome {
+    /// The call id of the decision.
+    pub call_id: String,
+    /// The record hash of the decision.
+    pub decision: Hash,
+    /// How the call ended.
+    pub status: OutcomeStatus,
+    /// Salted hash of the canonical result or error, when there was one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub output_hash: Option<Hash>,
+}
+
+/// Digests of the parts of one MCP tool definition, each
+/// `SHA-256(JCS(member value))`; absent members are omitted.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ToolPartDigests {
+    /// `title`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub title: Option<Hash>,
+    /// `description`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub description: Option<Hash>,
+    /// `inputSchema`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub input_schema: Option<Hash>,
+    /// `outputSchema`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub output_schema: Option<Hash>,
+    /// `annotations`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub annotations: Option<Hash>,
+    /// `_meta`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub meta: Option<Hash>,
+}
+
+impl ToolPartDigests {
+    /// The wire names of the parts whose digests differ (present vs absent
+    /// counts as different), in a fixed order.
+    #[must_use]
+    pub fn changed_parts(&self, other: &Self) -> Vec<&'static str> {
+        let pairs = [
+            ("title", self.title, other.title),
+            ("description", self.description, other.description),
+            ("input_schema", self.input_schema, other.input_schema),
+            ("output_schema", self.output_schema, other.output_schema),
+            ("annotations", self.annotations, other.annotations),
+            ("meta", self.meta, other.meta),
+        ];
+        pairs
+            .into_iter()
+            .filter(|(_, a, b)| a != b)
+            .map(|(n, _, _)| n)
+            .collect()
+    }
+}
+
+/// One tool in a `tools` record.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ToolEntry {
+    /// The tool's name.
+    pub name: String,
+    /// Whether calls to this tool are recorded.
+    pub recorded: bool,
+    /// `SHA-256(JCS(definition))` of the whole definition object.
+    pub digest: Hash,
+    /// Per-part digests, so that a change is named.
+    pub parts: ToolPartDigests,
+}
+
+/// Body of a `tools` record: one part of a tool list.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ToolList {
+    /// Id shared by all parts of one list.
+    pub list_id: String,
+    /// 0-based part number.
+    pub part: u32,
+    /// Number of parts in the list.
+    pub parts: u32,
+    /// The tools in this part, by name, without repeats.
+    pub tools: Vec<ToolEntry>,
+}
+
+/// Body of a `note` record.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct NoteBody {
+    /// The text.
+    pub text: String,
+}
+
+/// Body of a `key_rotation` record, signed by the key being retired.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct KeyRotation {
+    /// Key id of the new key.
+    pub new_key_id: KeyId,
+    /// The new public key.
+    pub new_public_key: PublicKey,
+}
+
+/// A record's body, by kind.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[serde(untagged)]
+pub enum Body {
+    /// `decision`.
+    Decision(Decision),
+    /// `outcome`.
+    Outcome(Outcome),
+    /// `tools`.
+    Tools(ToolList),
+    /// `note`.
+    Note(NoteBody),
+    /// `key_rotation`.
+    KeyRotation(KeyRotation),
+}
+
+impl Body {
+    /// The kind this body belongs to.
+    #[must_use]
+    pub const fn kind(&self) -> RecordKind {
+        match self {
+            Self::Decision(_) => RecordKind::Decision,
+            Self::Outcome(_) => RecordKind::Outcome,
+            Self::Tools(_) => RecordKind::Tools,
+            Self::Note(_) => RecordKind::Note,
+            Self::KeyRotation(_) => RecordKind::KeyRotation,
+        }
+    }
+
+    pub(super) fn from_value(kind: RecordKind, value: Value) -> Result<Self, serde_json::Error> {
+        Ok(match kind {
+            RecordKind::Decision => Self::Decision(serde_json::from_value(value)?),
+            RecordKind::Outcome => Self::Outcome(serde_json::from_value(value)?),
+            RecordKind::Tools => Self::Tools(serde_json::from_value(value)?),
+            RecordKind::Note => Self::Note(serde_json::from_value(value)?),
+            RecordKind::KeyRotation => Self::KeyRotation(serde_json::from_value(value)?),
+        })
+    }
+
+    pub(super) fn validate(&self) -> Result<(), RecordError> {
+        match self {
+            Self::Decision(d) => {
+                check_text("body.call_id", &d.call_id, MAX_NAME_BYTES, false)?;
+                check_text("body.tool", &d.tool, MAX_NAME_BYTES, false)
+            }
+            Self::Outcome(o) => check_text("body.call_id", &o.call_id, MAX_NAME_BYTES, false),
+            Self::Tools(t) => {
+                check_text("body.list_id", &t.list_id, MAX_NAME_BYTES, false)?;
+                if t.parts == 0 || t.parts > MAX_TOOL_LIST_PARTS || t.part >= t.parts {
+                    return Err(RecordError::Invalid {
+                        field: "body.part",
+                        reason: format!(
+                            "part {} of {} is not a part number below parts, with parts 1 to {MAX_TOOL_LIST_PARTS}",
+                            t.part, t.parts
+                        ),
+                    });
+                }
+                if t.tools.len() > MAX_TOOLS_PER_RECORD {
+                    return Err(RecordError::Invalid {
+                        field: "body.tools",
+                        reason: format!(
+                            "{} tools, more than {MAX_TOOLS_PER_RECORD} per record",
+                            t.tools.len()
+                        ),
+                    });
+                }
+                let mut names = std::collections::BTreeSet::new();
+                for tool in &t.tools {
+                    check_text("body.tools.name", &tool.name, MAX_NAME_BYTES, false)?;
+                    if !names.insert(tool.name.as_str()) {
+                        return Err(RecordError::Invalid {
+                            field: "body.tools.name",
+                            reason: format!("tool {:?} is listed twice", tool.name),
+                        });
+                    }
+                }
+                Ok(())
+            }
+            Self::Note(n) => check_text("body.text", &n.text, MAX_NOTE_TEXT_BYTES, true),
+            Self::KeyRotation(k) => {
+                if k.new_public_key.key_id() == k.new_key_id {
+                    Ok(())
+                } else {
+                    Err(RecordError::Invalid {
+                        field: "body.new_key_id",
+                        reason: "is not the key id of new_public_key".into(),
+                    })
+                }
+            }
+        }
+    }
+}

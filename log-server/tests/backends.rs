@@ -425,3 +425,70 @@ fn the_same_record_twice_in_one_batch_gets_one_entry() {
         assert_eq!(log.latest_checkpoint().checkpoint.size, TreeSize::new(1));
     }
 }
+
+#[test]
+fn cosignatures_are_kept_beside_a_stored_checkpoint_added_never_replaced() {
+    for b in BACKENDS {
+        let dir = tempfile::tempdir().unwrap();
+        let store = b.make(&dir);
+        let mut a = Agent::new("alpha");
+        let size = {
+            let log = open(&store);
+            rt().block_on(async {
+                log.append(a.next(), now()).await.unwrap();
+                log.append(a.next(), now()).await.unwrap();
+            });
+            log.latest_checkpoint().checkpoint.size
+        };
+        let s = store.as_ref();
+        assert!(s.cosignatures(size).unwrap().is_empty(), "{}", b.name());
+        s.put_cosignature(size, "w2.example+0badf00d", "— w2.example AAAA\n")
+            .unwrap();
+        s.put_cosignature(size, "w1.example+12345678", "— w1.example BBBB\n")
+            .unwrap();
+        // The same line again is a no-op; a different one is refused.
+        s.put_cosignature(size, "w1.example+12345678", "— w1.example BBBB\n")
+            .unwrap();
+        assert!(
+            matches!(
+                s.put_cosignature(size, "w1.example+12345678", "— w1.example CCCC\n"),
+                Err(tally_log::StoreError::Conflict(_))
+            ),
+            "{}",
+            b.name()
+        );
+        // Nothing beside a size without a checkpoint.
+        let unsigned = TreeSize::new(size.get() + 5);
+        assert!(matches!(
+            s.put_cosignature(unsigned, "w1.example+12345678", "— w1.example DDDD\n"),
+            Err(tally_log::StoreError::Conflict(_))
+        ));
+        assert!(s.cosignatures(unsigned).unwrap().is_empty());
+        // Another size's rows stay apart.
+        let earlier = TreeSize::new(1);
+        assert!(s.checkpoint(earlier).unwrap().is_some(), "{}", b.name());
+        s.put_cosignature(earlier, "w1.example+12345678", "— w1.example EEEE\n")
+            .unwrap();
+        let want = vec![
+            (
+                "w1.example+12345678".to_owned(),
+                "— w1.example BBBB\n".to_owned(),
+            ),
+            (
+                "w2.example+0badf00d".to_owned(),
+                "— w2.example AAAA\n".to_owned(),
+            ),
+        ];
+        assert_eq!(s.cosignatures(size).unwrap(), want, "{}", b.name());
+        // They survive a reopen once synced.
+        s.sync().unwrap();
+        let log = open(&store);
+        assert_eq!(
+            log.store().cosignatures(size).unwrap(),
+            want,
+            "{}",
+            b.name()
+        );
+        assert_eq!(log.store().cosignatures(earlier).unwrap().len(), 1);
+    }
+}

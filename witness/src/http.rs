@@ -705,9 +705,23 @@ async fn head(
     let named = agents_param(&params)?;
     let require_all = !named.is_empty();
     let agents = readable_agents(&w, &reader, named)?;
+    let cp = export_checkpoint(&w).await?;
     let w2 = Arc::clone(&w);
-    let doc = blocking(move || export::head(w2.log(), from_size, &agents, require_all)).await?;
+    let doc =
+        blocking(move || export::head_at(w2.log(), &cp, from_size, &agents, require_all)).await?;
     Ok(json_response(StatusCode::OK, export::to_canonical(&doc)?))
+}
+
+/// The checkpoint packs and head.json are pinned to: with cosigners, the
+/// cosigned one (protocol.md §14.4), else the latest.
+async fn export_checkpoint(w: &Witness) -> Result<Arc<tally_log::SignedCheckpoint>, WitnessError> {
+    match w.cosigning() {
+        Some(c) => c
+            .checkpoint_for_export()
+            .await
+            .map_err(|e| WitnessError::internal(&e)),
+        None => Ok(w.log().latest_checkpoint()),
+    }
 }
 
 fn export_range(params: &[(&'static str, String)]) -> Result<ExportRange, WitnessError> {
@@ -770,8 +784,9 @@ async fn export_pack(
         });
     }
     let agents = readable_agents(&w, &reader, named)?;
+    let cp = export_checkpoint(&w).await?;
     let w2 = Arc::clone(&w);
-    let plan = blocking(move || export::plan_pack(w2.log(), &agents, range)).await?;
+    let plan = blocking(move || export::plan_pack_at(w2.log(), cp, &agents, range)).await?;
     let body = export::pack_body(Arc::clone(w.log()), plan, w.now());
     Ok((
         [
@@ -802,7 +817,13 @@ async fn metrics(State(w): State<Arc<Witness>>) -> Response {
             header::CONTENT_TYPE,
             HeaderValue::from_static("text/plain; version=0.0.4; charset=utf-8"),
         )],
-        w.metrics().render(w.log().stats(), size),
+        {
+            let mut text = w.metrics().render(w.log().stats(), size);
+            if let Some(c) = w.cosigning() {
+                c.render_metrics(&mut text);
+            }
+            text
+        },
     )
         .into_response()
 }

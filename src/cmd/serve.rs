@@ -382,11 +382,6 @@ async fn serve(mut config: ServeConfig, origin: Option<String>) -> anyhow::Resul
     if config.witness.log_read == LogRead::Token {
         outln!("tally: the log (tiles, proofs, /checkpoint, /metrics) is readable with a read token only; make one with `tally read-token create`")?;
     }
-    outln!(
-        "tally: listening on {url} (origin {}, tree size {tree_size}); console at {url}/console",
-        log.origin(),
-    )?;
-
     if !config.cosigning.cosigners.is_empty() {
         let cosigning = Arc::new(
             Cosigning::new(Arc::clone(&log), config.cosigning.clone())
@@ -405,6 +400,11 @@ async fn serve(mut config: ServeConfig, origin: Option<String>) -> anyhow::Resul
         )?;
         tokio::spawn(cosigning.run());
     }
+    outln!(
+        "tally: listening on {url} (origin {}, tree size {tree_size}); console at {url}/console",
+        log.origin(),
+    )?;
+
     let connection_stats = Arc::clone(witness.metrics().connections());
     let app = tally_witness::refusal_log::with_refusal_log(
         tally_witness::http::router(Arc::clone(&witness)).merge(tally_console::router(console)),

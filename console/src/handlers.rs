@@ -416,8 +416,11 @@ pub(crate) async fn overview(State(c): S, headers: HeaderMap) -> Response {
             &summaries,
             &counts,
             truncated,
-            &cp,
-            w.log().stats(),
+            &pages::LogState {
+                checkpoint: &cp,
+                stats: w.log().stats(),
+                cosigners: &w.cosigning().map(|c| c.status()).unwrap_or_default(),
+            },
             now,
         ))
     })

@@ -195,6 +195,9 @@ async fn a_log_with_two_cosigners_exports_packs_that_meet_the_quorum_while_they_
     let (dir1, dir2) = (dir.path().join("c1"), dir.path().join("c2"));
     let v1 = init_cosigner(&dir1, "cosigner.example/one", &log_vkey);
     let v2 = init_cosigner(&dir2, "cosigner.example/two", &log_vkey);
+    // A key nobody at c1's address signs with: c1 answers with its own
+    // line, which the log must not take for this one's.
+    let v_wrong = init_cosigner(&dir.path().join("c3"), "cosigner.example/wrong", &log_vkey);
     let (p1, p2) = (free_port(), free_port());
     let c1 = CosignerProc::start(&dir1, p1);
     let c2 = CosignerProc::start(&dir2, p2);
@@ -225,12 +228,14 @@ async fn a_log_with_two_cosigners_exports_packs_that_meet_the_quorum_while_they_
             &format!("name=one,vkey={v1},url=http://127.0.0.1:{p1}"),
             "--cosigner",
             &format!("name=two,vkey={v2},url=http://127.0.0.1:{p2}/"),
+            "--cosigner",
+            &format!("name=wrong,vkey={v_wrong},url=http://127.0.0.1:{p1}"),
             "--cosigner-timeout",
             "5",
         ],
     );
     assert!(
-        server.banner.contains("asking cosigners one, two"),
+        server.banner.contains("asking cosigners one, two, wrong"),
         "{}",
         server.banner
     );
@@ -276,6 +281,43 @@ async fn a_log_with_two_cosigners_exports_packs_that_meet_the_quorum_while_they_
     assert_eq!(
         metric(&d.url, "tally_log_cosigner_cosigned_size{cosigner=\"two\"}").await,
         Some(3)
+    );
+    // head.json carries the same cosigned checkpoint.
+    let head: serde_json::Value = reqwest::Client::new()
+        .get(format!("{}/v1/head?from_size=3", d.url))
+        .bearer_auth(&d.api_key)
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    let head_note = head["checkpoint"].as_str().unwrap();
+    assert_eq!(SignedNote::parse(head_note).unwrap().signatures.len(), 3);
+    assert!(
+        tally_verifier::trust::TrustFile::parse(&std::fs::read_to_string(&both).unwrap())
+            .unwrap()
+            .witnesses
+            .check(head_note)
+            .is_ok()
+    );
+    // The cosigner configured with a key its URL does not sign with never
+    // gets a line kept: c1's own line is not taken for it.
+    assert_eq!(
+        metric(
+            &d.url,
+            "tally_log_cosigner_cosigned_size{cosigner=\"wrong\"}"
+        )
+        .await,
+        Some(0)
+    );
+    assert_eq!(
+        metric(
+            &d.url,
+            "tally_log_cosigner_state{cosigner=\"wrong\",state=\"failing\"}"
+        )
+        .await,
+        Some(1)
     );
 
     // Cosigner two dies: later packs carry one cosignature, fail quorum 2

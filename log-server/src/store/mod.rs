@@ -25,7 +25,13 @@
 //!    an error instead of assuming either. The fault-injecting backend
 //!    ([`faulty::FaultyStore`]) exercises both outcomes.
 //!
-//! 6. **Cosignatures are added, never replaced.** A cosigner's
+//! 6. **Indexes follow the entries.** Everything a lookup answers (chain
+//!    heads, an agent's `(seq, index)` rows, the nonce, record-hash and
+//!    leaf-hash indexes, receipt sizes) is derived from the batch's
+//!    [`NewEntry`] rows and written in the same atomic batch. An agent's
+//!    chain head is its entry with the highest seq.
+//!
+//! 7. **Cosignatures are added, never replaced.** A cosigner's
 //!    cosignature line is stored beside a stored checkpoint, keyed by
 //!    `(tree size, cosigner)` ([`LogStore::put_cosignature`]); storing the
 //!    same line again is a no-op, a different line for the same key is
@@ -33,11 +39,6 @@
 //!    Like checkpoint notes they need no sync of their own: a cosignature
 //!    lost in a crash is asked for again (docs/protocol.md §14.3).
 //!
-//! 7. **Indexes follow the entries.** Everything a lookup answers (chain
-//!    heads, an agent's `(seq, index)` rows, the nonce, record-hash and
-//!    leaf-hash indexes, receipt sizes) is derived from the batch's
-//!    [`NewEntry`] rows and written in the same atomic batch. An agent's
-//!    chain head is its entry with the highest seq.
 //!
 //! The store itself checks no chain, nonce or signature rule: the single
 //! writer (the sequencer) does that before it builds a batch, and the
@@ -318,7 +319,7 @@ pub trait LogStore: Send + Sync + 'static {
     /// `cosigner` returned for the checkpoint stored for `size`, atomically
     /// but not necessarily durably (as [`LogStore::put_checkpoint`]).
     /// `cosigner` names the cosigner's key (`name+keyid`, §14.2). Storing
-    /// the same line again is a no-op (contract rule 6).
+    /// the same line again is a no-op (contract rule 7).
     ///
     /// # Errors
     /// [`StoreError::Conflict`] when no checkpoint is stored for `size` or a

@@ -37,8 +37,7 @@
 //!    same line again is a no-op, a different line for the same key is
 //!    refused, and nothing is stored for a size without a checkpoint.
 //!    Like checkpoint notes they need no sync of their own: a cosignature
-//!    lost in a crash is asked for again (docs/protocol.md §14.3).
-//!
+//!    lost in a crash is asked for again (docs/protocol.md §14.5).
 //!
 //! The store itself checks no chain, nonce or signature rule: the single
 //! writer (the sequencer) does that before it builds a batch, and the
@@ -318,7 +317,7 @@ pub trait LogStore: Send + Sync + 'static {
     /// Stores `line`, the cosignature line (docs/protocol.md §14.3) that
     /// `cosigner` returned for the checkpoint stored for `size`, atomically
     /// but not necessarily durably (as [`LogStore::put_checkpoint`]).
-    /// `cosigner` names the cosigner's key (`name+keyid`, §14.2). Storing
+    /// `cosigner` names the cosigner's key (`name+hex8(key id)`, §14.5). Storing
     /// the same line again is a no-op (contract rule 7).
     ///
     /// # Errors

@@ -492,3 +492,41 @@ fn cosignatures_are_kept_beside_a_stored_checkpoint_added_never_replaced() {
         assert_eq!(log.store().cosignatures(earlier).unwrap().len(), 1);
     }
 }
+
+#[test]
+fn only_a_stored_checkpoint_is_published_and_the_published_size_never_goes_back() {
+    for b in BACKENDS {
+        let dir = tempfile::tempdir().unwrap();
+        let log = open(&b.make(&dir));
+        let mut a = Agent::new("alpha");
+        // Without publish, /checkpoint's note is the latest.
+        rt().block_on(async {
+            log.append(a.next(), now()).await.unwrap();
+        });
+        let first = log.latest_checkpoint();
+        assert_eq!(*log.published_checkpoint(), *first, "{}", b.name());
+        let mut cosigned = (*first).clone();
+        cosigned.note.push_str("— cosigner.example/c1 AAAA\n");
+        log.publish(cosigned.clone()).unwrap();
+        assert_eq!(*log.published_checkpoint(), cosigned);
+        // A note that is not the stored one is refused.
+        let mut forged = (*first).clone();
+        forged.note = forged.note.replacen("\n1\n", "\n2\n", 1);
+        assert!(matches!(
+            log.publish(forged),
+            Err(tally_log::StoreError::Conflict(_))
+        ));
+        // A later checkpoint replaces it; an earlier one is ignored.
+        let mut watch = log.watch_checkpoints();
+        rt().block_on(async {
+            log.append(a.next(), now()).await.unwrap();
+        });
+        assert!(watch.has_changed().unwrap());
+        assert_eq!(*watch.borrow_and_update(), TreeSize::new(2));
+        let second = log.latest_checkpoint();
+        assert_eq!(*log.published_checkpoint(), cosigned, "published lags");
+        log.publish((*second).clone()).unwrap();
+        log.publish(cosigned.clone()).unwrap();
+        assert_eq!(*log.published_checkpoint(), *second, "{}", b.name());
+    }
+}

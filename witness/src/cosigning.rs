@@ -318,7 +318,7 @@ impl Cosigning {
             signed.borrow_and_update();
             let cp = self.log.latest_checkpoint();
             self.round(&cp).await;
-            let retry = self.next_retry(cp.checkpoint.size).await;
+            let retry = self.next_retry(cp.checkpoint.size);
             tokio::select! {
                 changed = signed.changed() => {
                     if changed.is_err() {
@@ -460,7 +460,7 @@ impl Cosigning {
 
     /// When to try again at a cosigner whose cosignature on the checkpoint
     /// of `size` is missing: the earliest backoff expiry among them.
-    async fn next_retry(&self, size: TreeSize) -> Option<Instant> {
+    fn next_retry(&self, size: TreeSize) -> Option<Instant> {
         self.cosigners
             .iter()
             .filter_map(|c| {

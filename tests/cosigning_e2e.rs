@@ -1,4 +1,4 @@
-//! The log asks its cosigners (docs/protocol.md §14.3–§14.4), end to end
+//! The log asks its cosigners (docs/protocol.md §14.5), end to end
 //! through the real binaries: one `tally serve` configured with two
 //! `tally cosigner` processes.
 //!

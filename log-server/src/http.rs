@@ -126,7 +126,7 @@ async fn blocking<T: Send + 'static>(
 
 async fn checkpoint(State(log): State<Arc<Log>>) -> Response {
     // With cosigners, the checkpoint they were last asked about, with their
-    // cosignature lines (protocol.md §14.4).
+    // cosignature lines (protocol.md §14.5).
     let cp = log.published_checkpoint();
     (
         [

@@ -408,7 +408,7 @@ impl Log {
     }
 
     /// The checkpoint the log publishes at `/checkpoint` (docs/protocol.md
-    /// §14.4): the one set by [`Log::publish`] (a checkpoint with its
+    /// §14.5): the one set by [`Log::publish`] (a checkpoint with its
     /// cosignature lines) once cosigning is on, otherwise the latest.
     #[must_use]
     pub fn published_checkpoint(&self) -> Arc<SignedCheckpoint> {

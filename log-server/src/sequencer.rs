@@ -60,10 +60,10 @@ pub(crate) struct Shared {
     pub(crate) signer: NoteSigner,
     pub(crate) latest: RwLock<Arc<SignedCheckpoint>>,
     /// The size of each newly signed checkpoint, for whoever follows them
-    /// (the cosigning task, protocol.md §14.3).
+    /// (the cosigning task, protocol.md §14.5).
     pub(crate) signed: watch::Sender<TreeSize>,
     /// The checkpoint `/checkpoint` serves once cosigning is on: the latest
-    /// one cosigners were asked about, with their lines (§14.4).
+    /// one cosigners were asked about, with their lines (§14.5).
     pub(crate) published: RwLock<Option<Arc<SignedCheckpoint>>>,
     pub(crate) stats: Stats,
 }

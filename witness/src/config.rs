@@ -315,7 +315,7 @@ pub struct ConfigFile {
 }
 
 /// One `[[cosigner]]` table: a C2SP tlog-witness the log asks for
-/// cosignatures (protocol.md §14.3).
+/// cosignatures (protocol.md §14.5).
 #[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct CosignerEntry {
@@ -425,7 +425,7 @@ pub struct ServeConfig {
     pub secure_cookies: bool,
     /// Connection limits and timeouts.
     pub connections: ConnLimits,
-    /// The cosigners the log asks, and how (protocol.md §14.3).
+    /// The cosigners the log asks, and how (protocol.md §14.5).
     pub cosigning: CosigningConfig,
 }
 

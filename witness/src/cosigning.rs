@@ -1,4 +1,4 @@
-//! The log asks its cosigners (docs/protocol.md §14.3–§14.4): after the
+//! The log asks its cosigners (docs/protocol.md §14.5): after the
 //! log signs a checkpoint, one background task sends it to every
 //! configured cosigner (C2SP tlog-witness `add-checkpoint`, through
 //! [`tally_cosigner::client::CosignerClient`]), keeps each cosignature line
@@ -114,7 +114,7 @@ impl CosignerConfig {
     }
 
     /// The key under which its cosignatures are stored: `name+keyid` of its
-    /// vkey (protocol.md §14.3), so that renaming it in the config keeps them.
+    /// vkey (protocol.md §14.5), so that renaming it in the config keeps them.
     #[must_use]
     pub fn store_key(&self) -> String {
         format!("{}+{:08x}", self.key.name(), self.key.id())
@@ -339,7 +339,7 @@ impl Cosigning {
             .is_ok_and(|r| r.is_ok())
     }
 
-    /// The checkpoint an export pins (protocol.md §14.4): after waiting up
+    /// The checkpoint an export pins (protocol.md §14.5): after waiting up
     /// to the export wait for the cosigners to be asked about the latest
     /// checkpoint, the published one (with its cosignature lines); if they
     /// were not asked in time, the latest checkpoint with whatever lines are

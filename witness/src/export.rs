@@ -186,7 +186,7 @@ pub fn plan_pack(
 }
 
 /// [`plan_pack`] pinned to `checkpoint`, a checkpoint this log signed and
-/// stored, whose note may carry cosignature lines (protocol.md §14.4):
+/// stored, whose note may carry cosignature lines (protocol.md §14.5):
 /// the pack holds the records it covers.
 ///
 /// # Errors
@@ -511,7 +511,7 @@ pub fn head(
 }
 
 /// [`head`] with `cp` as the head checkpoint: one this log signed and
-/// stored, whose note may carry cosignature lines (protocol.md §14.4).
+/// stored, whose note may carry cosignature lines (protocol.md §14.5).
 ///
 /// # Errors
 /// As [`head`].

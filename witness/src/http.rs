@@ -713,7 +713,7 @@ async fn head(
 }
 
 /// The checkpoint packs and head.json are pinned to: with cosigners, the
-/// cosigned one (protocol.md §14.4), else the latest.
+/// cosigned one (protocol.md §14.5), else the latest.
 async fn export_checkpoint(w: &Witness) -> Result<Arc<tally_log::SignedCheckpoint>, WitnessError> {
     match w.cosigning() {
         Some(c) => c

@@ -50,7 +50,7 @@ pub struct Witness {
     /// records queued under this lock, so `received` never decreases in log
     /// order (check 9 of the verifier), even if the clock steps back.
     last_received: Mutex<UnixMillis>,
-    /// Asking cosigners, when `tally serve` has any (protocol.md §14.3).
+    /// Asking cosigners, when `tally serve` has any (protocol.md §14.5).
     cosigning: std::sync::OnceLock<Arc<crate::cosigning::Cosigning>>,
 }
 

@@ -314,7 +314,7 @@ pub trait LogStore: Send + Sync + 'static {
     /// `size` is below the latest checkpoint's or above the stored tree size.
     fn put_checkpoint(&self, size: TreeSize, note: &str) -> Result<(), StoreError>;
 
-    /// Stores `line`, the cosignature line (docs/protocol.md §14.3) that
+    /// Stores `line`, the cosignature line (docs/protocol.md §14.2) that
     /// `cosigner` returned for the checkpoint stored for `size`, atomically
     /// but not necessarily durably (as [`LogStore::put_checkpoint`]).
     /// `cosigner` names the cosigner's key (`name+hex8(key id)`, §14.5). Storing

@@ -171,6 +171,24 @@ impl Merged {
     }
 }
 
+/// The checkpoint packs and head.json are pinned to: with cosigners, the
+/// cosigned one of protocol.md §14.5 (waiting at most the export wait for
+/// the cosigners to be asked about the latest checkpoint), else the latest.
+///
+/// # Errors
+/// `Internal` when storage fails.
+pub async fn pinned_checkpoint(
+    w: &crate::witness::Witness,
+) -> Result<Arc<SignedCheckpoint>, WitnessError> {
+    match w.cosigning() {
+        Some(c) => c
+            .checkpoint_for_export()
+            .await
+            .map_err(|e| WitnessError::internal(&e)),
+        None => Ok(w.log().latest_checkpoint()),
+    }
+}
+
 /// Fixes what a pack of `agents` over `range` holds, pinned to the latest
 /// checkpoint.
 ///

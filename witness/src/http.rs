@@ -705,23 +705,11 @@ async fn head(
     let named = agents_param(&params)?;
     let require_all = !named.is_empty();
     let agents = readable_agents(&w, &reader, named)?;
-    let cp = export_checkpoint(&w).await?;
+    let cp = export::pinned_checkpoint(&w).await?;
     let w2 = Arc::clone(&w);
     let doc =
         blocking(move || export::head_at(w2.log(), &cp, from_size, &agents, require_all)).await?;
     Ok(json_response(StatusCode::OK, export::to_canonical(&doc)?))
-}
-
-/// The checkpoint packs and head.json are pinned to: with cosigners, the
-/// cosigned one (protocol.md §14.5), else the latest.
-async fn export_checkpoint(w: &Witness) -> Result<Arc<tally_log::SignedCheckpoint>, WitnessError> {
-    match w.cosigning() {
-        Some(c) => c
-            .checkpoint_for_export()
-            .await
-            .map_err(|e| WitnessError::internal(&e)),
-        None => Ok(w.log().latest_checkpoint()),
-    }
 }
 
 fn export_range(params: &[(&'static str, String)]) -> Result<ExportRange, WitnessError> {
@@ -784,7 +772,7 @@ async fn export_pack(
         });
     }
     let agents = readable_agents(&w, &reader, named)?;
-    let cp = export_checkpoint(&w).await?;
+    let cp = export::pinned_checkpoint(&w).await?;
     let w2 = Arc::clone(&w);
     let plan = blocking(move || export::plan_pack_at(w2.log(), cp, &agents, range)).await?;
     let body = export::pack_body(Arc::clone(w.log()), plan, w.now());

@@ -8,6 +8,8 @@
 //!   and `/metrics` shows that cosigner failing;
 //! - restarted on its own data folder, the cosigner carries on from its
 //!   persisted state and quorum 2 passes again;
+//! - tally serve restarted while both cosigners are down: the kept
+//!   cosignatures are still served;
 //! - both cosigners down: the log keeps admitting records and exporting.
 
 mod common;
@@ -221,19 +223,21 @@ async fn a_log_with_two_cosigners_exports_packs_that_meet_the_quorum_while_they_
         "{err}"
     );
 
-    let server = Server::start(
-        &data,
-        &[
-            "--cosigner",
-            &format!("name=one,vkey={v1},url=http://127.0.0.1:{p1}"),
-            "--cosigner",
-            &format!("name=two,vkey={v2},url=http://127.0.0.1:{p2}/"),
-            "--cosigner",
-            &format!("name=wrong,vkey={v_wrong},url=http://127.0.0.1:{p1}"),
-            "--cosigner-timeout",
-            "5",
-        ],
-    );
+    let listen = format!("127.0.0.1:{}", free_port());
+    let serve_args = [
+        "--listen".to_owned(),
+        listen,
+        "--cosigner".to_owned(),
+        format!("name=one,vkey={v1},url=http://127.0.0.1:{p1}"),
+        "--cosigner".to_owned(),
+        format!("name=two,vkey={v2},url=http://127.0.0.1:{p2}/"),
+        "--cosigner".to_owned(),
+        format!("name=wrong,vkey={v_wrong},url=http://127.0.0.1:{p1}"),
+        "--cosigner-timeout".to_owned(),
+        "5".to_owned(),
+    ];
+    let serve_args: Vec<&str> = serve_args.iter().map(String::as_str).collect();
+    let server = Server::start(&data, &serve_args);
     assert!(
         server.banner.contains("asking cosigners one, two, wrong"),
         "{}",
@@ -376,10 +380,33 @@ async fn a_log_with_two_cosigners_exports_packs_that_meet_the_quorum_while_they_
     let (code, out) = d.verify(&pack, &both);
     assert_eq!(code, 0, "{out}");
 
-    // Both down: the log keeps admitting and exporting; the pack has no
-    // cosignature, so even quorum 1 fails while the log key alone passes.
+    // Both cosigners stopped, then tally serve restarted: the cosignatures
+    // were kept in log.redb beside the checkpoint, so /checkpoint and the
+    // next pack carry them although nobody can be asked.
     drop(c1);
     drop(c2);
+    assert!(server.sigterm().success());
+    let server = Server::start(&data, &serve_args);
+    assert_eq!(server.url, d.url);
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let note = get(&format!("{}/checkpoint", d.url)).await;
+        if SignedNote::parse(&note).unwrap().signatures.len() == 3 {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the stored cosignatures were not published: {note}"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let pack = d.export("after-restart");
+    assert_eq!(pack_cosignatures(&pack), (6, 2));
+    let (code, out) = d.verify(&pack, &both);
+    assert_eq!(code, 0, "{out}");
+
+    // Both down: the log keeps admitting and exporting; the pack has no
+    // cosignature, so even quorum 1 fails while the log key alone passes.
     record_notes(&d.agents, "alpha", 3);
     let pack = d.export("both-down");
     assert_eq!(pack_cosignatures(&pack), (9, 0));

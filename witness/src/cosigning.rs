@@ -526,17 +526,17 @@ impl Cosigning {
                         self.failed(c, format!("storing its cosignature: {e}"));
                         continue;
                     }
-                    {
-                        let mut t = c.track();
-                        t.believed = cosignature.size;
-                        t.cosigned_size = Some(cosignature.size);
-                        t.last_success = Some(SystemTime::now());
-                        t.consecutive_failures = 0;
-                        t.last_error = None;
-                        t.retry_at = None;
-                    }
+                    // Published before the status says so: whoever sees
+                    // the cosigned size in /metrics finds the line served.
                     self.publish(cp).await;
                     published = true;
+                    let mut t = c.track();
+                    t.believed = cosignature.size;
+                    t.cosigned_size = Some(cosignature.size);
+                    t.last_success = Some(SystemTime::now());
+                    t.consecutive_failures = 0;
+                    t.last_error = None;
+                    t.retry_at = None;
                 }
                 Err(e) => {
                     if let ClientError::Conflict { known } | ClientError::Ahead { known, .. } = &e {

@@ -87,10 +87,10 @@ pub struct Args {
     pub cosigning: CosignArgs,
 }
 
-/// The cosigners `tally serve` asks (docs/operations.md "Cosigners";
+/// The cosigners `tally serve` asks (docs/operations.md "Cosigners for the log";
 /// config file `[[cosigner]]` and `[cosigning]`).
 #[derive(Debug, clap::Args)]
-#[command(next_help_heading = "Cosigners (docs/operations.md \"Cosigners\")")]
+#[command(next_help_heading = "Cosigners (docs/operations.md \"Cosigners for the log\")")]
 pub struct CosignArgs {
     /// A C2SP tlog-witness to ask for a cosignature of each new checkpoint,
     /// as name=NAME,vkey=VKEY,url=URL (VKEY: the cosigner's cosignature/v1

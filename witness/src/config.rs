@@ -308,7 +308,7 @@ pub struct ConfigFile {
     pub log_read: Option<LogRead>,
     /// Connection limits and timeouts.
     pub connections: Option<ConnectionsFile>,
-    /// Cosigning settings (docs/operations.md "Cosigners").
+    /// Cosigning settings (docs/operations.md "Cosigners for the log").
     pub cosigning: Option<CosigningFile>,
     /// The cosigners the log asks, one `[[cosigner]]` table each.
     pub cosigner: Option<Vec<CosignerEntry>>,

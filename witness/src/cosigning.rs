@@ -29,7 +29,7 @@ pub const BACKOFF_FIRST: Duration = Duration::from_secs(1);
 /// Longest wait between attempts at a failing cosigner.
 pub const BACKOFF_MAX: Duration = Duration::from_secs(30);
 
-/// One configured cosigner (docs/operations.md "Cosigners").
+/// One configured cosigner (docs/operations.md "Cosigners for the log").
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct CosignerConfig {
     /// The operator's name for it (metrics labels, the console).
@@ -400,7 +400,7 @@ impl Cosigning {
     }
 
     /// Appends the `tally_log_cosigner_*` gauges (docs/operations.md
-    /// "Cosigners") to a Prometheus text exposition.
+    /// "Cosigners for the log") to a Prometheus text exposition.
     pub fn render_metrics(&self, out: &mut String) {
         use std::fmt::Write as _;
         let status = self.status();

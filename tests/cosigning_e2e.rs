@@ -416,3 +416,42 @@ async fn a_log_with_two_cosigners_exports_packs_that_meet_the_quorum_while_they_
     assert_eq!(code, 0, "{out}");
     drop(server);
 }
+
+#[test]
+fn a_config_file_cosigner_with_a_bad_vkey_or_url_stops_tally_serve_at_start() {
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path().join("data");
+    let log_vkey = {
+        let first = Server::start(&data, &[]);
+        let v = first.banner_value("witness key");
+        first.kill9();
+        v
+    };
+    let good = init_cosigner(&dir.path().join("c1"), "cosigner.example/one", &log_vkey);
+    for (vkey, url, want) in [
+        (
+            log_vkey.as_str(),
+            "http://127.0.0.1:9",
+            "cosigner c1: vkey is not a C2SP cosignature/v1 key",
+        ),
+        ("garbage", "http://127.0.0.1:9", "cosigner c1: vkey"),
+        (good.as_str(), "127.0.0.1:9", "cosigner c1: url"),
+    ] {
+        let config = dir.path().join("tally.toml");
+        std::fs::write(
+            &config,
+            format!("[[cosigner]]\nname = \"c1\"\nvkey = \"{vkey}\"\nurl = \"{url}\"\n"),
+        )
+        .unwrap();
+        let out = Command::new(TALLY)
+            .args(["serve", "--listen", "127.0.0.1:0", "--config"])
+            .arg(&config)
+            .arg("--data-dir")
+            .arg(&data)
+            .output()
+            .unwrap();
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "{err}");
+        assert!(err.contains("tally.toml") && err.contains(want), "{err}");
+    }
+}

@@ -455,3 +455,66 @@ fn a_config_file_cosigner_with_a_bad_vkey_or_url_stops_tally_serve_at_start() {
         assert!(err.contains("tally.toml") && err.contains(want), "{err}");
     }
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_cosigner_that_never_answers_holds_up_no_receipt_and_no_export() {
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path().join("data");
+    let first = Server::start(&data, &[]);
+    let log_vkey = first.banner_value("witness key");
+    let api_key = first.banner_value("API key");
+    first.kill9();
+    let vkey = init_cosigner(&dir.path().join("c1"), "cosigner.example/mute", &log_vkey);
+    // Accepts connections, reads nothing, answers nothing.
+    let mute = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = mute.local_addr().unwrap().port();
+    std::thread::spawn(move || {
+        let mut held = Vec::new();
+        for conn in mute.incoming() {
+            held.push(conn);
+        }
+    });
+    let server = Server::start(
+        &data,
+        &[
+            "--cosigner",
+            &format!("name=mute,vkey={vkey},url=http://127.0.0.1:{port}"),
+            "--cosigner-timeout",
+            "2",
+            "--export-cosign-wait",
+            "1",
+        ],
+    );
+    let d = Deployment {
+        dir: dir.path().to_owned(),
+        url: server.url.clone(),
+        api_key,
+        log_vkey,
+        agents: dir.path().join("agents"),
+    };
+    add_agent(&server, &d.api_key, &d.agents, "alpha");
+    d.export_keys();
+    // Every record gets its receipt (--wait-receipt) and the export is
+    // whole, without the mute cosigner's cosignature.
+    record_notes(&d.agents, "alpha", 4);
+    let pack = d.export("mute");
+    assert_eq!(pack_cosignatures(&pack), (4, 0));
+    let (code, out) = d.verify(&pack, &d.trust(&[], 0));
+    assert_eq!(code, 0, "{out}");
+    let (code, out) = d.verify(&pack, &d.trust(&[&vkey], 1));
+    assert_eq!(code, 1, "{out}");
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while metric(
+        &d.url,
+        "tally_log_cosigner_state{cosigner=\"mute\",state=\"failing\"}",
+    )
+    .await
+        != Some(1)
+    {
+        assert!(
+            Instant::now() < deadline,
+            "the mute cosigner is not failing"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}

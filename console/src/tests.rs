@@ -1705,6 +1705,8 @@ async fn the_overview_shows_each_cosigner_and_its_state() {
             &format!("http://127.0.0.1:{port}"),
         )
         .unwrap()],
+        // Flagged stale one second after the start without a cosignature.
+        max_age: std::time::Duration::from_secs(1),
         ..CosigningConfig::default()
     };
     let cosigning = Arc::new(Cosigning::new(Arc::clone(h.witness.log()), config).unwrap());
@@ -1719,7 +1721,7 @@ async fn the_overview_shows_each_cosigner_and_its_state() {
 
     let task = tokio::spawn(Arc::clone(&cosigning).run());
     let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
-    while cosigning.status()[0].state != CosignerState::Failing {
+    while cosigning.status()[0].consecutive_failures == 0 {
         assert!(
             std::time::Instant::now() < deadline,
             "{:?}",
@@ -1729,7 +1731,27 @@ async fn the_overview_shows_each_cosigner_and_its_state() {
     }
     let (_, _, body) = h.get("/console", Some(&cookie)).await;
     assert!(body.contains("down-one"), "{body}");
-    assert!(body.contains("data-state=\"failing\""), "{body}");
     assert!(body.contains("cosigner unreachable"), "{body}");
+    // Past the max age with the latest checkpoint uncosigned: stale, on
+    // the page and in /metrics.
+    while cosigning.status()[0].state != CosignerState::Stale {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "{:?}",
+            cosigning.status()
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    }
+    let (_, _, body) = h.get("/console", Some(&cookie)).await;
+    assert!(body.contains("data-state=\"stale\""), "{body}");
+    let (_, _, metrics) = h.get("/metrics", None).await;
+    assert!(
+        metrics.contains("tally_log_cosigner_stale{cosigner=\"down-one\"} 1"),
+        "{metrics}"
+    );
+    assert!(
+        metrics.contains("tally_log_cosigner_state{cosigner=\"down-one\",state=\"stale\"} 1"),
+        "{metrics}"
+    );
     task.abort();
 }

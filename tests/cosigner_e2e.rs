@@ -264,8 +264,9 @@ async fn a_fork_is_cosigned_on_one_branch_only_and_the_monitor_shows_both() {
     );
 
     // With a trust file requiring this cosigner, the monitor reports that
-    // the log's own /checkpoint carries no cosignature (tally serve does
-    // not yet ask cosigners) and prints it.
+    // the log's own /checkpoint carries no cosignature (this log is not
+    // configured to ask the cosigner: tests/cosigning_e2e.rs has one that
+    // is) and prints it.
     let trust = dir.path().join("trust");
     std::fs::write(
         &trust,

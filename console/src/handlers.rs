@@ -416,8 +416,11 @@ pub(crate) async fn overview(State(c): S, headers: HeaderMap) -> Response {
             &summaries,
             &counts,
             truncated,
-            &cp,
-            w.log().stats(),
+            &pages::LogState {
+                checkpoint: &cp,
+                stats: w.log().stats(),
+                cosigners: &w.cosigning().map(|c| c.status()).unwrap_or_default(),
+            },
             now,
         ))
     })
@@ -677,6 +680,8 @@ async fn pack_download(
     filename: String,
 ) -> Result<Response, PageError> {
     let w = Arc::clone(&c.witness);
+    // The same checkpoint as `GET /v1/export`: with cosigners, the cosigned one.
+    let cp = export::pinned_checkpoint(&w).await?;
     let plan = blocking(move || {
         let mut agents = agents;
         loop {
@@ -686,7 +691,7 @@ async fn pack_download(
                     "There are no witnessed records to export in this range.",
                 ));
             }
-            match export::plan_pack(w.log(), &agents, range) {
+            match export::plan_pack_at(w.log(), Arc::clone(&cp), &agents, range) {
                 Ok(plan) => return Ok(plan),
                 Err(WitnessError::NoRecords { agent, .. }) => agents.retain(|a| *a != agent),
                 Err(e) => return Err(e.into()),

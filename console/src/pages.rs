@@ -238,16 +238,26 @@ fn chart(counts: &[u64], now: UnixMillis) -> Markup {
     }
 }
 
+/// What the overview shows of the log itself.
+pub struct LogState<'a> {
+    /// The latest checkpoint.
+    pub checkpoint: &'a tally_log::SignedCheckpoint,
+    /// The sequencer's counters.
+    pub stats: tally_log::LogStats,
+    /// The cosigners `tally serve` asks, if any.
+    pub cosigners: &'a [tally_witness::cosigning::CosignerStatus],
+}
+
 /// The overview of the operator's project.
 pub fn overview(
     view: &View,
     agents: &[AgentSummary],
     counts: &[u64],
     chart_truncated: bool,
-    checkpoint: &tally_log::SignedCheckpoint,
-    stats: tally_log::LogStats,
+    log: &LogState<'_>,
     now: UnixMillis,
 ) -> Markup {
+    let (checkpoint, stats, cosigners) = (log.checkpoint, log.stats, log.cosigners);
     let total: u64 = counts.iter().sum();
     layout(
         Some(view),
@@ -282,9 +292,36 @@ pub fn overview(
                     }
                 }
             }
+            (cosigners_section(cosigners))
             (checkpoint_section(checkpoint))
         },
     )
+}
+
+/// The log's cosigners and their state (docs/protocol.md §14.5), when
+/// `tally serve` has any.
+fn cosigners_section(cosigners: &[tally_witness::cosigning::CosignerStatus]) -> Markup {
+    html! {
+        @if !cosigners.is_empty() {
+            h2 { "Cosigners" }
+            table #cosigners {
+                thead { tr { th { "cosigner" } th { "state" } th.num { "cosigned size" } th { "last cosignature" } th.num { "failures" } th { "last error" } } }
+                tbody {
+                    @for c in cosigners {
+                        tr {
+                            td { (c.name) div.small.mono { (c.url) } }
+                            td data-state=(c.state.as_str()) { (c.state.as_str()) }
+                            td.num { @if let Some(s) = c.cosigned_size { (s) } @else { "—" } }
+                            td { @if let Some(t) = c.last_success { (time(UnixMillis::new(i64::try_from(t.saturating_mul(1000)).unwrap_or(i64::MAX)))) } @else { "—" } }
+                            td.num { (c.consecutive_failures) }
+                            td.small { (c.last_error.as_deref().unwrap_or("")) }
+                        }
+                    }
+                }
+            }
+            p.small { "Each new checkpoint is sent to every cosigner; packs and " code { "/checkpoint" } " carry the cosignatures. A cosigner is " em { "stale" } " when the latest checkpoint has lacked its cosignature longer than the cosigned max age." }
+        }
+    }
 }
 
 /// The latest checkpoint, as the overview and the auditor's page show it.

@@ -1667,3 +1667,82 @@ async fn console_isolates_and_marks_bidi_and_invisible_characters() {
     no_raw(&page, "verify page");
     assert!(page.contains("PASS: 12 checks"), "{page}");
 }
+
+#[tokio::test]
+async fn the_overview_shows_each_cosigner_and_its_state() {
+    use tally_witness::cosigning::{CosignerConfig, CosignerState, Cosigning, CosigningConfig};
+    let h = harness();
+    let (cookie, _) = h.login(&h.api_key).await;
+    let (_, _, body) = h.get("/console", Some(&cookie)).await;
+    assert!(!body.contains("id=\"cosigners\""), "no cosigners, no panel");
+
+    // A cosigner on a port nobody listens on: asked, it fails.
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let vkey = tally_schemas::cosignature::CosignatureSigner::from_secret(
+        "cosigner.example/down",
+        tally_schemas::SecretKey::from_seed(&[9; 32]),
+    )
+    .unwrap()
+    .verifier()
+    .vkey();
+    let config = CosigningConfig {
+        cosigners: vec![CosignerConfig::new(
+            "down-one",
+            &vkey,
+            &format!("http://127.0.0.1:{port}"),
+        )
+        .unwrap()],
+        // Flagged stale one second after the start without a cosignature.
+        max_age: std::time::Duration::from_secs(1),
+        ..CosigningConfig::default()
+    };
+    let cosigning = Arc::new(Cosigning::new(Arc::clone(h.witness.log()), config).unwrap());
+    h.witness.set_cosigning(Arc::clone(&cosigning));
+    let mut bot = Agent::new("claims-bot");
+    h.register(&bot, "default");
+    let r = bot.sign(T0, RecordBody::Note(NoteBody { text: "x".into() }));
+    h.post(&h.api_key, &r).await;
+    let (_, _, body) = h.get("/console", Some(&cookie)).await;
+    assert!(body.contains("id=\"cosigners\""), "{body}");
+    assert!(body.contains("data-state=\"pending\""), "{body}");
+
+    let task = tokio::spawn(Arc::clone(&cosigning).run());
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
+    while cosigning.status()[0].consecutive_failures == 0 {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "{:?}",
+            cosigning.status()
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+    }
+    let (_, _, body) = h.get("/console", Some(&cookie)).await;
+    assert!(body.contains("down-one"), "{body}");
+    assert!(body.contains("cosigner unreachable"), "{body}");
+    // Past the max age with the latest checkpoint uncosigned: stale, on
+    // the page and in /metrics.
+    while cosigning.status()[0].state != CosignerState::Stale {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "{:?}",
+            cosigning.status()
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    }
+    let (_, _, body) = h.get("/console", Some(&cookie)).await;
+    assert!(body.contains("data-state=\"stale\""), "{body}");
+    let (_, _, metrics) = h.get("/metrics", None).await;
+    assert!(
+        metrics.contains("tally_log_cosigner_stale{cosigner=\"down-one\"} 1"),
+        "{metrics}"
+    );
+    assert!(
+        metrics.contains("tally_log_cosigner_state{cosigner=\"down-one\",state=\"stale\"} 1"),
+        "{metrics}"
+    );
+    task.abort();
+}

@@ -125,7 +125,9 @@ async fn blocking<T: Send + 'static>(
 }
 
 async fn checkpoint(State(log): State<Arc<Log>>) -> Response {
-    let cp = log.latest_checkpoint();
+    // With cosigners, the checkpoint they were last asked about, with their
+    // cosignature lines (protocol.md §14.5).
+    let cp = log.published_checkpoint();
     (
         [
             (

@@ -198,6 +198,8 @@ impl Log {
             store,
             signer,
             latest: RwLock::new(Arc::new(latest)),
+            signed: tokio::sync::watch::Sender::new(size),
+            published: RwLock::new(None),
             stats: Stats::default(),
         });
         let capacity = config.queue_capacity.max(1);
@@ -396,6 +398,51 @@ impl Log {
     #[must_use]
     pub fn latest_checkpoint(&self) -> Arc<SignedCheckpoint> {
         self.shared.latest()
+    }
+
+    /// Follows the sizes of newly signed checkpoints (each is stored and is
+    /// [`Log::latest_checkpoint`] by the time its size is seen here).
+    #[must_use]
+    pub fn watch_checkpoints(&self) -> tokio::sync::watch::Receiver<TreeSize> {
+        self.shared.signed.subscribe()
+    }
+
+    /// The checkpoint the log publishes at `/checkpoint` (docs/protocol.md
+    /// §14.5): the one set by [`Log::publish`] (a checkpoint with its
+    /// cosignature lines) once cosigning is on, otherwise the latest.
+    #[must_use]
+    pub fn published_checkpoint(&self) -> Arc<SignedCheckpoint> {
+        let published = match self.shared.published.read() {
+            Ok(g) => g.clone(),
+            Err(poisoned) => poisoned.into_inner().clone(),
+        };
+        published.unwrap_or_else(|| self.latest_checkpoint())
+    }
+
+    /// Publishes `cosigned`, a checkpoint this log signed and stored, its
+    /// note followed by cosignature lines. A checkpoint smaller than the one
+    /// published is ignored, so the published size never goes back.
+    ///
+    /// # Errors
+    /// [`StoreError::Conflict`] when `cosigned` does not start with the
+    /// note stored for its size.
+    pub fn publish(&self, cosigned: SignedCheckpoint) -> Result<(), StoreError> {
+        let size = cosigned.checkpoint.size;
+        let stored = self.shared.store.checkpoint(size)?;
+        if !stored.is_some_and(|n| cosigned.note.starts_with(&n)) {
+            return Err(StoreError::Conflict(format!(
+                "the note to publish for size {size} is not the stored checkpoint"
+            )));
+        }
+        let mut g = match self.shared.published.write() {
+            Ok(g) => g,
+            Err(poisoned) => poisoned.into_inner(),
+        };
+        if g.as_ref().is_some_and(|p| p.checkpoint.size > size) {
+            return Ok(());
+        }
+        *g = Some(Arc::new(cosigned));
+        Ok(())
     }
 
     /// Counters of the sequencer.

@@ -25,7 +25,7 @@ use std::sync::{Arc, RwLock};
 use tally_schemas::{
     AgentName, Entry, Hash, LeafIndex, NoteSigner, Record, Seq, TreeSize, UnixMillis,
 };
-use tokio::sync::{mpsc, oneshot};
+use tokio::sync::{mpsc, oneshot, watch};
 
 use crate::checkpoint::{
     check_extends, open_error_to_store, recover, sign_and_store, SignedCheckpoint,
@@ -59,6 +59,12 @@ pub(crate) struct Shared {
     pub(crate) store: Arc<dyn LogStore>,
     pub(crate) signer: NoteSigner,
     pub(crate) latest: RwLock<Arc<SignedCheckpoint>>,
+    /// The size of each newly signed checkpoint, for whoever follows them
+    /// (the cosigning task, protocol.md §14.5).
+    pub(crate) signed: watch::Sender<TreeSize>,
+    /// The checkpoint `/checkpoint` serves once cosigning is on: the latest
+    /// one cosigners were asked about, with their lines (§14.5).
+    pub(crate) published: RwLock<Option<Arc<SignedCheckpoint>>>,
     pub(crate) stats: Stats,
 }
 
@@ -71,11 +77,13 @@ impl Shared {
     }
 
     fn set_latest(&self, cp: SignedCheckpoint) {
+        let size = cp.checkpoint.size;
         let cp = Arc::new(cp);
         match self.latest.write() {
             Ok(mut g) => *g = cp,
             Err(poisoned) => *poisoned.into_inner() = cp,
         }
+        self.signed.send_replace(size);
     }
 }
 

@@ -426,3 +426,108 @@ fn the_same_record_twice_in_one_batch_gets_one_entry() {
         assert_eq!(log.latest_checkpoint().checkpoint.size, TreeSize::new(1));
     }
 }
+
+#[test]
+fn cosignatures_are_kept_beside_a_stored_checkpoint_added_never_replaced() {
+    for b in BACKENDS {
+        let dir = tempfile::tempdir().unwrap();
+        let store = b.make(&dir);
+        let mut a = Agent::new("alpha");
+        let size = {
+            let log = open(&store);
+            rt().block_on(async {
+                log.append(a.next(), now()).await.unwrap();
+                log.append(a.next(), now()).await.unwrap();
+            });
+            log.latest_checkpoint().checkpoint.size
+        };
+        let s = store.as_ref();
+        assert!(s.cosignatures(size).unwrap().is_empty(), "{}", b.name());
+        s.put_cosignature(size, "w2.example+0badf00d", "— w2.example AAAA\n")
+            .unwrap();
+        s.put_cosignature(size, "w1.example+12345678", "— w1.example BBBB\n")
+            .unwrap();
+        // The same line again is a no-op; a different one is refused.
+        s.put_cosignature(size, "w1.example+12345678", "— w1.example BBBB\n")
+            .unwrap();
+        assert!(
+            matches!(
+                s.put_cosignature(size, "w1.example+12345678", "— w1.example CCCC\n"),
+                Err(tally_log::StoreError::Conflict(_))
+            ),
+            "{}",
+            b.name()
+        );
+        // Nothing beside a size without a checkpoint.
+        let unsigned = TreeSize::new(size.get() + 5);
+        assert!(matches!(
+            s.put_cosignature(unsigned, "w1.example+12345678", "— w1.example DDDD\n"),
+            Err(tally_log::StoreError::Conflict(_))
+        ));
+        assert!(s.cosignatures(unsigned).unwrap().is_empty());
+        // Another size's rows stay apart.
+        let earlier = TreeSize::new(1);
+        assert!(s.checkpoint(earlier).unwrap().is_some(), "{}", b.name());
+        s.put_cosignature(earlier, "w1.example+12345678", "— w1.example EEEE\n")
+            .unwrap();
+        let want = vec![
+            (
+                "w1.example+12345678".to_owned(),
+                "— w1.example BBBB\n".to_owned(),
+            ),
+            (
+                "w2.example+0badf00d".to_owned(),
+                "— w2.example AAAA\n".to_owned(),
+            ),
+        ];
+        assert_eq!(s.cosignatures(size).unwrap(), want, "{}", b.name());
+        // They survive a reopen once synced.
+        s.sync().unwrap();
+        let log = open(&store);
+        assert_eq!(
+            log.store().cosignatures(size).unwrap(),
+            want,
+            "{}",
+            b.name()
+        );
+        assert_eq!(log.store().cosignatures(earlier).unwrap().len(), 1);
+    }
+}
+
+#[test]
+fn only_a_stored_checkpoint_is_published_and_the_published_size_never_goes_back() {
+    for b in BACKENDS {
+        let dir = tempfile::tempdir().unwrap();
+        let log = open(&b.make(&dir));
+        let mut a = Agent::new("alpha");
+        // Without publish, /checkpoint's note is the latest.
+        rt().block_on(async {
+            log.append(a.next(), now()).await.unwrap();
+        });
+        let first = log.latest_checkpoint();
+        assert_eq!(*log.published_checkpoint(), *first, "{}", b.name());
+        let mut cosigned = (*first).clone();
+        cosigned.note.push_str("— cosigner.example/c1 AAAA\n");
+        log.publish(cosigned.clone()).unwrap();
+        assert_eq!(*log.published_checkpoint(), cosigned);
+        // A note that is not the stored one is refused.
+        let mut forged = (*first).clone();
+        forged.note = forged.note.replacen("\n1\n", "\n2\n", 1);
+        assert!(matches!(
+            log.publish(forged),
+            Err(tally_log::StoreError::Conflict(_))
+        ));
+        // A later checkpoint replaces it; an earlier one is ignored.
+        let mut watch = log.watch_checkpoints();
+        rt().block_on(async {
+            log.append(a.next(), now()).await.unwrap();
+        });
+        assert!(watch.has_changed().unwrap());
+        assert_eq!(*watch.borrow_and_update(), TreeSize::new(2));
+        let second = log.latest_checkpoint();
+        assert_eq!(*log.published_checkpoint(), cosigned, "published lags");
+        log.publish((*second).clone()).unwrap();
+        log.publish(cosigned.clone()).unwrap();
+        assert_eq!(*log.published_checkpoint(), *second, "{}", b.name());
+    }
+}

@@ -280,6 +280,17 @@ impl LogStore for TestStore {
     fn put_checkpoint(&self, size: TreeSize, note: &str) -> Result<(), StoreError> {
         self.inner.put_checkpoint(size, note)
     }
+    fn put_cosignature(
+        &self,
+        size: TreeSize,
+        cosigner: &str,
+        line: &str,
+    ) -> Result<(), StoreError> {
+        self.inner.put_cosignature(size, cosigner, line)
+    }
+    fn cosignatures(&self, size: TreeSize) -> Result<Vec<(String, String)>, StoreError> {
+        self.inner.cosignatures(size)
+    }
 }
 
 #[test]

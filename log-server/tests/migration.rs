@@ -205,7 +205,15 @@ fn the_layout_1_fixture_migrates_and_answers_everything_it_held() {
     drop(store);
     assert_eq!(
         tables(&path),
-        ["chains", "checkpoints", "entries", "ids", "leaves", "meta"]
+        [
+            "chains",
+            "checkpoints",
+            "cosignatures",
+            "entries",
+            "ids",
+            "leaves",
+            "meta"
+        ]
     );
     // Opening again does nothing more.
     assert_same(&RedbStore::open(&path).unwrap(), &v1);

@@ -15,6 +15,7 @@ use anyhow::Context;
 use rand_core::OsRng;
 use tally_schemas::time::SystemClock;
 use tally_witness::config::{ConfigFile, ConnLimits, LogRead, RateLimit, ServeConfig, TlsFiles};
+use tally_witness::cosigning::{CosignerConfig, Cosigning, CosigningConfig};
 use tally_witness::server::{self, files, ServeOptions};
 
 /// Arguments of `tally serve`.
@@ -82,6 +83,53 @@ pub struct Args {
     pub tls_key: Option<PathBuf>,
     #[command(flatten)]
     pub connections: ConnArgs,
+    #[command(flatten)]
+    pub cosigning: CosignArgs,
+}
+
+/// The cosigners `tally serve` asks (docs/operations.md "Cosigners for the log";
+/// config file `[[cosigner]]` and `[cosigning]`).
+#[derive(Debug, clap::Args)]
+#[command(next_help_heading = "Cosigners (docs/operations.md \"Cosigners for the log\")")]
+pub struct CosignArgs {
+    /// A C2SP tlog-witness to ask for a cosignature of each new checkpoint,
+    /// as name=NAME,vkey=VKEY,url=URL (VKEY: the cosigner's cosignature/v1
+    /// key, as `tally cosigner` prints it; URL: its submission prefix).
+    /// Repeat for more; added to the config file's [[cosigner]] tables.
+    #[arg(long, value_name = "name=N,vkey=K,url=U")]
+    pub cosigner: Vec<String>,
+    /// Seconds each add-checkpoint request may take [default: 10].
+    #[arg(long, value_name = "SECS")]
+    pub cosigner_timeout: Option<u64>,
+    /// Seconds the latest checkpoint may lack a cosigner's cosignature
+    /// before /metrics and the console flag that cosigner stale
+    /// [default: 300].
+    #[arg(long, value_name = "SECS")]
+    pub cosigned_max_age: Option<u64>,
+    /// Seconds an export (pack, head.json) waits for the cosigners to be
+    /// asked about the latest checkpoint; then it goes with the cosignatures
+    /// it has [default: 10].
+    #[arg(long, value_name = "SECS")]
+    pub export_cosign_wait: Option<u64>,
+}
+
+impl CosignArgs {
+    /// Applies the flags given over `c`.
+    fn apply(&self, c: &mut CosigningConfig) -> Result<(), String> {
+        for text in &self.cosigner {
+            c.cosigners.push(CosignerConfig::parse_option(text)?);
+        }
+        if let Some(v) = self.cosigner_timeout {
+            c.timeout = Duration::from_secs(v);
+        }
+        if let Some(v) = self.cosigned_max_age {
+            c.max_age = Duration::from_secs(v);
+        }
+        if let Some(v) = self.export_cosign_wait {
+            c.export_wait = Duration::from_secs(v);
+        }
+        c.check()
+    }
 }
 
 /// Connection limits and timeouts of `tally serve` (docs/operations.md
@@ -169,6 +217,8 @@ impl Args {
         if let Some(path) = &self.config {
             let file = ConfigFile::load(path)?;
             origin.clone_from(&file.origin);
+            file.apply_cosigning(&mut c.cosigning)
+                .map_err(|e| anyhow::anyhow!("{}: {e}", path.display()))?;
             c.apply_file(file);
         }
         if let Some(v) = self.listen {
@@ -228,6 +278,9 @@ impl Args {
         }
         self.connections.apply(&mut c.connections);
         c.connections.check().map_err(anyhow::Error::msg)?;
+        self.cosigning
+            .apply(&mut c.cosigning)
+            .map_err(anyhow::Error::msg)?;
         Ok((c, origin))
     }
 }
@@ -352,6 +405,24 @@ async fn serve(mut config: ServeConfig, origin: Option<String>) -> anyhow::Resul
     }
     if config.witness.log_read == LogRead::Token {
         outln!("tally: the log (tiles, proofs, /checkpoint, /metrics) is readable with a read token only; make one with `tally read-token create`")?;
+    }
+    if !config.cosigning.cosigners.is_empty() {
+        let cosigning = Arc::new(
+            Cosigning::new(Arc::clone(&log), config.cosigning.clone())
+                .map_err(anyhow::Error::msg)?,
+        );
+        witness.set_cosigning(Arc::clone(&cosigning));
+        let names: Vec<&str> = config
+            .cosigning
+            .cosigners
+            .iter()
+            .map(|c| c.name.as_str())
+            .collect();
+        outln!(
+            "tally: asking cosigners {} for cosignatures",
+            names.join(", ")
+        )?;
+        tokio::spawn(cosigning.run());
     }
     outln!(
         "tally: listening on {url} (origin {}, tree size {tree_size}); console at {url}/console",

@@ -48,7 +48,12 @@ impl Server {
             .arg("serve")
             .arg("--data-dir")
             .arg(data)
-            .args(["--listen", "127.0.0.1:0"])
+            // A free port, unless the test fixes one (to restart on it).
+            .args(if extra.contains(&"--listen") {
+                &[][..]
+            } else {
+                &["--listen", "127.0.0.1:0"][..]
+            })
             .args(extra)
             .env("RUST_LOG", "warn")
             .stdout(Stdio::piped())

@@ -7,6 +7,8 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use serde::Deserialize;
+
+use crate::cosigning::{CosignerConfig, CosigningConfig};
 use tally_schemas::limits::{DEFAULT_MAX_SKEW_MS, MAX_WIRE_OBJECT_BYTES};
 
 /// Default listen address.
@@ -306,6 +308,61 @@ pub struct ConfigFile {
     pub log_read: Option<LogRead>,
     /// Connection limits and timeouts.
     pub connections: Option<ConnectionsFile>,
+    /// Cosigning settings (docs/operations.md "Cosigners for the log").
+    pub cosigning: Option<CosigningFile>,
+    /// The cosigners the log asks, one `[[cosigner]]` table each.
+    pub cosigner: Option<Vec<CosignerEntry>>,
+}
+
+/// One `[[cosigner]]` table: a C2SP tlog-witness the log asks for
+/// cosignatures (protocol.md §14.5).
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct CosignerEntry {
+    /// The operator's name for it.
+    pub name: String,
+    /// Its C2SP cosignature/v1 vkey.
+    pub vkey: String,
+    /// Its submission prefix (`<url>/add-checkpoint`).
+    pub url: String,
+}
+
+/// The `[cosigning]` table, every key optional.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct CosigningFile {
+    /// [`CosigningConfig::timeout`], seconds.
+    pub timeout_secs: Option<u64>,
+    /// [`CosigningConfig::max_age`], seconds.
+    pub max_age_secs: Option<u64>,
+    /// [`CosigningConfig::export_wait`], seconds.
+    pub export_wait_secs: Option<u64>,
+}
+
+impl ConfigFile {
+    /// Applies the file's `[cosigning]` table and `[[cosigner]]` tables over
+    /// `c`, checking each cosigner (its vkey above all).
+    ///
+    /// # Errors
+    /// A message naming the cosigner and the setting that is wrong.
+    pub fn apply_cosigning(&self, c: &mut CosigningConfig) -> Result<(), String> {
+        if let Some(f) = &self.cosigning {
+            if let Some(v) = f.timeout_secs {
+                c.timeout = Duration::from_secs(v);
+            }
+            if let Some(v) = f.max_age_secs {
+                c.max_age = Duration::from_secs(v);
+            }
+            if let Some(v) = f.export_wait_secs {
+                c.export_wait = Duration::from_secs(v);
+            }
+        }
+        for e in self.cosigner.iter().flatten() {
+            c.cosigners
+                .push(CosignerConfig::new(&e.name, &e.vkey, &e.url)?);
+        }
+        Ok(())
+    }
 }
 
 /// Why the config file could not be used.
@@ -368,6 +425,8 @@ pub struct ServeConfig {
     pub secure_cookies: bool,
     /// Connection limits and timeouts.
     pub connections: ConnLimits,
+    /// The cosigners the log asks, and how (protocol.md §14.5).
+    pub cosigning: CosigningConfig,
 }
 
 impl Default for ServeConfig {
@@ -384,6 +443,7 @@ impl Default for ServeConfig {
             tls: None,
             secure_cookies: false,
             connections: ConnLimits::default(),
+            cosigning: CosigningConfig::default(),
         }
     }
 }
@@ -468,6 +528,64 @@ mod tests {
         assert!(toml::from_str::<ConfigFile>("log_read = \"private\"").is_err());
         assert_eq!("token".parse::<LogRead>(), Ok(LogRead::Token));
         assert!("Token".parse::<LogRead>().is_err());
+    }
+
+    #[test]
+    fn cosigners_from_the_file_are_checked() {
+        let vkey = tally_schemas::cosignature::CosignatureSigner::from_secret(
+            "cosigner.example/one",
+            tally_schemas::SecretKey::from_seed(&[5; 32]),
+        )
+        .unwrap()
+        .verifier()
+        .vkey();
+        let text = format!(
+            "[cosigning]\ntimeout_secs = 3\n[[cosigner]]\nname = \"one\"\nvkey = \"{vkey}\"\nurl = \"http://127.0.0.1:1/\"\n"
+        );
+        let f: ConfigFile = toml::from_str(&text).unwrap();
+        let mut c = CosigningConfig::default();
+        f.apply_cosigning(&mut c).unwrap();
+        assert_eq!(c.timeout, Duration::from_secs(3));
+        assert_eq!(c.cosigners.len(), 1);
+        assert_eq!(c.cosigners[0].url, "http://127.0.0.1:1");
+        assert!(c.check().is_ok());
+        // A log (note) key is not a cosigner key: refused, naming the cosigner.
+        let note_vkey = tally_schemas::NoteSigner::from_secret(
+            "log.example/a",
+            tally_schemas::SecretKey::from_seed(&[6; 32]),
+        )
+        .unwrap()
+        .verifier()
+        .vkey();
+        let bad: ConfigFile = toml::from_str(&text.replace(&vkey, &note_vkey)).unwrap();
+        let err = bad
+            .apply_cosigning(&mut CosigningConfig::default())
+            .unwrap_err();
+        assert!(
+            err.contains("cosigner one") && err.contains("vkey"),
+            "{err}"
+        );
+        let bad: ConfigFile = toml::from_str(&text.replace(&vkey, "nonsense")).unwrap();
+        assert!(bad
+            .apply_cosigning(&mut CosigningConfig::default())
+            .is_err());
+        let bad: ConfigFile =
+            toml::from_str(&text.replace("http://127.0.0.1:1/", "ftp://x")).unwrap();
+        assert!(bad
+            .apply_cosigning(&mut CosigningConfig::default())
+            .unwrap_err()
+            .contains("url"));
+        assert!(toml::from_str::<ConfigFile>(&text.replace("url =", "uri =")).is_err());
+        // Two cosigners with one key are refused.
+        c.cosigners.push(
+            CosignerConfig::parse_option(&format!("name=two,vkey={vkey},url=http://h:2")).unwrap(),
+        );
+        assert!(c.check().unwrap_err().contains("same key"));
+        assert!(CosignerConfig::parse_option("name=x,url=http://h").is_err());
+        assert!(
+            CosignerConfig::parse_option(&format!("name=x,vkey={vkey},url=http://h,port=1"))
+                .is_err()
+        );
     }
 
     #[test]

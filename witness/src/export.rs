@@ -171,6 +171,24 @@ impl Merged {
     }
 }
 
+/// The checkpoint packs and head.json are pinned to: with cosigners, the
+/// cosigned one of protocol.md §14.5 (waiting at most the export wait for
+/// the cosigners to be asked about the latest checkpoint), else the latest.
+///
+/// # Errors
+/// `Internal` when storage fails.
+pub async fn pinned_checkpoint(
+    w: &crate::witness::Witness,
+) -> Result<Arc<SignedCheckpoint>, WitnessError> {
+    match w.cosigning() {
+        Some(c) => c
+            .checkpoint_for_export()
+            .await
+            .map_err(|e| WitnessError::internal(&e)),
+        None => Ok(w.log().latest_checkpoint()),
+    }
+}
+
 /// Fixes what a pack of `agents` over `range` holds, pinned to the latest
 /// checkpoint.
 ///
@@ -179,6 +197,21 @@ impl Merged {
 /// `NoRecords` for an agent with nothing in range; storage failures.
 pub fn plan_pack(
     log: &Log,
+    agents: &[AgentName],
+    range: ExportRange,
+) -> Result<PackPlan, WitnessError> {
+    plan_pack_at(log, log.latest_checkpoint(), agents, range)
+}
+
+/// [`plan_pack`] pinned to `checkpoint`, a checkpoint this log signed and
+/// stored, whose note may carry cosignature lines (protocol.md §14.5):
+/// the pack holds the records it covers.
+///
+/// # Errors
+/// As [`plan_pack`].
+pub fn plan_pack_at(
+    log: &Log,
+    checkpoint: Arc<SignedCheckpoint>,
     agents: &[AgentName],
     range: ExportRange,
 ) -> Result<PackPlan, WitnessError> {
@@ -197,7 +230,6 @@ pub fn plan_pack(
             message: format!("a pack holds at most {MAX_AGENTS_PER_PACK} agents"),
         });
     }
-    let checkpoint = log.latest_checkpoint();
     let size = checkpoint.checkpoint.size;
     let mut planned = Vec::with_capacity(agents.len());
     let mut records: u64 = 0;
@@ -487,6 +519,27 @@ pub fn head(
     agents: &[AgentName],
     require_all: bool,
 ) -> Result<Head, WitnessError> {
+    head_at(
+        log,
+        &log.latest_checkpoint(),
+        from_size,
+        agents,
+        require_all,
+    )
+}
+
+/// [`head`] with `cp` as the head checkpoint: one this log signed and
+/// stored, whose note may carry cosignature lines (protocol.md §14.5).
+///
+/// # Errors
+/// As [`head`].
+pub fn head_at(
+    log: &Log,
+    cp: &SignedCheckpoint,
+    from_size: TreeSize,
+    agents: &[AgentName],
+    require_all: bool,
+) -> Result<Head, WitnessError> {
     let mut agents = agents.to_vec();
     agents.sort();
     agents.dedup();
@@ -498,7 +551,6 @@ pub fn head(
     if agents.len() > MAX_AGENTS_PER_PACK {
         return Err(too_many_agents("head.json", agents.len()));
     }
-    let cp = log.latest_checkpoint();
     let size = cp.checkpoint.size;
     if from_size.get() == 0 {
         return Err(WitnessError::BadRequest {
@@ -509,7 +561,7 @@ pub fn head(
     if from_size > size {
         return Err(WitnessError::BadRequest {
             code: "size_beyond_tree",
-            message: format!("from_size {from_size} is beyond the latest checkpoint's size {size}"),
+            message: format!("from_size {from_size} is beyond the head checkpoint's size {size}"),
         });
     }
     let consistency = if from_size == size {

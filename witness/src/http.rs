@@ -702,8 +702,10 @@ async fn head(
     let named = agents_param(&params)?;
     let require_all = !named.is_empty();
     let agents = readable_agents(&w, &reader, named)?;
+    let cp = export::pinned_checkpoint(&w).await?;
     let w2 = Arc::clone(&w);
-    let doc = blocking(move || export::head(w2.log(), from_size, &agents, require_all)).await?;
+    let doc =
+        blocking(move || export::head_at(w2.log(), &cp, from_size, &agents, require_all)).await?;
     Ok(json_response(StatusCode::OK, export::to_canonical(&doc)?))
 }
 
@@ -767,8 +769,9 @@ async fn export_pack(
         });
     }
     let agents = readable_agents(&w, &reader, named)?;
+    let cp = export::pinned_checkpoint(&w).await?;
     let w2 = Arc::clone(&w);
-    let plan = blocking(move || export::plan_pack(w2.log(), &agents, range)).await?;
+    let plan = blocking(move || export::plan_pack_at(w2.log(), cp, &agents, range)).await?;
     let body = export::pack_body(Arc::clone(w.log()), plan, w.now());
     Ok((
         [
@@ -799,7 +802,13 @@ async fn metrics(State(w): State<Arc<Witness>>) -> Response {
             header::CONTENT_TYPE,
             HeaderValue::from_static("text/plain; version=0.0.4; charset=utf-8"),
         )],
-        w.metrics().render(w.log().stats(), size),
+        {
+            let mut text = w.metrics().render(w.log().stats(), size);
+            if let Some(c) = w.cosigning() {
+                c.render_metrics(&mut text);
+            }
+            text
+        },
     )
         .into_response()
 }

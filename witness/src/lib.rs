@@ -20,6 +20,7 @@
 
 pub mod config;
 pub mod conn;
+pub mod cosigning;
 pub mod error;
 pub mod export;
 pub mod http;

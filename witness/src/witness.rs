@@ -50,6 +50,8 @@ pub struct Witness {
     /// records queued under this lock, so `received` never decreases in log
     /// order (check 9 of the verifier), even if the clock steps back.
     last_received: Mutex<UnixMillis>,
+    /// Asking cosigners, when `tally serve` has any (protocol.md §14.5).
+    cosigning: std::sync::OnceLock<Arc<crate::cosigning::Cosigning>>,
 }
 
 impl std::fmt::Debug for Witness {
@@ -102,7 +104,20 @@ impl Witness {
             metrics,
             keys,
             key_changes: KeyChanges::default(),
+            cosigning: std::sync::OnceLock::new(),
         }
+    }
+
+    /// Attaches cosigning (once; a second call is ignored). Exports pin the
+    /// checkpoint it chooses and `/metrics` and the console show it.
+    pub fn set_cosigning(&self, cosigning: Arc<crate::cosigning::Cosigning>) {
+        let _ = self.cosigning.set(cosigning);
+    }
+
+    /// Cosigning, when configured.
+    #[must_use]
+    pub fn cosigning(&self) -> Option<&Arc<crate::cosigning::Cosigning>> {
+        self.cosigning.get()
     }
 
     /// The log.

@@ -28,6 +28,8 @@ pub enum WriteKind {
     Batch,
     /// [`LogStore::put_checkpoint`].
     Checkpoint,
+    /// [`LogStore::put_cosignature`].
+    Cosignature,
 }
 
 struct Plan {
@@ -176,5 +178,18 @@ impl LogStore for FaultyStore {
         self.write(WriteKind::Checkpoint, || {
             self.inner.put_checkpoint(size, note)
         })
+    }
+    fn put_cosignature(
+        &self,
+        size: TreeSize,
+        cosigner: &str,
+        line: &str,
+    ) -> Result<(), StoreError> {
+        self.write(WriteKind::Cosignature, || {
+            self.inner.put_cosignature(size, cosigner, line)
+        })
+    }
+    fn cosignatures(&self, size: TreeSize) -> Result<Vec<(String, String)>, StoreError> {
+        self.inner.cosignatures(size)
     }
 }

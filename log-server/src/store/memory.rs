@@ -9,7 +9,9 @@ use std::sync::{Mutex, MutexGuard};
 
 use tally_schemas::{AgentName, Hash, LeafIndex, Nonce, Seq, TreeSize};
 
-use super::{check_put_checkpoint, BatchWrite, ChainHead, LogStore, StoreError};
+use super::{
+    check_put_checkpoint, check_put_cosignature, BatchWrite, ChainHead, LogStore, StoreError,
+};
 
 #[derive(Default)]
 struct State {
@@ -17,6 +19,7 @@ struct State {
     entries: Vec<Vec<u8>>,
     receipt_sizes: Vec<TreeSize>,
     checkpoints: BTreeMap<u64, String>,
+    cosignatures: BTreeMap<(u64, String), String>,
     heads: HashMap<AgentName, ChainHead>,
     agent_seq: BTreeMap<(String, u64), LeafIndex>,
     nonces: HashMap<Vec<u8>, LeafIndex>,
@@ -177,5 +180,31 @@ impl LogStore for MemoryStore {
         }
         s.checkpoints.insert(size.get(), note.to_owned());
         Ok(())
+    }
+
+    fn put_cosignature(
+        &self,
+        size: TreeSize,
+        cosigner: &str,
+        line: &str,
+    ) -> Result<(), StoreError> {
+        let mut s = self.lock()?;
+        let key = (size.get(), cosigner.to_owned());
+        let stored = s.checkpoints.contains_key(&size.get());
+        let existing = s.cosignatures.get(&key).map(String::as_str);
+        if check_put_cosignature(size, cosigner, line, stored, existing)? {
+            return Ok(());
+        }
+        s.cosignatures.insert(key, line.to_owned());
+        Ok(())
+    }
+
+    fn cosignatures(&self, size: TreeSize) -> Result<Vec<(String, String)>, StoreError> {
+        let s = self.lock()?;
+        Ok(s.cosignatures
+            .range((size.get(), String::new())..)
+            .take_while(|((k, _), _)| *k == size.get())
+            .map(|((_, c), l)| (c.clone(), l.clone()))
+            .collect())
     }
 }

@@ -31,6 +31,14 @@
 //!    [`NewEntry`] rows and written in the same atomic batch. An agent's
 //!    chain head is its entry with the highest seq.
 //!
+//! 7. **Cosignatures are added, never replaced.** A cosigner's
+//!    cosignature line is stored beside a stored checkpoint, keyed by
+//!    `(tree size, cosigner)` ([`LogStore::put_cosignature`]); storing the
+//!    same line again is a no-op, a different line for the same key is
+//!    refused, and nothing is stored for a size without a checkpoint.
+//!    Like checkpoint notes they need no sync of their own: a cosignature
+//!    lost in a crash is asked for again (docs/protocol.md §14.5).
+//!
 //! The store itself checks no chain, nonce or signature rule: the single
 //! writer (the sequencer) does that before it builds a batch, and the
 //! compare-and-swap of rule 2 makes that check-then-write atomic. The trait
@@ -306,12 +314,57 @@ pub trait LogStore: Send + Sync + 'static {
     /// `size` is below the latest checkpoint's or above the stored tree size.
     fn put_checkpoint(&self, size: TreeSize, note: &str) -> Result<(), StoreError>;
 
+    /// Stores `line`, the cosignature line (docs/protocol.md §14.2) that
+    /// `cosigner` returned for the checkpoint stored for `size`, atomically
+    /// but not necessarily durably (as [`LogStore::put_checkpoint`]).
+    /// `cosigner` names the cosigner's key (`name+hex8(key id)`, §14.5). Storing
+    /// the same line again is a no-op (contract rule 7).
+    ///
+    /// # Errors
+    /// [`StoreError::Conflict`] when no checkpoint is stored for `size` or a
+    /// different line is stored for `(size, cosigner)`.
+    fn put_cosignature(&self, size: TreeSize, cosigner: &str, line: &str)
+        -> Result<(), StoreError>;
+
+    /// The cosignature lines stored for the checkpoint of `size`, as
+    /// `(cosigner, line)` pairs ordered by cosigner.
+    ///
+    /// # Errors
+    /// [`StoreError`] when the backend fails.
+    fn cosignatures(&self, size: TreeSize) -> Result<Vec<(String, String)>, StoreError>;
+
     /// Makes every earlier write durable (a clean shutdown calls it).
     ///
     /// # Errors
     /// [`StoreError`] when the backend fails.
     fn sync(&self) -> Result<(), StoreError> {
         Ok(())
+    }
+}
+
+/// The rules of [`LogStore::put_cosignature`], shared by the backends.
+///
+/// # Errors
+/// [`StoreError::Conflict`] as documented there. `Ok(true)` means the same
+/// line is already stored.
+pub(crate) fn check_put_cosignature(
+    size: TreeSize,
+    cosigner: &str,
+    line: &str,
+    checkpoint_stored: bool,
+    existing: Option<&str>,
+) -> Result<bool, StoreError> {
+    if !checkpoint_stored {
+        return Err(StoreError::Conflict(format!(
+            "no checkpoint is stored for size {size} to keep a cosignature beside"
+        )));
+    }
+    match existing {
+        Some(old) if old == line => Ok(true),
+        Some(_) => Err(StoreError::Conflict(format!(
+            "a different cosignature of {cosigner} is already stored for size {size}"
+        ))),
+        None => Ok(false),
     }
 }
 

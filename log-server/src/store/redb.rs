@@ -19,7 +19,10 @@ use redb::{
 };
 use tally_schemas::{AgentName, Entry, Hash, LeafIndex, Nonce, Seq, TreeSize};
 
-use super::{check_put_checkpoint, BatchWrite, ChainHead, Found, LogStore, Lookup, StoreError};
+use super::{
+    check_put_checkpoint, check_put_cosignature, BatchWrite, ChainHead, Found, LogStore, Lookup,
+    StoreError,
+};
 
 /// `meta`: named counters. `tree_size` = number of committed entries;
 /// `layout` = the storage layout version; `migrated_to` = while a layout 1
@@ -29,6 +32,11 @@ pub(crate) const META: TableDefinition<&str, u64> = TableDefinition::new("meta")
 pub(crate) const ENTRIES: TableDefinition<u64, &[u8]> = TableDefinition::new("entries");
 /// `checkpoints`: tree size → signed checkpoint note (UTF-8 text).
 pub(crate) const CHECKPOINTS: TableDefinition<u64, &str> = TableDefinition::new("checkpoints");
+/// `cosignatures`: (tree size, cosigner key `name+keyid`) → the
+/// cosigner's signature line on the checkpoint of that size (UTF-8 text).
+/// Added within layout 2: an older build ignores the table.
+pub(crate) const COSIGNATURES: TableDefinition<(u64, &str), &str> =
+    TableDefinition::new("cosignatures");
 /// `leaves`: leaf index → receipt size (u64, little-endian) ‖ the
 /// `1 + trailing_ones(index)` stored hashes that appending this leaf adds.
 pub(crate) const LEAVES: TableDefinition<u64, &[u8]> = TableDefinition::new("leaves");
@@ -147,6 +155,7 @@ impl RedbStore {
             // Create every table so that readers never meet a missing one.
             tx.open_table(ENTRIES).map_err(backend)?;
             tx.open_table(CHECKPOINTS).map_err(backend)?;
+            tx.open_table(COSIGNATURES).map_err(backend)?;
             tx.open_table(LEAVES).map_err(backend)?;
             tx.open_table(CHAINS).map_err(backend)?;
             tx.open_table(IDS).map_err(backend)?;
@@ -498,5 +507,51 @@ impl LogStore for RedbStore {
             t.insert(size.get(), note).map_err(backend)?;
         }
         tx.commit().map_err(backend)
+    }
+
+    fn put_cosignature(
+        &self,
+        size: TreeSize,
+        cosigner: &str,
+        line: &str,
+    ) -> Result<(), StoreError> {
+        let mut tx = self.db.begin_write().map_err(backend)?;
+        // As for checkpoint notes: the next durable commit persists it, and
+        // a cosignature lost before that is asked for again.
+        tx.set_durability(Durability::None).map_err(backend)?;
+        {
+            let stored = tx
+                .open_table(CHECKPOINTS)
+                .map_err(backend)?
+                .get(size.get())
+                .map_err(backend)?
+                .is_some();
+            let mut t = tx.open_table(COSIGNATURES).map_err(backend)?;
+            let existing = t
+                .get((size.get(), cosigner))
+                .map_err(backend)?
+                .map(|g| g.value().to_owned());
+            if check_put_cosignature(size, cosigner, line, stored, existing.as_deref())? {
+                return Ok(());
+            }
+            t.insert((size.get(), cosigner), line).map_err(backend)?;
+        }
+        tx.commit().map_err(backend)
+    }
+
+    fn cosignatures(&self, size: TreeSize) -> Result<Vec<(String, String)>, StoreError> {
+        self.read(|tx| {
+            let t = tx.open_table(COSIGNATURES).map_err(backend)?;
+            let mut out = Vec::new();
+            for row in t.range((size.get(), "")..).map_err(backend)? {
+                let (k, v) = row.map_err(backend)?;
+                let (row_size, cosigner) = k.value();
+                if row_size != size.get() {
+                    break;
+                }
+                out.push((cosigner.to_owned(), v.value().to_owned()));
+            }
+            Ok(out)
+        })
     }
 }

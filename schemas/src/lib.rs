@@ -22,6 +22,7 @@
 //! [`time::UnixMillis::now`], for callers without one (the CLI). `cargo tree -p tally-schemas -e normal` shows no
 //! tokio, axum or redb.
 
+pub mod batch;
 pub mod batch_sig;
 pub mod canonical;
 pub mod cosignature;

@@ -120,6 +120,24 @@ pub enum WitnessError {
         /// The chain's head (seq, record hash), `None` when it has no records.
         head: Option<(Seq, Hash)>,
     },
+    /// In a batch (docs/api.md "POST /v1/records/batch"): an earlier record
+    /// of the same agent in the batch (in seq order) was refused, so this
+    /// one was not considered.
+    #[error("record {seq} of {agent} was refused earlier in this batch, so this later record of the agent was not considered; send it again after that one")]
+    PriorRecordRefused {
+        /// The agent.
+        agent: AgentName,
+        /// The seq of the agent's first refused record in the batch.
+        seq: Seq,
+    },
+    /// A batch holds more records than `MAX_BATCH_RECORDS`.
+    #[error("a batch of {count} records is more than the limit of {max}; split it")]
+    BatchTooLarge {
+        /// Records in the batch.
+        count: usize,
+        /// The limit.
+        max: usize,
+    },
     /// The nonce was used by another record.
     #[error("nonce {nonce} was already used by the record at index {first_index}")]
     NonceReplayed {
@@ -220,6 +238,10 @@ impl WitnessError {
             Self::NoRecords { .. } => (StatusCode::NOT_FOUND, "no_records"),
             Self::NotFound(_) => (StatusCode::NOT_FOUND, "not_found"),
             Self::ChainConflict { .. } => (StatusCode::CONFLICT, "chain_conflict"),
+            Self::PriorRecordRefused { .. } => {
+                (StatusCode::FAILED_DEPENDENCY, "prior_record_refused")
+            }
+            Self::BatchTooLarge { .. } => (StatusCode::PAYLOAD_TOO_LARGE, "batch_too_large"),
             Self::NonceReplayed { .. } => (StatusCode::CONFLICT, "nonce_replayed"),
             Self::Exists { .. } => (StatusCode::CONFLICT, "exists"),
             Self::BadSignature { .. } => (StatusCode::UNPROCESSABLE_ENTITY, "bad_signature"),
@@ -303,6 +325,14 @@ impl WitnessError {
                         |(seq, hash)| json!({"seq": seq.get(), "hash": hash}),
                     ),
                 );
+            }
+            Self::PriorRecordRefused { agent, seq } => {
+                m.insert("agent".into(), json!(agent));
+                m.insert("seq".into(), json!(seq.get()));
+            }
+            Self::BatchTooLarge { count, max } => {
+                m.insert("count".into(), json!(count));
+                m.insert("max_records".into(), json!(max));
             }
             Self::NonceReplayed { nonce, first_index } => {
                 m.insert("nonce".into(), json!(nonce));
@@ -408,6 +438,25 @@ impl From<CanonicalError> for WitnessError {
     }
 }
 
+impl From<tally_schemas::batch::BatchError> for WitnessError {
+    fn from(e: tally_schemas::batch::BatchError) -> Self {
+        use tally_schemas::batch::BatchError;
+        match e {
+            BatchError::Canonical(c) => c.into(),
+            BatchError::UnsupportedVersion { found } => Self::UnsupportedVersion { found },
+            BatchError::TooManyRecords { count, max } => Self::BatchTooLarge { count, max },
+            BatchError::Empty => Self::BadRequest {
+                code: "empty_batch",
+                message: e.to_string(),
+            },
+            BatchError::Schema { message } => Self::Malformed {
+                reason: "schema",
+                message,
+            },
+        }
+    }
+}
+
 impl From<UnusableKey> for WitnessError {
     fn from(e: UnusableKey) -> Self {
         Self::UnusableKey(e)
@@ -444,6 +493,10 @@ impl From<AppendError> for WitnessError {
                 head: head_seq.zip(head_hash),
             },
             AppendError::Closed => Self::ShuttingDown,
+            AppendError::PriorRecordRefused { agent, seq } => {
+                Self::PriorRecordRefused { agent, seq }
+            }
+            AppendError::BatchTooLarge { count, max } => Self::BatchTooLarge { count, max },
             AppendError::Entry(EntryError::TooLarge { size, max }) => {
                 Self::RecordTooLarge { size, max }
             }

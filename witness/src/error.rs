@@ -365,6 +365,28 @@ impl WitnessError {
         json!({ "error": obj })
     }
 
+    /// What the refusal log (crate::refusal_log) says of a refused
+    /// credential (401, 403); `None` for other errors.
+    #[must_use]
+    pub fn refusal(&self) -> Option<crate::refusal_log::Refusal> {
+        let (status, code) = self.status_and_code();
+        if !matches!(status, StatusCode::UNAUTHORIZED | StatusCode::FORBIDDEN) {
+            return None;
+        }
+        let (agent, key_id) = match self {
+            Self::AgentNotAllowed { agent } => (Some(agent.to_string()), None),
+            Self::KeyNotAllowed { agent, key_id } => {
+                (Some(agent.to_string()), Some(key_id.to_string()))
+            }
+            _ => (None, None),
+        };
+        Some(crate::refusal_log::Refusal {
+            code,
+            agent,
+            key_id,
+        })
+    }
+
     /// A storage failure, logged here and shown as a bare 500.
     pub fn internal(e: &dyn std::fmt::Display) -> Self {
         tracing::error!(error = %e, "internal error");
@@ -374,25 +396,14 @@ impl WitnessError {
 
 impl IntoResponse for WitnessError {
     fn into_response(self) -> Response {
-        let (status, code) = self.status_and_code();
+        let (status, _) = self.status_and_code();
         let body = serde_json::to_vec(&self.body()).unwrap_or_else(|_| {
             b"{\"error\":{\"code\":\"internal\",\"message\":\"internal error\"}}".to_vec()
         });
         let mut r = (status, body).into_response();
-        if matches!(status, StatusCode::UNAUTHORIZED | StatusCode::FORBIDDEN) {
+        if let Some(refusal) = self.refusal() {
             // For the log line of crate::refusal_log.
-            let (agent, key_id) = match &self {
-                Self::AgentNotAllowed { agent } => (Some(agent.to_string()), None),
-                Self::KeyNotAllowed { agent, key_id } => {
-                    (Some(agent.to_string()), Some(key_id.to_string()))
-                }
-                _ => (None, None),
-            };
-            r.extensions_mut().insert(crate::refusal_log::Refusal {
-                code,
-                agent,
-                key_id,
-            });
+            r.extensions_mut().insert(refusal);
         }
         let h = r.headers_mut();
         h.insert(

@@ -419,6 +419,7 @@ async fn post_batch(State(w): State<Arc<Witness>>, headers: HeaderMap, body: Bod
         Err(e) => return refused(e),
     };
     let mut outcomes = Vec::with_capacity(results.len());
+    let mut refusals = crate::refusal_log::BatchRefusals::default();
     for result in results {
         let outcome = match result.and_then(|a| {
             canonical::canonicalize(&a.receipt).map_err(|e| WitnessError::internal(&e))
@@ -430,6 +431,14 @@ async fn post_batch(State(w): State<Arc<Witness>>, headers: HeaderMap, body: Bod
             Err(e) => {
                 let (status, code) = e.status_and_code();
                 w.metrics().batch_record(status.as_u16(), code);
+                if let Some(r) = e.refusal() {
+                    let seen = refusals.0.iter().any(|(_, o)| {
+                        o.code == r.code && o.agent == r.agent && o.key_id == r.key_id
+                    });
+                    if !seen {
+                        refusals.0.push((status.as_u16(), r));
+                    }
+                }
                 let error = match e.body() {
                     serde_json::Value::Object(mut o) => match o.remove("error") {
                         Some(serde_json::Value::Object(err)) => err,
@@ -448,7 +457,11 @@ async fn post_batch(State(w): State<Arc<Witness>>, headers: HeaderMap, body: Bod
     match (BatchAnswer { results: outcomes }).to_json() {
         Ok(bytes) => {
             w.metrics().batch_request(200, "ok", started.elapsed());
-            json_response(StatusCode::OK, bytes)
+            let mut response = json_response(StatusCode::OK, bytes);
+            if !refusals.0.is_empty() {
+                response.extensions_mut().insert(refusals);
+            }
+            response
         }
         Err(e) => refused(WitnessError::internal(&e)),
     }

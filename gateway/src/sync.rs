@@ -10,14 +10,16 @@
 //! before it is stored and the cursor moves. Transient failures retry with
 //! exponential backoff.
 //!
-//! Up to a window of records ([`DEFAULT_WINDOW`]) are posted at once, so
-//! that the witness can admit them in one group commit. The witness admits a
-//! record only when it extends the chain it holds, so one that overtakes its
-//! predecessor on the way is refused with `chain_conflict`, never admitted
-//! out of order. Only the answer for the record at the cursor decides what
-//! happens next (as with one post at a time); the others' receipts are
-//! accepted and stored like any, and their refusals are ignored: those
-//! records are posted again once they reach the cursor.
+//! The backlog goes in batches (`POST /v1/records/batch`, protocol.md
+//! §8.1) of up to a window of records ([`DEFAULT_WINDOW`], at most
+//! `MAX_BATCH_RECORDS` and `MAX_BATCH_BYTES`), in chain order, one batch
+//! at a time: the witness admits a batch's records of one agent in seq
+//! order and answers each, so nothing overtakes its predecessor and one
+//! request carries a whole window. The receipts are accepted in order up
+//! to the first record that got none; that record decides what happens
+//! next, as with one post at a time (its successors in the batch are
+//! `prior_record_refused` and go again). A witness without the batch route
+//! (`404`) is sent one record at a time, in order.
 //!
 //! On `chain_conflict` the witness returns its head of the chain:
 //! - a head that is one of our records, behind the cursor: the witness lost
@@ -48,13 +50,15 @@ use crate::state::StateDir;
 use crate::store::{ChainStore, SyncErrorNote};
 use crate::witness::{WitnessClient, WitnessError};
 use tally_schemas::api::ChainHead;
+use tally_schemas::batch::BatchRequest;
+use tally_schemas::limits::MAX_BATCH_BYTES;
 
 /// How often a syncer that is posting refetches the witness's key directory.
 pub const KEY_CHECK_INTERVAL: Duration = Duration::from_secs(600);
 /// How soon a key directory fetch that failed is tried again.
 const KEY_CHECK_RETRY: Duration = Duration::from_secs(30);
-/// Records posted at once by default.
-pub const DEFAULT_WINDOW: usize = 4;
+/// Records sent in one batch by default: the most a batch may hold.
+pub const DEFAULT_WINDOW: usize = tally_schemas::limits::MAX_BATCH_RECORDS;
 
 /// What a sync task has achieved, watched by `--strict` calls.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -77,6 +81,8 @@ pub struct Syncer {
     pins: Option<(StateDir, AgentName)>,
     key_check: Mutex<KeyCheck>,
     window: usize,
+    /// Cleared when the witness has no batch route (an older witness).
+    batches: std::sync::atomic::AtomicBool,
     clock: Arc<dyn Clock>,
     max_skew_ms: u64,
     progress: watch::Sender<SyncProgress>,
@@ -128,6 +134,7 @@ impl Syncer {
                 next: None,
             }),
             window: DEFAULT_WINDOW,
+            batches: std::sync::atomic::AtomicBool::new(true),
             clock,
             max_skew_ms,
             progress,
@@ -142,11 +149,11 @@ impl Syncer {
         self
     }
 
-    /// Posts up to `window` records at once (at least 1; default
-    /// [`DEFAULT_WINDOW`]).
+    /// Sends up to `window` records in one batch request (1 to
+    /// `MAX_BATCH_RECORDS`; default [`DEFAULT_WINDOW`]).
     #[must_use]
     pub fn with_window(mut self, window: usize) -> Self {
-        self.window = window.max(1);
+        self.window = window.clamp(1, tally_schemas::limits::MAX_BATCH_RECORDS);
         self
     }
 
@@ -280,37 +287,38 @@ impl Syncer {
         }
     }
 
-    /// Sends the records from the cursor on (a window of them at once), if
-    /// any, and handles the answers.
+    /// Sends the records from the cursor on (a batch of up to a window of
+    /// them), if any, and handles the answers.
     pub async fn step(&self) -> Step {
         let cursor = match self.store.sync_cursor() {
             Ok(c) => c,
             Err(e) => return Step::Retry(self.note(None, "store", e.to_string())),
         };
-        let records = match self.store.records(cursor, self.window) {
+        let mut records = match self.store.records(cursor, self.window) {
             Ok(r) if r.is_empty() => return Step::Idle,
             Ok(r) => r,
             Err(e) => return Step::Retry(self.note(Some(cursor), "store", e.to_string())),
         };
-        self.check_keys_when_due().await;
-        // Spawned in seq order, so they mostly reach the witness in it.
-        let posts: Vec<_> = records
+        // Within the batch's byte limit (a record alone always fits).
+        let mut size = BatchRequest::encoded_len([]);
+        let fit = records
             .iter()
-            .map(|r| {
-                let (client, record) = (self.client.clone(), r.clone());
-                tokio::spawn(async move { client.post_record(&record).await })
+            .position(|r| {
+                size += r.canonical_bytes().len() + 1;
+                size > MAX_BATCH_BYTES
             })
-            .collect();
-        let mut first = None;
+            .unwrap_or(records.len());
+        records.truncate(fit.max(1));
+        self.check_keys_when_due().await;
+        let answers = match self.post(&records).await {
+            Ok(a) => a,
+            Err(e) => return self.refused(cursor, e),
+        };
         let mut accepted: Vec<(u64, Vec<u8>)> = Vec::new();
         let mut halt = None;
-        for (record, post) in records.iter().zip(posts) {
+        let mut first = None;
+        for (record, answer) in records.iter().zip(answers) {
             let seq = record.seq.get();
-            let answer = post.await.unwrap_or_else(|e| {
-                Err(WitnessError::Transport(format!(
-                    "the post task failed: {e}"
-                )))
-            });
             match answer {
                 Ok(bytes) => {
                     match self.accept_checking_keys(&bytes, record).await {
@@ -325,10 +333,12 @@ impl Syncer {
                         }
                     }
                 }
-                // Only the record at the cursor decides; a later one that
-                // was refused goes again when it reaches the cursor.
-                Err(e) if seq == cursor => first = Some(e),
-                Err(_) => {}
+                // The first record without a receipt decides; the records
+                // after it go again once it is resolved.
+                Err(e) => {
+                    first = Some((seq, e));
+                    break;
+                }
             }
         }
         // The receipts accepted before any failure, in one transaction.
@@ -346,8 +356,35 @@ impl Syncer {
         match (halt, first) {
             (Some(note), _) => Step::Halt(note),
             (None, None) => Step::Progress,
-            (None, Some(e)) => self.refused(cursor, e),
+            (None, Some((seq, e))) => self.refused(seq, e),
         }
+    }
+
+    /// Sends `records` (in chain order) in one batch; to a witness without
+    /// the batch route, one at a time, stopping at the first refusal.
+    async fn post(
+        &self,
+        records: &[tally_schemas::Record],
+    ) -> Result<Vec<Result<Vec<u8>, WitnessError>>, WitnessError> {
+        use std::sync::atomic::Ordering;
+        if self.batches.load(Ordering::Relaxed) {
+            match self.client.post_batch(records).await {
+                Err(WitnessError::Refused { status: 404, .. }) => {
+                    self.batches.store(false, Ordering::Relaxed);
+                }
+                other => return other,
+            }
+        }
+        let mut answers = Vec::with_capacity(records.len());
+        for record in records {
+            let answer = self.client.post_record(record).await;
+            let refused = answer.is_err();
+            answers.push(answer);
+            if refused {
+                break;
+            }
+        }
+        Ok(answers)
     }
 
     /// What to do when the witness did not receipt the record at the cursor.

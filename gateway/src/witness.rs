@@ -1,5 +1,6 @@
 //! The client side of the witness HTTP contract the agent syncs to:
 //! `POST /v1/records` (answer: a receipt, docs/protocol.md §8),
+//! `POST /v1/records/batch` (one answer per record, §8.1),
 //! `GET /v1/agents/{agent}/head`, and the key directory
 //! `GET /.well-known/tally/keys` (§4.5) that `tally agent init --witness`
 //! pins. Errors come back as `{"error":{"code","message",…}}`; a
@@ -11,7 +12,8 @@ use std::time::Duration;
 use tally_schemas::api::{
     AgentHead, ApiBody as _, ChainHead, ErrorBody, ErrorBodyError, KeyDirectory,
 };
-use tally_schemas::limits::MAX_WIRE_OBJECT_BYTES;
+use tally_schemas::batch::{BatchAnswer, BatchOutcome, BatchRequest};
+use tally_schemas::limits::{MAX_BATCH_ANSWER_BYTES, MAX_WIRE_OBJECT_BYTES};
 use tally_schemas::Record;
 
 /// Why a witness request failed.
@@ -103,13 +105,20 @@ impl WitnessClient {
         &self.base
     }
 
-    async fn read_body(mut resp: reqwest::Response) -> Result<(u16, Vec<u8>), WitnessError> {
+    async fn read_body(resp: reqwest::Response) -> Result<(u16, Vec<u8>), WitnessError> {
+        Self::read_body_within(resp, MAX_WIRE_OBJECT_BYTES).await
+    }
+
+    async fn read_body_within(
+        mut resp: reqwest::Response,
+        max: usize,
+    ) -> Result<(u16, Vec<u8>), WitnessError> {
         let status = resp.status().as_u16();
         let mut body = Vec::new();
         while let Some(chunk) = resp.chunk().await.map_err(transport)? {
-            if body.len() + chunk.len() > MAX_WIRE_OBJECT_BYTES {
+            if body.len() + chunk.len() > max {
                 return Err(WitnessError::BadResponse(format!(
-                    "answer larger than {MAX_WIRE_OBJECT_BYTES} bytes"
+                    "answer larger than {max} bytes"
                 )));
             }
             body.extend_from_slice(&chunk);
@@ -188,6 +197,58 @@ impl WitnessClient {
         } else {
             Err(Self::refusal(status, &body))
         }
+    }
+
+    /// Posts records in one batch (`POST /v1/records/batch`, protocol.md
+    /// §8.1); the caller keeps to `MAX_BATCH_RECORDS` and `MAX_BATCH_BYTES`.
+    /// Returns one result per record, in order: the receipt bytes (not yet
+    /// accepted) or the refusal the one-record route would have given.
+    ///
+    /// # Errors
+    /// [`WitnessError`] for transport failures and refusals of the batch as
+    /// a whole (a witness without the batch route answers `404 not_found`),
+    /// and [`WitnessError::BadResponse`] for an answer that does not hold
+    /// one result per record.
+    pub async fn post_batch(
+        &self,
+        records: &[Record],
+    ) -> Result<Vec<Result<Vec<u8>, WitnessError>>, WitnessError> {
+        let mut req = self
+            .http
+            .post(format!("{}/v1/records/batch", self.base))
+            .header(reqwest::header::CONTENT_TYPE, "application/json")
+            .body(BatchRequest::to_json(records));
+        if let Some(k) = &self.api_key {
+            req = req.bearer_auth(k);
+        }
+        let resp = req.send().await.map_err(transport)?;
+        let (status, body) = Self::read_body_within(resp, MAX_BATCH_ANSWER_BYTES).await?;
+        if status != 200 {
+            return Err(Self::refusal(status, &body));
+        }
+        let answer = BatchAnswer::from_json(&body)
+            .map_err(|e| WitnessError::BadResponse(format!("batch answer: {e}")))?;
+        if answer.results.len() != records.len() {
+            return Err(WitnessError::BadResponse(format!(
+                "{} results for a batch of {} records",
+                answer.results.len(),
+                records.len()
+            )));
+        }
+        Ok(answer
+            .results
+            .into_iter()
+            .map(|r| match r {
+                BatchOutcome::Receipt(bytes) => Ok(bytes),
+                BatchOutcome::Refused { status, error } => {
+                    let body = serde_json::json!({ "error": error });
+                    Err(Self::refusal(
+                        status,
+                        &serde_json::to_vec(&body).unwrap_or_default(),
+                    ))
+                }
+            })
+            .collect())
     }
 
     /// The witness's head of `agent`'s chain, `None` when it has no records.

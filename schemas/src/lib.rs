@@ -25,6 +25,7 @@
 //! tokio, axum or redb.
 
 pub mod api;
+pub mod batch;
 pub mod batch_sig;
 pub mod canonical;
 pub mod cosignature;

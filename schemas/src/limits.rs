@@ -88,3 +88,16 @@ pub const MAX_PROOF_HASHES: usize = 64;
 
 /// Default bound on |witness time − agent time|, in milliseconds.
 pub const DEFAULT_MAX_SKEW_MS: u64 = 300_000;
+
+/// Most records in one batch request (`POST /v1/records/batch`,
+/// docs/protocol.md §8.1).
+pub const MAX_BATCH_RECORDS: usize = 256;
+
+/// Maximum size of a batch request body, in bytes (docs/protocol.md §8.1).
+/// A client splits its backlog so that each batch stays within both this
+/// and [`MAX_BATCH_RECORDS`].
+pub const MAX_BATCH_BYTES: usize = 1 << 20;
+
+/// Maximum size of a batch answer, in bytes: [`MAX_BATCH_RECORDS`] answers
+/// of at most [`MAX_WIRE_OBJECT_BYTES`] each.
+pub const MAX_BATCH_ANSWER_BYTES: usize = MAX_BATCH_RECORDS * MAX_WIRE_OBJECT_BYTES;

@@ -150,7 +150,8 @@ pub struct SyncArgs {
     /// Give up after this many seconds.
     #[arg(long, default_value_t = 30)]
     pub timeout: u64,
-    /// Records posted to the witness at once (1: one at a time).
+    /// Most records sent to the witness in one batch request (1 to 256; 1:
+    /// one record per request).
     #[arg(long, default_value_t = tally_gateway::sync::DEFAULT_WINDOW)]
     pub window: usize,
     #[command(flatten)]

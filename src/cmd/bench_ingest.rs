@@ -35,6 +35,17 @@ pub struct IngestArgs {
     /// Requests in flight.
     #[arg(long, default_value_t = 128)]
     pub concurrency: usize,
+    /// Records per request: 1 posts each record to `POST /v1/records`; more
+    /// sends each worker's records (its agents' chains in order) to `POST
+    /// /v1/records/batch` in batches of this many (at most 256).
+    #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u16).range(1..=256))]
+    pub batch: u16,
+    /// Offered load in records per second, spread evenly over the workers
+    /// (default: as fast as the witness answers). Latency is then measured
+    /// from each request's scheduled start, so a witness that falls behind
+    /// shows it in the percentiles.
+    #[arg(long)]
+    pub rate: Option<f64>,
     /// Seconds of the raw verification measurement.
     #[arg(long, default_value_t = 3.0)]
     pub verify_secs: f64,
@@ -170,7 +181,17 @@ pub fn ingest(a: &IngestArgs) -> anyhow::Result<ExitCode> {
     let concurrency = a.concurrency.clamp(1, agents);
     let per_agent = a.records.div_ceil(agents);
     let threads = std::thread::available_parallelism().map_or(1, std::num::NonZeroUsize::get);
-    outln!("tally bench ingest: {} records, {agents} agents, concurrency {concurrency}, {threads} cores", per_agent * agents)?;
+    let batch = usize::from(a.batch.max(1));
+    if let Some(r) = a.rate {
+        if !(r.is_finite() && r > 0.0) {
+            bail!("--rate must be a positive number of records per second");
+        }
+    }
+    outln!(
+        "tally bench ingest: {} records, {agents} agents, concurrency {concurrency}, batch {batch}{}, {threads} cores",
+        per_agent * agents,
+        a.rate.map_or_else(String::new, |r| format!(", offered {r:.0} records/s"))
+    )?;
 
     outln!(
         "measuring raw strict Ed25519 verification on {threads} threads for {:.1}s ...",
@@ -248,46 +269,63 @@ pub fn ingest(a: &IngestArgs) -> anyhow::Result<ExitCode> {
         })
         .collect::<anyhow::Result<_>>()?;
 
-    // Post: worker w owns agents w, w+C, …, and posts each chain in order.
+    // Post: worker w owns agents w, w+C, …, and posts each chain in order:
+    // record s of each of its agents, then record s+1, …; in requests of
+    // `batch` records, one request at a time.
     outln!("posting ...")?;
     let chains = Arc::new(chains);
     let errors = Arc::new(std::sync::Mutex::new(BTreeMap::<String, u64>::new()));
+    let requests = Arc::new(AtomicU64::new(0));
+    // With --rate: each worker starts a request every `gap`.
+    let gap = a
+        .rate
+        .map(|r| Duration::from_secs_f64(concurrency as f64 * batch as f64 / r));
     let started = Instant::now();
     let latencies: Vec<Duration> = rt.block_on(async {
         let tasks: Vec<_> = (0..concurrency)
             .map(|w| {
-                let (http, url, key, chains, errors) = (
+                let (http, url, key, chains, errors, requests) = (
                     http.clone(),
                     url.clone(),
                     api_key.clone(),
                     Arc::clone(&chains),
                     Arc::clone(&errors),
+                    Arc::clone(&requests),
                 );
                 tokio::spawn(async move {
                     let mine: Vec<usize> = (w..chains.len()).step_by(concurrency).collect();
-                    let mut lat = Vec::with_capacity(mine.len() * per_agent);
-                    for s in 0..per_agent {
-                        for &agent in &mine {
-                            let t = Instant::now();
-                            let ok = match http
-                                .post(format!("{url}/v1/records"))
-                                .bearer_auth(&key)
-                                .body(chains[agent][s].clone())
-                                .send()
-                                .await
-                            {
-                                Ok(r) => {
-                                    let status = r.status().as_u16();
-                                    match r.bytes().await {
-                                        Ok(_) if status == 200 => Ok(()),
-                                        Ok(body) => Err(format!("{status} {}", error_code(&body))),
-                                        Err(e) => Err(format!("{status} body lost: {e}")),
-                                    }
-                                }
-                                Err(e) => Err(format!("request failed: {e}")),
-                            };
-                            lat.push(t.elapsed());
-                            if let Err(what) = ok {
+                    let order: Vec<(usize, usize)> = (0..per_agent)
+                        .flat_map(|s| mine.iter().map(move |&agent| (agent, s)))
+                        .collect();
+                    let mut lat = Vec::with_capacity(order.len());
+                    // Workers start spread over one gap, not all at once.
+                    let first = gap.map(|g| {
+                        tokio::time::Instant::now() + g.mul_f64(w as f64 / concurrency as f64)
+                    });
+                    for (k, group) in order.chunks(batch).enumerate() {
+                        let t = match (first, gap) {
+                            (Some(first), Some(g)) => {
+                                let due = first + g * u32::try_from(k).unwrap_or(u32::MAX);
+                                tokio::time::sleep_until(due).await;
+                                due.into_std()
+                            }
+                            _ => Instant::now(),
+                        };
+                        requests.fetch_add(1, Ordering::Relaxed);
+                        let outcomes = if batch == 1 {
+                            let (agent, s) = group[0];
+                            vec![post_one(&http, &url, &key, chains[agent][s].clone()).await]
+                        } else {
+                            let records: Vec<&[u8]> = group
+                                .iter()
+                                .map(|&(agent, s)| chains[agent][s].as_slice())
+                                .collect();
+                            post_batch(&http, &url, &key, &records).await
+                        };
+                        let elapsed = t.elapsed();
+                        for outcome in outcomes {
+                            lat.push(elapsed);
+                            if let Err(what) = outcome {
                                 *errors
                                     .lock()
                                     .unwrap_or_else(std::sync::PoisonError::into_inner)
@@ -334,11 +372,20 @@ pub fn ingest(a: &IngestArgs) -> anyhow::Result<ExitCode> {
     };
     outln!()?;
     outln!("ingest:   {ok} records in {elapsed:.2}s = {rate:.0} records/s ({error_count} errors)")?;
+    outln!(
+        "requests: {} ({} per request)",
+        requests.load(Ordering::Relaxed),
+        if batch == 1 {
+            "POST /v1/records, 1 record".to_owned()
+        } else {
+            format!("POST /v1/records/batch, up to {batch} records")
+        }
+    )?;
     for (what, n) in &errors {
         outln!("errors:   {n} x {what}")?;
     }
     outln!(
-        "latency:  p50 {:.2} ms, p99 {:.2} ms, p999 {:.2} ms",
+        "latency:  p50 {:.2} ms, p99 {:.2} ms, p999 {:.2} ms (per record: its request's time to answer)",
         ms(percentile(&latencies, 0.50)),
         ms(percentile(&latencies, 0.99)),
         ms(percentile(&latencies, 0.999))
@@ -364,6 +411,87 @@ pub fn ingest(a: &IngestArgs) -> anyhow::Result<ExitCode> {
         return Ok(ExitCode::from(1));
     }
     Ok(ExitCode::SUCCESS)
+}
+
+/// Posts one record; `Err` says how it was refused or lost.
+async fn post_one(
+    http: &reqwest::Client,
+    url: &str,
+    key: &str,
+    body: Vec<u8>,
+) -> Result<(), String> {
+    match http
+        .post(format!("{url}/v1/records"))
+        .bearer_auth(key)
+        .body(body)
+        .send()
+        .await
+    {
+        Ok(r) => {
+            let status = r.status().as_u16();
+            match r.bytes().await {
+                Ok(_) if status == 200 => Ok(()),
+                Ok(body) => Err(format!("{status} {}", error_code(&body))),
+                Err(e) => Err(format!("{status} body lost: {e}")),
+            }
+        }
+        Err(e) => Err(format!("request failed: {e}")),
+    }
+}
+
+/// Posts canonical records in one batch; one outcome per record.
+async fn post_batch(
+    http: &reqwest::Client,
+    url: &str,
+    key: &str,
+    records: &[&[u8]],
+) -> Vec<Result<(), String>> {
+    let mut body = Vec::with_capacity(records.iter().map(|r| r.len() + 1).sum::<usize>() + 32);
+    body.extend_from_slice(b"{\"records\":[");
+    for (i, r) in records.iter().enumerate() {
+        if i > 0 {
+            body.push(b',');
+        }
+        body.extend_from_slice(r);
+    }
+    body.extend_from_slice(b"],\"v\":1}");
+    let all = |what: String| records.iter().map(|_| Err(what.clone())).collect();
+    let resp = match http
+        .post(format!("{url}/v1/records/batch"))
+        .bearer_auth(key)
+        .body(body)
+        .send()
+        .await
+    {
+        Ok(r) => r,
+        Err(e) => return all(format!("request failed: {e}")),
+    };
+    let status = resp.status().as_u16();
+    let bytes = match resp.bytes().await {
+        Ok(b) => b,
+        Err(e) => return all(format!("{status} body lost: {e}")),
+    };
+    if status != 200 {
+        return all(format!("{status} {} (whole batch)", error_code(&bytes)));
+    }
+    match tally_schemas::batch::BatchAnswer::from_json(&bytes) {
+        Ok(answer) if answer.results.len() == records.len() => answer
+            .results
+            .into_iter()
+            .map(|r| match r {
+                tally_schemas::batch::BatchOutcome::Receipt(_) => Ok(()),
+                refused @ tally_schemas::batch::BatchOutcome::Refused { .. } => {
+                    let status = match &refused {
+                        tally_schemas::batch::BatchOutcome::Refused { status, .. } => *status,
+                        tally_schemas::batch::BatchOutcome::Receipt(_) => 200,
+                    };
+                    Err(format!("{status} {}", refused.code().unwrap_or("?")))
+                }
+            })
+            .collect(),
+        Ok(_) => all("batch answer with the wrong number of results".into()),
+        Err(e) => all(format!("bad batch answer: {e}")),
+    }
 }
 
 /// The stable `error.code` of a witness error body, or what the body was.

@@ -121,6 +121,24 @@ pub enum WitnessError {
         /// The chain's head (seq, record hash), `None` when it has no records.
         head: Option<(Seq, Hash)>,
     },
+    /// In a batch (docs/api.md "POST /v1/records/batch"): an earlier record
+    /// of the same agent in the batch (in seq order) was refused, so this
+    /// one was not considered.
+    #[error("record {seq} of {agent} was refused earlier in this batch, so this later record of the agent was not considered; send it again after that one")]
+    PriorRecordRefused {
+        /// The agent.
+        agent: AgentName,
+        /// The seq of the agent's first refused record in the batch.
+        seq: Seq,
+    },
+    /// A batch holds more records than `MAX_BATCH_RECORDS`.
+    #[error("a batch of {count} records is more than the limit of {max}; split it")]
+    BatchTooLarge {
+        /// Records in the batch.
+        count: usize,
+        /// The limit.
+        max: usize,
+    },
     /// The nonce was used by another record.
     #[error("nonce {nonce} was already used by the record at index {first_index}")]
     NonceReplayed {
@@ -221,6 +239,10 @@ impl WitnessError {
             Self::NoRecords { .. } => (StatusCode::NOT_FOUND, "no_records"),
             Self::NotFound(_) => (StatusCode::NOT_FOUND, "not_found"),
             Self::ChainConflict { .. } => (StatusCode::CONFLICT, "chain_conflict"),
+            Self::PriorRecordRefused { .. } => {
+                (StatusCode::FAILED_DEPENDENCY, "prior_record_refused")
+            }
+            Self::BatchTooLarge { .. } => (StatusCode::PAYLOAD_TOO_LARGE, "batch_too_large"),
             Self::NonceReplayed { .. } => (StatusCode::CONFLICT, "nonce_replayed"),
             Self::Exists { .. } => (StatusCode::CONFLICT, "exists"),
             Self::BadSignature { .. } => (StatusCode::UNPROCESSABLE_ENTITY, "bad_signature"),
@@ -299,6 +321,14 @@ impl WitnessError {
                 e.agent = Some(agent.clone());
                 e.head = Some(head.map(|(seq, hash)| ChainHead { seq, hash }));
             }
+            Self::PriorRecordRefused { agent, seq } => {
+                e.agent = Some(agent.clone());
+                e.seq = Some(*seq);
+            }
+            Self::BatchTooLarge { count, max } => {
+                e.count = Some(*count as u64);
+                e.max_records = Some(*max as u64);
+            }
             Self::NonceReplayed { nonce, first_index } => {
                 e.nonce = Some(nonce.clone());
                 e.first_index = Some(*first_index);
@@ -313,6 +343,28 @@ impl WitnessError {
         ErrorBody { error: e }
     }
 
+    /// What the refusal log (crate::refusal_log) says of a refused
+    /// credential (401, 403); `None` for other errors.
+    #[must_use]
+    pub fn refusal(&self) -> Option<crate::refusal_log::Refusal> {
+        let (status, code) = self.status_and_code();
+        if !matches!(status, StatusCode::UNAUTHORIZED | StatusCode::FORBIDDEN) {
+            return None;
+        }
+        let (agent, key_id) = match self {
+            Self::AgentNotAllowed { agent } => (Some(agent.to_string()), None),
+            Self::KeyNotAllowed { agent, key_id } => {
+                (Some(agent.to_string()), Some(key_id.to_string()))
+            }
+            _ => (None, None),
+        };
+        Some(crate::refusal_log::Refusal {
+            code,
+            agent,
+            key_id,
+        })
+    }
+
     /// A storage failure, logged here and shown as a bare 500.
     pub fn internal(e: &dyn std::fmt::Display) -> Self {
         tracing::error!(error = %e, "internal error");
@@ -322,25 +374,14 @@ impl WitnessError {
 
 impl IntoResponse for WitnessError {
     fn into_response(self) -> Response {
-        let (status, code) = self.status_and_code();
+        let (status, _) = self.status_and_code();
         let body = self.body().to_json().unwrap_or_else(|_| {
             b"{\"error\":{\"code\":\"internal\",\"message\":\"internal error\"}}".to_vec()
         });
         let mut r = (status, body).into_response();
-        if matches!(status, StatusCode::UNAUTHORIZED | StatusCode::FORBIDDEN) {
+        if let Some(refusal) = self.refusal() {
             // For the log line of crate::refusal_log.
-            let (agent, key_id) = match &self {
-                Self::AgentNotAllowed { agent } => (Some(agent.to_string()), None),
-                Self::KeyNotAllowed { agent, key_id } => {
-                    (Some(agent.to_string()), Some(key_id.to_string()))
-                }
-                _ => (None, None),
-            };
-            r.extensions_mut().insert(crate::refusal_log::Refusal {
-                code,
-                agent,
-                key_id,
-            });
+            r.extensions_mut().insert(refusal);
         }
         let h = r.headers_mut();
         h.insert(
@@ -386,6 +427,25 @@ impl From<CanonicalError> for WitnessError {
     }
 }
 
+impl From<tally_schemas::batch::BatchError> for WitnessError {
+    fn from(e: tally_schemas::batch::BatchError) -> Self {
+        use tally_schemas::batch::BatchError;
+        match e {
+            BatchError::Canonical(c) => c.into(),
+            BatchError::UnsupportedVersion { found } => Self::UnsupportedVersion { found },
+            BatchError::TooManyRecords { count, max } => Self::BatchTooLarge { count, max },
+            BatchError::Empty => Self::BadRequest {
+                code: "empty_batch",
+                message: e.to_string(),
+            },
+            BatchError::Schema { message } => Self::Malformed {
+                reason: "schema",
+                message,
+            },
+        }
+    }
+}
+
 impl From<UnusableKey> for WitnessError {
     fn from(e: UnusableKey) -> Self {
         Self::UnusableKey(e)
@@ -422,6 +482,10 @@ impl From<AppendError> for WitnessError {
                 head: head_seq.zip(head_hash),
             },
             AppendError::Closed => Self::ShuttingDown,
+            AppendError::PriorRecordRefused { agent, seq } => {
+                Self::PriorRecordRefused { agent, seq }
+            }
+            AppendError::BatchTooLarge { count, max } => Self::BatchTooLarge { count, max },
             AppendError::Entry(EntryError::TooLarge { size, max }) => {
                 Self::RecordTooLarge { size, max }
             }

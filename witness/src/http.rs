@@ -28,6 +28,8 @@ use tally_schemas::api::{
     CreateReadTokenRequest, NewApiKey, NewReadToken, ProjectList, ProjectSummary, ReadTokenList,
     ReadTokenRevoked, ReadTokenSummary, RegisteredAgent, RetireRequest, RotateKeyRequest,
 };
+use tally_schemas::batch::{BatchAnswer, BatchOutcome};
+use tally_schemas::canonical;
 use tally_schemas::{AgentName, KeyError, PublicKey, Seq, TreeSize, UnixMillis};
 
 use crate::config::LogRead;
@@ -55,6 +57,7 @@ pub fn router(witness: Arc<Witness>) -> Router {
     };
     Router::new()
         .route("/v1/records", post(post_record))
+        .route("/v1/records/batch", post(post_batch))
         .route("/v1/agents", post(add_agent).get(list_agents))
         .route("/v1/agents/{agent}/head", get(agent_head))
         .route("/v1/agents/{agent}/rotate", post(rotate_key))
@@ -396,6 +399,80 @@ async fn post_record(State(w): State<Arc<Witness>>, headers: HeaderMap, body: Bo
     match w.admit_measured(&principal, &bytes, started).await {
         Ok(receipt) => json_response(StatusCode::OK, receipt),
         Err(e) => e.into_response(),
+    }
+}
+
+/// `POST /v1/records/batch` (docs/api.md): many records in one request,
+/// one answer each. The same order as [`post_record`]: the API key from the
+/// headers before any of the body is read; the body read whole, within
+/// `MAX_BATCH_BYTES` and the body deadline; then one admission slot for
+/// the whole batch.
+async fn post_batch(State(w): State<Arc<Witness>>, headers: HeaderMap, body: Body) -> Response {
+    let started = Instant::now();
+    let refused = |e: WitnessError| {
+        let (s, c) = e.status_and_code();
+        w.metrics().batch_request(s.as_u16(), c, started.elapsed());
+        e.into_response()
+    };
+    let principal = match w.authenticate(bearer(&headers)) {
+        Ok(p) => p,
+        Err(e) => return refused(e),
+    };
+    let bytes = match read_body(body, &headers, tally_schemas::limits::MAX_BATCH_BYTES).await {
+        Ok(b) => b,
+        Err(e) => return refused(e),
+    };
+    let _permit = match w.in_flight_permit() {
+        Ok(p) => p,
+        Err(e) => return refused(e),
+    };
+    let results = match w.admit_batch(&principal, bytes.to_vec()).await {
+        Ok(r) => r,
+        Err(e) => return refused(e),
+    };
+    let mut outcomes = Vec::with_capacity(results.len());
+    let mut refusals = crate::refusal_log::BatchRefusals::default();
+    for result in results {
+        let outcome = match result.and_then(|a| {
+            canonical::canonicalize(&a.receipt).map_err(|e| WitnessError::internal(&e))
+        }) {
+            Ok(receipt) => {
+                w.metrics().batch_record(200, "ok");
+                BatchOutcome::Receipt(receipt)
+            }
+            Err(e) => {
+                let (status, code) = e.status_and_code();
+                w.metrics().batch_record(status.as_u16(), code);
+                if let Some(r) = e.refusal() {
+                    let seen = refusals.0.iter().any(|(_, o)| {
+                        o.code == r.code && o.agent == r.agent && o.key_id == r.key_id
+                    });
+                    if !seen {
+                        refusals.0.push((status.as_u16(), r));
+                    }
+                }
+                let error = match serde_json::to_value(e.body().error) {
+                    Ok(serde_json::Value::Object(err)) => err,
+                    _ => serde_json::Map::new(),
+                };
+                BatchOutcome::Refused {
+                    status: status.as_u16(),
+                    error,
+                }
+            }
+        };
+        outcomes.push(outcome);
+    }
+    match (BatchAnswer { results: outcomes }).to_json() {
+        Ok(bytes) => {
+            w.metrics().batch_request(200, "ok", started.elapsed());
+            let mut response = json_response(StatusCode::OK, bytes);
+            if !refusals.0.is_empty() {
+                response.extensions_mut().insert(refusals);
+            }
+            response
+        }
+        Err(e) => refused(WitnessError::internal(&e)),
     }
 }
 

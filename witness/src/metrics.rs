@@ -74,6 +74,8 @@ impl Histogram {
 pub struct Metrics {
     admissions: Mutex<BTreeMap<(u16, &'static str), u64>>,
     latency: Histogram,
+    batch_requests: Mutex<BTreeMap<(u16, &'static str), u64>>,
+    batch_latency: Histogram,
     batches: Histogram,
     last_batch_end: Mutex<u64>,
     connections: Arc<ConnectionStats>,
@@ -84,6 +86,8 @@ impl Default for Metrics {
         Self {
             admissions: Mutex::new(BTreeMap::new()),
             latency: Histogram::new(&LATENCY_BUCKETS),
+            batch_requests: Mutex::new(BTreeMap::new()),
+            batch_latency: Histogram::new(&LATENCY_BUCKETS),
             batches: Histogram::new(&BATCH_BUCKETS),
             last_batch_end: Mutex::new(0),
             connections: Arc::default(),
@@ -108,6 +112,29 @@ impl Metrics {
             .entry((status, code))
             .or_insert(0) += 1;
         self.latency.observe(elapsed.as_secs_f64());
+    }
+
+    /// Counts the answer for one record of a batch (without a latency of its
+    /// own: the batch request's is counted by [`Metrics::batch_request`]).
+    pub fn batch_record(&self, status: u16, code: &'static str) {
+        *self
+            .admissions
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .entry((status, code))
+            .or_insert(0) += 1;
+    }
+
+    /// Counts one answer of `POST /v1/records/batch` (200 when the batch was
+    /// answered record by record) and its latency.
+    pub fn batch_request(&self, status: u16, code: &'static str, elapsed: Duration) {
+        *self
+            .batch_requests
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .entry((status, code))
+            .or_insert(0) += 1;
+        self.batch_latency.observe(elapsed.as_secs_f64());
     }
 
     /// Notes a receipt issued under a checkpoint of `size` for a new entry at
@@ -136,7 +163,7 @@ impl Metrics {
     #[must_use]
     pub fn render(&self, log: LogStats, tree_size: u64) -> String {
         let mut out = String::new();
-        out.push_str("# HELP tally_admissions_total Answers of POST /v1/records by HTTP status and code.\n# TYPE tally_admissions_total counter\n");
+        out.push_str("# HELP tally_admissions_total Answers for records (of POST /v1/records, and each record of POST /v1/records/batch) by HTTP status and code.\n# TYPE tally_admissions_total counter\n");
         for ((status, code), n) in self
             .admissions
             .lock()
@@ -152,6 +179,23 @@ impl Metrics {
             &mut out,
             "tally_admission_seconds",
             "Time from request to answer of POST /v1/records.",
+        );
+        out.push_str("# HELP tally_batch_requests_total Answers of POST /v1/records/batch by HTTP status and code (200 ok: answered record by record).\n# TYPE tally_batch_requests_total counter\n");
+        for ((status, code), n) in self
+            .batch_requests
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .iter()
+        {
+            let _ = writeln!(
+                out,
+                "tally_batch_requests_total{{status=\"{status}\",code=\"{code}\"}} {n}"
+            );
+        }
+        self.batch_latency.render(
+            &mut out,
+            "tally_batch_request_seconds",
+            "Time from request to answer of POST /v1/records/batch.",
         );
         self.batches.render(
             &mut out,

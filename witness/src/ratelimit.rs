@@ -36,6 +36,18 @@ impl RateLimiter {
     /// # Errors
     /// The milliseconds until a token is available, when the bucket is empty.
     pub fn take(&self, key: &str, now: UnixMillis) -> Result<(), u64> {
+        self.take_n(key, 1, now)
+    }
+
+    /// Takes `n` tokens (one per record of a batch) from `key`'s bucket at
+    /// `now`. A batch needs only one token in the bucket; the rest is taken
+    /// as debt that the refill pays off before the key's next request, so
+    /// the long-run rate in records stays the configured one whatever the
+    /// batch sizes, and a batch larger than the burst is not refused forever.
+    ///
+    /// # Errors
+    /// The milliseconds until a token is available, when the bucket is empty.
+    pub fn take_n(&self, key: &str, n: usize, now: UnixMillis) -> Result<(), u64> {
         let Some(limit) = self.limit else {
             return Ok(());
         };
@@ -53,7 +65,7 @@ impl RateLimiter {
         b.tokens = (b.tokens + elapsed * limit.per_second).min(burst);
         b.at = now.max(b.at);
         if b.tokens >= 1.0 {
-            b.tokens -= 1.0;
+            b.tokens -= n.max(1) as f64;
             Ok(())
         } else {
             let wait = if limit.per_second > 0.0 {
@@ -85,5 +97,19 @@ mod tests {
         assert!(r.take("a", UnixMillis::new(1_000_500)).is_ok());
         assert!(r.take("a", UnixMillis::new(1_000_500)).is_err());
         assert!(RateLimiter::new(None).take("a", t).is_ok());
+    }
+
+    #[test]
+    fn a_batch_takes_one_token_per_record_as_debt() {
+        let r = RateLimiter::new(Some(RateLimit {
+            per_second: 10.0,
+            burst: 5,
+        }));
+        let t = UnixMillis::new(1_000_000);
+        // 20 records with 5 tokens: admitted, leaving a debt of 15.
+        assert!(r.take_n("a", 20, t).is_ok());
+        // 1.6 s pays 16 tokens: 15 of debt and one for the next request.
+        assert_eq!(r.take("a", t), Err(1600));
+        assert!(r.take("a", UnixMillis::new(1_001_600)).is_ok());
     }
 }

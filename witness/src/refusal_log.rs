@@ -43,6 +43,12 @@ pub struct Refusal {
     pub key_id: Option<String>,
 }
 
+/// The refused credentials of the records of a batch answer (`POST
+/// /v1/records/batch` answers 200 and refuses record by record): each
+/// distinct one with the status its record got, logged like a [`Refusal`].
+#[derive(Debug, Clone, Default)]
+pub struct BatchRefusals(pub Vec<(u16, Refusal)>);
+
 /// How many lines the current window allows, and how many were held back.
 #[derive(Debug)]
 struct Limiter {
@@ -121,39 +127,46 @@ async fn log_refusals(State(s): State<LogState>, req: Request, next: Next) -> Re
     let method = req.method().clone();
     let authorization = req.headers().get(header::AUTHORIZATION).cloned();
     let resp = next.run(req).await;
-    let Some(refusal) = resp.extensions().get::<Refusal>() else {
-        return resp;
+    let refusals: Vec<(u16, Refusal)> = match (
+        resp.extensions().get::<Refusal>(),
+        resp.extensions().get::<BatchRefusals>(),
+    ) {
+        (Some(r), _) => vec![(resp.status().as_u16(), r.clone())],
+        (None, Some(b)) => b.0.clone(),
+        (None, None) => return resp,
     };
-    let verdict = s
-        .limiter
-        .lock()
-        .unwrap_or_else(std::sync::PoisonError::into_inner)
-        .judge(Instant::now());
-    match verdict {
-        Verdict::Count => {}
-        Verdict::Quiet => tracing::warn!(
-            "more than {BURST} refused credentials within {} s: the rest are counted, not logged, until the window ends",
-            WINDOW.as_secs()
-        ),
-        Verdict::Log { suppressed } => {
-            let token = authorization.as_ref().and_then(|v| {
-                let (scheme, token) = v.to_str().ok()?.split_once(' ')?;
-                scheme.eq_ignore_ascii_case("bearer").then(|| token.trim())
-            });
-            let project = token
-                .and_then(|t| s.witness.registry().authenticate(t))
-                .map(|p| p.project);
-            tracing::warn!(
-                status = resp.status().as_u16(),
-                code = refusal.code,
-                route = %format!("{method} {route}"),
-                project = project.as_deref().unwrap_or("-"),
-                agent = refusal.agent.as_deref().unwrap_or("-"),
-                key_id = refusal.key_id.as_deref().unwrap_or("-"),
-                presented = %presented(token),
-                suppressed_before = suppressed,
-                "refused"
-            );
+    for (status, refusal) in refusals {
+        let verdict = s
+            .limiter
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .judge(Instant::now());
+        match verdict {
+            Verdict::Count => {}
+            Verdict::Quiet => tracing::warn!(
+                "more than {BURST} refused credentials within {} s: the rest are counted, not logged, until the window ends",
+                WINDOW.as_secs()
+            ),
+            Verdict::Log { suppressed } => {
+                let token = authorization.as_ref().and_then(|v| {
+                    let (scheme, token) = v.to_str().ok()?.split_once(' ')?;
+                    scheme.eq_ignore_ascii_case("bearer").then(|| token.trim())
+                });
+                let project = token
+                    .and_then(|t| s.witness.registry().authenticate(t))
+                    .map(|p| p.project);
+                tracing::warn!(
+                    status,
+                    code = refusal.code,
+                    route = %format!("{method} {route}"),
+                    project = project.as_deref().unwrap_or("-"),
+                    agent = refusal.agent.as_deref().unwrap_or("-"),
+                    key_id = refusal.key_id.as_deref().unwrap_or("-"),
+                    presented = %presented(token),
+                    suppressed_before = suppressed,
+                    "refused"
+                );
+            }
         }
     }
     resp

@@ -16,7 +16,9 @@ use std::sync::{Arc, Mutex};
 use std::time::Instant;
 
 use rand_core::CryptoRngCore;
-use tally_log::{ChainHead, Log};
+use tally_log::{BatchItem, ChainHead, Log};
+use tally_schemas::batch::BatchRequest;
+use tally_schemas::batch_sig::{verify_batch, SignedMessage};
 use tally_schemas::canonical;
 use tally_schemas::time::Clock;
 use tally_schemas::{AgentName, LeafIndex, Receipt, Record, UnixMillis};
@@ -61,6 +63,19 @@ impl std::fmt::Debug for Witness {
             .field("config", &self.config)
             .finish_non_exhaustive()
     }
+}
+
+/// A record of a batch after the checks made before the fences: the record
+/// to queue, or its refusal with its agent and seq (to keep its place).
+type CheckedRecord = Result<Record, (AgentName, tally_schemas::Seq, WitnessError)>;
+
+/// What [`Witness::check_batch`] leaves for the fenced part of a batch.
+struct BatchChecked {
+    /// Answers known already, by the request's order (`None`: still open).
+    answers: Vec<Option<Result<Admitted, WitnessError>>>,
+    /// The records still to queue or to hold a place for, with their place
+    /// in the request.
+    records: Vec<(usize, CheckedRecord)>,
 }
 
 /// An admitted record's receipt.
@@ -434,6 +449,211 @@ impl Witness {
     pub fn count_refusal(&self, e: &WitnessError, started: Instant) {
         let (s, c) = e.status_and_code();
         self.metrics.admission(s.as_u16(), c, started.elapsed());
+    }
+
+    /// Admits a batch request body (docs/api.md "POST /v1/records/batch";
+    /// docs/protocol.md §8.1) sent by `principal`: one answer per record, in
+    /// the request's order. Each record goes through the checks of
+    /// [`Witness::admit_as`] in the same order; the signatures of the batch
+    /// are checked together ([`tally_schemas::batch_sig::verify_batch`]:
+    /// the accept set of `verify_strict`, with a prepared table for a key
+    /// that signs several of them), and the records that pass are handed to
+    /// [`Log::enqueue_batch`] as one group commit, received at one instant.
+    /// A record refused here keeps its place in its agent's seq order
+    /// ([`BatchItem::Refused`]), so that the agent's later records in the
+    /// batch are refused with `prior_record_refused`.
+    ///
+    /// # Errors
+    /// For the batch as a whole: body size, strict JSON and the batch shape,
+    /// too many records, the key's rate limit (one token per record), a full
+    /// log queue, shutdown.
+    pub async fn admit_batch(
+        self: &Arc<Self>,
+        principal: &Principal,
+        body: Vec<u8>,
+    ) -> Result<Vec<Result<Admitted, WitnessError>>, WitnessError> {
+        let me = Arc::clone(self);
+        let p = principal.clone();
+        let checked = tokio::task::spawn_blocking(move || me.check_batch(&p, &body))
+            .await
+            .map_err(|e| WitnessError::internal(&e))??;
+        let BatchChecked {
+            mut answers,
+            records,
+        } = checked;
+
+        // Fences of every agent with a record to queue, taken in name order
+        // so that two batches never wait on each other.
+        let mut agents: Vec<AgentName> = records
+            .iter()
+            .filter_map(|(_, r)| r.as_ref().ok().map(|r| r.agent.clone()))
+            .collect();
+        agents.sort();
+        agents.dedup();
+        let mut fences = Vec::with_capacity(agents.len());
+        for agent in &agents {
+            fences.push(self.key_changes.fence(agent).await);
+        }
+        let mut records = records;
+        for (_, r) in &mut records {
+            if let Ok(record) = r {
+                if let Err(e) = self.registered_key(principal, record) {
+                    *r = Err((record.agent.clone(), record.seq, e));
+                }
+            }
+        }
+        let (pending, queued_at) = {
+            let mut last = self
+                .last_received
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner);
+            let now = self.now().max(*last);
+            let mut items = Vec::with_capacity(records.len());
+            let mut at = Vec::with_capacity(records.len());
+            for (i, r) in records {
+                let item = match r {
+                    Ok(record) => match self.check_skew(&record, now) {
+                        Ok(()) => BatchItem::Record(record),
+                        Err(e) => {
+                            let item = BatchItem::Refused {
+                                agent: record.agent.clone(),
+                                seq: record.seq,
+                            };
+                            answers[i] = Some(Err(e));
+                            item
+                        }
+                    },
+                    Err((agent, seq, e)) => {
+                        answers[i] = Some(Err(e));
+                        BatchItem::Refused { agent, seq }
+                    }
+                };
+                items.push(item);
+                at.push(i);
+            }
+            let times: Vec<(AgentName, UnixMillis)> = items
+                .iter()
+                .filter_map(|item| match item {
+                    BatchItem::Record(r) => Some((r.agent.clone(), r.time)),
+                    BatchItem::Refused { .. } => None,
+                })
+                .collect();
+            let pending = self.log.enqueue_batch(items, now)?;
+            *last = now;
+            for (agent, time) in times {
+                if let Ok(k) = agents.binary_search(&agent) {
+                    fences[k].queued(time);
+                }
+            }
+            (pending, at)
+        };
+        drop(fences);
+        let appended = pending.await?;
+        for (i, result) in queued_at.into_iter().zip(appended) {
+            match result {
+                Ok(a) => {
+                    if !a.duplicate {
+                        if let Ok(c) = tally_schemas::note::peek_checkpoint(&a.receipt.checkpoint) {
+                            self.metrics.receipt(a.receipt.index.get(), c.size.get());
+                        }
+                    }
+                    answers[i] = Some(Ok(Admitted {
+                        receipt: a.receipt,
+                        duplicate: a.duplicate,
+                    }));
+                }
+                // The refusal this witness made itself stands.
+                Err(tally_log::AppendError::RefusedByCaller) => {}
+                Err(e) => answers[i] = Some(Err(e.into())),
+            }
+        }
+        Ok(answers
+            .into_iter()
+            .map(|a| {
+                a.unwrap_or_else(|| Err(WitnessError::internal(&"a batch record got no answer")))
+            })
+            .collect())
+    }
+
+    /// The checks of a batch made before the agents' fences (blocking:
+    /// reads the log for resubmissions): parsing, the rate limit, agent
+    /// ownership, resubmissions, registered keys and signatures.
+    fn check_batch(
+        &self,
+        principal: &Principal,
+        body: &[u8],
+    ) -> Result<BatchChecked, WitnessError> {
+        let request = BatchRequest::parse(body)?;
+        let n = request.records.len();
+        self.limiter
+            .take_n(&principal.key_id, n, self.now())
+            .map_err(|retry_after_ms| WitnessError::RateLimited { retry_after_ms })?;
+        let mut answers: Vec<Option<Result<Admitted, WitnessError>>> = vec![None; n];
+        let mut records: Vec<(usize, CheckedRecord)> = Vec::with_capacity(n);
+        let mut keys: Vec<(usize, tally_schemas::PublicKey)> = Vec::with_capacity(n);
+        for (i, member) in request.records.into_iter().enumerate() {
+            let record = match member {
+                Ok(r) => r,
+                Err(e) => {
+                    answers[i] = Some(Err(e.into()));
+                    continue;
+                }
+            };
+            if let Err(e) = self.owned_agent(principal, &record.agent) {
+                records.push((i, Err((record.agent.clone(), record.seq, e))));
+                continue;
+            }
+            match self.already_admitted(&record) {
+                Ok(Some(admitted)) => {
+                    answers[i] = Some(Ok(admitted));
+                    continue;
+                }
+                Ok(None) => {}
+                Err(e) => return Err(e),
+            }
+            match self.registered_key(principal, &record) {
+                Ok(key) => {
+                    keys.push((records.len(), key));
+                    records.push((i, Ok(record)));
+                }
+                Err(e) => records.push((i, Err((record.agent.clone(), record.seq, e)))),
+            }
+        }
+        let messages: Vec<Vec<u8>> = keys
+            .iter()
+            .map(|(k, _)| match &records[*k].1 {
+                Ok(r) => r.signed_message(),
+                Err(_) => Vec::new(),
+            })
+            .collect();
+        let verdicts = {
+            let items: Vec<SignedMessage<'_>> = keys
+                .iter()
+                .zip(&messages)
+                .filter_map(|((k, key), signed)| {
+                    records[*k].1.as_ref().ok().map(|r| SignedMessage {
+                        key,
+                        signed,
+                        signature: r.signature(),
+                    })
+                })
+                .collect();
+            verify_batch(&items)
+        };
+        for ((k, _), ok) in keys.iter().zip(verdicts) {
+            if ok {
+                continue;
+            }
+            let slot = &mut records[*k].1;
+            if let Ok(r) = slot {
+                let e = WitnessError::BadSignature {
+                    agent: r.agent.clone(),
+                    key_id: r.key_id,
+                };
+                *slot = Err((r.agent.clone(), r.seq, e));
+            }
+        }
+        Ok(BatchChecked { answers, records })
     }
 
     /// The committed head of `agent`'s chain, for the principal's own agents.

@@ -72,6 +72,16 @@ pub struct ErrorDetail {
         deserialize_with = "nullable"
     )]
     pub head: Option<Option<ChainHead>>,
+    /// `prior_record_refused`: the seq of the agent's record in the same
+    /// batch that was refused first (protocol.md §8.1).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub seq: Option<Seq>,
+    /// `batch_too_large`: how many records the batch carried.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub count: Option<u64>,
+    /// `batch_too_large`: the most records a batch may carry.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_records: Option<u64>,
     /// `nonce_replayed`: the nonce.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub nonce: Option<Nonce>,

@@ -14,7 +14,9 @@ use std::time::Duration;
 use anyhow::Context;
 use rand_core::OsRng;
 use tally_schemas::time::SystemClock;
-use tally_witness::config::{ConfigFile, ConnLimits, LogRead, RateLimit, ServeConfig, TlsFiles};
+use tally_witness::config::{
+    ConfigFile, ConnLimits, LogRead, RateLimit, ServeConfig, StoreChoice, TlsFiles,
+};
 use tally_witness::server::{self, files, ServeOptions};
 
 /// Arguments of `tally serve`.
@@ -29,6 +31,12 @@ pub struct Args {
     /// The data folder (log, keys, registry); created on first start.
     #[arg(long, env = "TALLY_DATA_DIR")]
     pub data_dir: Option<PathBuf>,
+    /// Where the log is kept: `redb` (log.redb in the data folder) or a
+    /// PostgreSQL URL, postgres://user@host:port/database (docs/operations.md
+    /// "Running on PostgreSQL"). The key files, registry and console stay in
+    /// the data folder [default: redb].
+    #[arg(long, env = "TALLY_STORE", value_name = "redb|postgres://...")]
+    pub store: Option<StoreChoice>,
     /// The checkpoint origin (and log key name) of a new log
     /// [default: tally.local/log].
     #[arg(long)]
@@ -176,6 +184,9 @@ impl Args {
         }
         if let Some(v) = &self.data_dir {
             c.data_dir.clone_from(v);
+        }
+        if let Some(v) = &self.store {
+            c.store.clone_from(v);
         }
         if let Some(v) = &self.origin {
             origin = Some(v.clone());
@@ -328,6 +339,9 @@ async fn serve(mut config: ServeConfig, origin: Option<String>) -> anyhow::Resul
     }
     if config.witness.log_read == LogRead::Token {
         outln!("tally: the log (tiles, proofs, /checkpoint, /metrics) is readable with a read token only; make one with `tally read-token create`")?;
+    }
+    if let StoreChoice::Postgres(_) = &config.store {
+        outln!("tally: the log is in PostgreSQL: {}", config.store)?;
     }
     outln!(
         "tally: listening on {url} (origin {}, tree size {tree_size}); console at {url}/console",

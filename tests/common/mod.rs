@@ -44,11 +44,18 @@ impl Server {
     // The child is returned inside `Self`, which reaps it (Drop, kill9, sigterm).
     #[allow(clippy::zombie_processes)]
     pub fn start(data: &Path, extra: &[&str]) -> Self {
+        Self::start_at(data, "127.0.0.1:0", extra)
+    }
+
+    /// [`Server::start`] on a given listen address (a restart on the port
+    /// the agents' state names).
+    #[allow(clippy::zombie_processes)]
+    pub fn start_at(data: &Path, listen: &str, extra: &[&str]) -> Self {
         let mut child = Command::new(TALLY)
             .arg("serve")
             .arg("--data-dir")
             .arg(data)
-            .args(["--listen", "127.0.0.1:0"])
+            .args(["--listen", listen])
             .args(extra)
             .env("RUST_LOG", "warn")
             .stdout(Stdio::piped())

@@ -166,3 +166,112 @@ fn a_bad_or_unreachable_store_is_a_clear_error_at_start() {
         data.display()
     );
 }
+
+#[test]
+fn store_copy_carries_a_redb_log_into_postgres_and_serves_the_same_receipts() {
+    let Some(db_url) = tally_testkit::postgres::database() else {
+        return;
+    };
+    let tmp = tempfile::tempdir().unwrap();
+    let data = tmp.path().join("data");
+    let state = tmp.path().join("state");
+    let server = Server::start(&data, &["--rate-limit", "0"]);
+    let api_key = server.banner_value("API key");
+    let vkey = server.banner_value("witness key");
+    add_agent(&server, &api_key, &state, "bot");
+    record_notes(&state, "bot", 7);
+    let on_redb = export_and_verify(&server, &api_key, &vkey, tmp.path(), "bot");
+    let pack_redb = std::fs::read(tmp.path().join("pack.jsonl")).unwrap();
+    let cp_redb = checkpoint(&server.url);
+    let listen = server.url.trim_start_matches("http://").to_owned();
+
+    // While the server holds the folder, the copy is refused.
+    let from = data.to_str().unwrap();
+    let (ok, _, err) = tally(&["store", "copy", "--from", from, "--to", &db_url], &[]);
+    assert!(!ok);
+    assert!(err.contains("stop `tally serve`"), "{err}");
+    assert!(server.sigterm().success());
+
+    // Two entries per transaction, so the copy takes several.
+    let (ok, out, err) = tally(
+        &[
+            "store", "copy", "--from", from, "--to", &db_url, "--chunk", "2",
+        ],
+        &[],
+    );
+    assert!(ok, "store copy: {out}{err}");
+    assert!(out.contains("copied 7 of 7 entries"), "{out}");
+    assert!(out.contains("checked: size 7"), "{out}");
+    // Again: the destination already holds the whole log; nothing to add.
+    let (ok, out, err) = tally(&["store", "copy", "--from", from, "--to", &db_url], &[]);
+    assert!(ok, "second copy: {out}{err}");
+    assert!(out.contains("holds the first 7 entries"), "{out}");
+
+    // Served from PostgreSQL: the same checkpoint, and a pack with the
+    // same receipts, byte for byte.
+    let server = Server::start_at(&data, &listen, &["--store", &db_url, "--rate-limit", "0"]);
+    assert_eq!(checkpoint(&server.url), cp_redb);
+    let on_pg = export_and_verify(&server, &api_key, &vkey, tmp.path(), "bot");
+    assert_eq!(on_pg, on_redb);
+    let pack_pg = std::fs::read(tmp.path().join("pack.jsonl")).unwrap();
+    let receipts = |pack: &[u8]| -> Vec<String> {
+        String::from_utf8_lossy(pack)
+            .lines()
+            .filter(|l| l.contains("\"receipt\""))
+            .map(str::to_owned)
+            .collect()
+    };
+    assert_eq!(
+        receipts(&pack_pg).len(),
+        7,
+        "{}",
+        String::from_utf8_lossy(&pack_pg)
+    );
+    assert_eq!(receipts(&pack_pg), receipts(&pack_redb));
+    // And it goes on appending.
+    record_notes(&state, "bot", 1);
+    assert!(server.sigterm().success());
+
+    // A database holding another log is refused: one longer than the
+    // source, and one shorter whose root is not the source's.
+    let other = tmp.path().join("other");
+    let server = Server::start(&other, &[]);
+    let key = server.banner_value("API key");
+    add_agent(&server, &key, &tmp.path().join("other-state"), "bot");
+    record_notes(&tmp.path().join("other-state"), "bot", 1);
+    let other_listen = server.url.trim_start_matches("http://").to_owned();
+    assert!(server.sigterm().success());
+    let (ok, _, err) = tally(
+        &[
+            "store",
+            "copy",
+            "--from",
+            other.to_str().unwrap(),
+            "--to",
+            &db_url,
+        ],
+        &[],
+    );
+    assert!(!ok);
+    assert!(
+        err.contains("holds a log of 8 entries, more than the 1"),
+        "{err}"
+    );
+    let server = Server::start_at(&other, &other_listen, &[]);
+    record_notes(&tmp.path().join("other-state"), "bot", 8);
+    assert!(server.sigterm().success());
+    let (ok, _, err) = tally(
+        &[
+            "store",
+            "copy",
+            "--from",
+            other.to_str().unwrap(),
+            "--to",
+            &db_url,
+        ],
+        &[],
+    );
+    assert!(!ok);
+    assert!(err.contains("not an unfinished copy of this log"), "{err}");
+    assert!(err.contains("root at size 8 differs"), "{err}");
+}

@@ -269,6 +269,138 @@ impl PostgresStore {
     }
 }
 
+impl PostgresStore {
+    /// Writes consecutive batches and then checkpoint notes in ONE durable
+    /// transaction, with the compare-and-swap of [`LogStore::commit_batch`]
+    /// on the first batch's old size. `tally store copy` uses it to carry a
+    /// log over with its original batch boundaries (so every receipt size
+    /// is kept) without a commit per original batch.
+    ///
+    /// `notes` are `(size, note)` in increasing size, each above the latest
+    /// stored checkpoint and at most the new tree size.
+    ///
+    /// # Errors
+    /// [`StoreError::Conflict`] for a stale old size, batches that do not
+    /// follow one another, or notes out of order; [`StoreError::Backend`]
+    /// when PostgreSQL fails (the write may or may not have landed).
+    pub fn commit_batches(
+        &self,
+        batches: &[BatchWrite],
+        notes: &[(TreeSize, &str)],
+    ) -> Result<(), StoreError> {
+        let Some(first) = batches.first() else {
+            return Err(StoreError::Conflict("no batch to commit".into()));
+        };
+        let mut size = first.old_size;
+        let n: usize = batches.iter().map(|b| b.entries.len()).sum();
+        let mut idx = Vec::with_capacity(n);
+        let mut canonical = Vec::with_capacity(n);
+        let mut leaf = Vec::with_capacity(n);
+        let mut record = Vec::with_capacity(n);
+        let mut nonce = Vec::with_capacity(n);
+        let mut agent = Vec::with_capacity(n);
+        let mut seq = Vec::with_capacity(n);
+        let mut receipt = Vec::with_capacity(n);
+        let mut hashes: Vec<&[u8]> = Vec::new();
+        for batch in batches {
+            batch.check_shape()?;
+            if batch.old_size != size {
+                return Err(StoreError::Conflict(format!(
+                    "batch at size {} does not follow size {size}",
+                    batch.old_size
+                )));
+            }
+            size = batch.new_size();
+            let r = big(batch.receipt_size.get())?;
+            for e in &batch.entries {
+                idx.push(big(e.index.get())?);
+                canonical.push(e.canonical.as_slice());
+                leaf.push(e.leaf_hash.as_bytes().as_slice());
+                record.push(e.record_hash.as_bytes().as_slice());
+                nonce.push(e.nonce.as_bytes());
+                agent.push(e.agent.as_str());
+                seq.push(big(e.seq.get())?);
+                receipt.push(r);
+            }
+            hashes.extend(batch.hashes.iter().map(|h| h.as_bytes().as_slice()));
+        }
+        let mut last_note = None;
+        for (s, _) in notes {
+            if *s > size || last_note.is_some_and(|l| *s <= l) {
+                return Err(StoreError::Conflict(format!(
+                    "checkpoint note at size {s} is out of order or beyond the tree"
+                )));
+            }
+            last_note = Some(*s);
+        }
+        let note_sizes = notes
+            .iter()
+            .map(|(s, _)| big(s.get()))
+            .collect::<Result<Vec<_>, _>>()?;
+        let note_texts: Vec<&str> = notes.iter().map(|(_, n)| *n).collect();
+        let old = big(first.old_size.get())?;
+        let new = big(size.get())?;
+        let first_hash = big(tlog_tiles::stored_hash_count(first.old_size.get()))?;
+        let hash_ids: Vec<i64> = (0..hashes.len() as i64).map(|k| first_hash + k).collect();
+        self.write(async |c| {
+            let tx = c.transaction().await.map_err(|e| backend(&e))?;
+            let stored = tree_size(&tx, true).await?;
+            if stored != first.old_size.get() {
+                // Dropping `tx` rolls it back.
+                return Err(StoreError::Conflict(format!(
+                    "batch extends size {}, the stored size is {stored}",
+                    first.old_size
+                )));
+            }
+            if !idx.is_empty() {
+                tx.execute(
+                    "INSERT INTO log_entries
+                         (idx, canonical, leaf_hash, record_hash, nonce, agent, seq, receipt_size)
+                     SELECT * FROM unnest($1::bigint[], $2::bytea[], $3::bytea[], $4::bytea[],
+                                          $5::bytea[], $6::text[], $7::bigint[], $8::bigint[])",
+                    &[&idx, &canonical, &leaf, &record, &nonce, &agent, &seq, &receipt],
+                )
+                .await
+                .map_err(|e| backend(&e))?;
+            }
+            if !hash_ids.is_empty() {
+                tx.execute(
+                    "INSERT INTO log_hashes (id, hash) SELECT * FROM unnest($1::bigint[], $2::bytea[])",
+                    &[&hash_ids, &hashes],
+                )
+                .await
+                .map_err(|e| backend(&e))?;
+            }
+            if !note_sizes.is_empty() {
+                let latest: Option<i64> = tx
+                    .query_one("SELECT max(size) FROM log_checkpoints", &[])
+                    .await
+                    .map_err(|e| backend(&e))?
+                    .get(0);
+                if latest.is_some_and(|l| l >= note_sizes[0]) {
+                    return Err(StoreError::Conflict(format!(
+                        "checkpoint note at size {} is not above the latest stored one",
+                        note_sizes[0]
+                    )));
+                }
+                tx.execute(
+                    "INSERT INTO log_checkpoints (size, note) SELECT * FROM unnest($1::bigint[], $2::text[])",
+                    &[&note_sizes, &note_texts],
+                )
+                .await
+                .map_err(|e| backend(&e))?;
+            }
+            tx.execute(
+                "UPDATE log_meta SET value = $1 WHERE key = 'tree_size' AND value = $2",
+                &[&new, &old],
+            )
+            .await
+            .map_err(|e| backend(&e))?;
+            tx.commit().await.map_err(|e| backend(&e))
+        })
+    }
+}
+
 /// The chain head row `(seq, record_hash, idx)` as a [`ChainHead`].
 fn head_of(seq: i64, record_hash: &[u8], idx: i64) -> Result<ChainHead, StoreError> {
     Ok(ChainHead {
@@ -531,73 +663,7 @@ impl LogStore for PostgresStore {
     }
 
     fn commit_batch(&self, batch: &BatchWrite) -> Result<(), StoreError> {
-        batch.check_shape()?;
-        let old = big(batch.old_size.get())?;
-        let new = big(batch.new_size().get())?;
-        let receipt = big(batch.receipt_size.get())?;
-        let mut idx = Vec::with_capacity(batch.entries.len());
-        let mut canonical = Vec::with_capacity(batch.entries.len());
-        let mut leaf = Vec::with_capacity(batch.entries.len());
-        let mut record = Vec::with_capacity(batch.entries.len());
-        let mut nonce = Vec::with_capacity(batch.entries.len());
-        let mut agent = Vec::with_capacity(batch.entries.len());
-        let mut seq = Vec::with_capacity(batch.entries.len());
-        for e in &batch.entries {
-            idx.push(big(e.index.get())?);
-            canonical.push(e.canonical.as_slice());
-            leaf.push(e.leaf_hash.as_bytes().as_slice());
-            record.push(e.record_hash.as_bytes().as_slice());
-            nonce.push(e.nonce.as_bytes());
-            agent.push(e.agent.as_str());
-            seq.push(big(e.seq.get())?);
-        }
-        let first_hash = big(tlog_tiles::stored_hash_count(batch.old_size.get()))?;
-        let hash_ids: Vec<i64> = (0..batch.hashes.len() as i64)
-            .map(|k| first_hash + k)
-            .collect();
-        let hashes: Vec<&[u8]> = batch
-            .hashes
-            .iter()
-            .map(|h| h.as_bytes().as_slice())
-            .collect();
-        self.write(async |c| {
-            let tx = c.transaction().await.map_err(|e| backend(&e))?;
-            let stored = tree_size(&tx, true).await?;
-            if stored != batch.old_size.get() {
-                // Dropping `tx` rolls it back.
-                return Err(StoreError::Conflict(format!(
-                    "batch extends size {}, the stored size is {stored}",
-                    batch.old_size
-                )));
-            }
-            if !idx.is_empty() {
-                tx.execute(
-                    "INSERT INTO log_entries
-                         (idx, canonical, leaf_hash, record_hash, nonce, agent, seq, receipt_size)
-                     SELECT i, c, l, r, n, a, s, $8
-                     FROM unnest($1::bigint[], $2::bytea[], $3::bytea[], $4::bytea[],
-                                 $5::bytea[], $6::text[], $7::bigint[]) AS t(i, c, l, r, n, a, s)",
-                    &[&idx, &canonical, &leaf, &record, &nonce, &agent, &seq, &receipt],
-                )
-                .await
-                .map_err(|e| backend(&e))?;
-            }
-            if !hash_ids.is_empty() {
-                tx.execute(
-                    "INSERT INTO log_hashes (id, hash) SELECT * FROM unnest($1::bigint[], $2::bytea[])",
-                    &[&hash_ids, &hashes],
-                )
-                .await
-                .map_err(|e| backend(&e))?;
-            }
-            tx.execute(
-                "UPDATE log_meta SET value = $1 WHERE key = 'tree_size' AND value = $2",
-                &[&new, &old],
-            )
-            .await
-            .map_err(|e| backend(&e))?;
-            tx.commit().await.map_err(|e| backend(&e))
-        })
+        self.commit_batches(std::slice::from_ref(batch), &[])
     }
 
     fn put_checkpoint(&self, size: TreeSize, note: &str) -> Result<(), StoreError> {

@@ -9,7 +9,10 @@ mod common;
 use std::sync::Arc;
 
 use common::{now, signer, Agent};
-use tally_log::store::postgres::{redact_url, schema_version, PostgresStore, MIGRATIONS};
+use std::time::{Duration, Instant};
+use tally_log::store::postgres::{
+    redact_url, schema_version, LeaseOptions, PostgresStore, MIGRATIONS,
+};
 use tally_log::store::{BatchWrite, LogStore, StoreError};
 use tally_log::{Log, LogConfig};
 use tally_schemas::TreeSize;
@@ -49,10 +52,11 @@ fn migrations_are_recorded_once_and_a_newer_schema_is_refused() {
 }
 
 #[test]
-fn a_stale_writer_on_another_connection_is_refused() {
+fn a_store_without_the_lease_reads_and_a_stale_writer_is_refused() {
     let Some(url) = database() else { return };
     let a: Arc<dyn LogStore> = Arc::new(PostgresStore::open(&url).unwrap());
-    let b = PostgresStore::open(&url).unwrap();
+    // The second store holds no lease: it reads, and cannot write.
+    let b = PostgresStore::open_with(&url, None).unwrap();
     let log = Log::open(Arc::clone(&a), signer(), LogConfig::default()).unwrap();
     let mut agent = Agent::new("alpha");
     let rt = tokio::runtime::Builder::new_current_thread()
@@ -64,31 +68,37 @@ fn a_stale_writer_on_another_connection_is_refused() {
             log.append(agent.next(), now()).await.unwrap();
         }
     });
-    // The other store sees the writes, and cannot write at a stale size.
+    // The other store sees the writes; without the lease it writes nothing.
     assert_eq!(b.size().unwrap(), TreeSize::new(3));
+    let (size, note) = b.latest_checkpoint().unwrap().unwrap();
+    assert_eq!(size, TreeSize::new(3));
+    assert_eq!(note, log.latest_checkpoint().note);
+    match b.put_checkpoint(size, &note) {
+        Err(StoreError::Conflict(m)) => assert!(m.contains("without the sequencer's lease"), "{m}"),
+        other => panic!("{other:?}"),
+    }
+    // The lease holder cannot write at a stale size (the compare-and-swap),
+    // nor store a second note for a signed size, nor one beyond the tree.
     let stale = BatchWrite {
         old_size: TreeSize::new(2),
         entries: Vec::new(),
         hashes: Vec::new(),
         receipt_size: TreeSize::new(2),
     };
+    match a.commit_batch(&stale) {
+        Err(StoreError::Conflict(m)) => assert!(m.contains("the stored size is 3"), "{m}"),
+        other => panic!("{other:?}"),
+    }
     assert!(matches!(
-        b.commit_batch(&stale),
+        a.put_checkpoint(TreeSize::new(3), "another note\n"),
         Err(StoreError::Conflict(_))
     ));
-    // Nor store a second note for a signed size, nor one beyond the tree.
     assert!(matches!(
-        b.put_checkpoint(TreeSize::new(3), "another note\n"),
+        a.put_checkpoint(TreeSize::new(4), "beyond\n"),
         Err(StoreError::Conflict(_))
     ));
-    assert!(matches!(
-        b.put_checkpoint(TreeSize::new(4), "beyond\n"),
-        Err(StoreError::Conflict(_))
-    ));
-    let (size, note) = b.latest_checkpoint().unwrap().unwrap();
-    assert_eq!(size, TreeSize::new(3));
-    assert_eq!(note, log.latest_checkpoint().note);
-    b.put_checkpoint(size, &note).unwrap();
+    // The same note again is a no-op.
+    a.put_checkpoint(size, &note).unwrap();
     log.shutdown();
 }
 
@@ -126,4 +136,80 @@ fn a_bad_url_or_an_unreachable_server_is_a_clear_error() {
         redact_url("postgres://u:pw@h:1/d"),
         "postgres://u:***@h:1/d"
     );
+}
+
+#[test]
+fn a_store_whose_lease_was_taken_over_cannot_write() {
+    let Some(url) = database() else { return };
+    let a: Arc<dyn LogStore> = Arc::new(PostgresStore::open(&url).unwrap());
+    let log = Log::open(Arc::clone(&a), signer(), LogConfig::default()).unwrap();
+    let mut agent = Agent::new("alpha");
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    rt.block_on(async { log.append(agent.next(), now()).await.unwrap() });
+    // A second sequencer is refused while the lease is held.
+    match PostgresStore::open(&url) {
+        Err(StoreError::Conflict(m)) => assert!(m.contains("sequenced by another process"), "{m}"),
+        other => panic!("{other:?}"),
+    }
+    // Another process takes the lease over (as after an expiry): a's next
+    // write is fenced inside its own transaction, and nothing lands.
+    let pg = tally_testkit::postgres::shared();
+    let db = url.rsplit('/').next().unwrap();
+    let _ = pg.psql(db, "UPDATE log_lease SET token = token + 1, holder = 'other', expires_at = clock_timestamp() + interval '1 minute'");
+    let got = rt.block_on(async { log.append(agent.next(), now()).await });
+    assert!(got.is_err(), "a deposed sequencer committed: {got:?}");
+    assert!(format!("{:?}", got.unwrap_err()).contains("fenced"));
+    assert_eq!(pg.psql(db, "SELECT count(*) FROM log_entries").trim(), "1");
+    assert_eq!(
+        pg.psql(db, "SELECT max(size) FROM log_checkpoints").trim(),
+        "1"
+    );
+    log.shutdown();
+}
+
+#[test]
+fn a_standby_takes_the_lease_when_the_holder_releases_it_or_it_expires() {
+    let Some(url) = database() else { return };
+    let ttl = Duration::from_millis(1500);
+    let a = PostgresStore::open_with(&url, Some(LeaseOptions { ttl, wait: false })).unwrap();
+    let first = a.lease_token();
+    assert!(first > 0);
+    let standby = {
+        let url = url.clone();
+        std::thread::spawn(move || {
+            PostgresStore::open_with(&url, Some(LeaseOptions { ttl, wait: true })).unwrap()
+        })
+    };
+    // While `a` renews, the standby waits well past one ttl.
+    std::thread::sleep(ttl * 2);
+    assert!(
+        !standby.is_finished(),
+        "the standby took a lease that was being renewed"
+    );
+    let released = Instant::now();
+    drop(a);
+    let b = standby.join().unwrap();
+    assert!(
+        released.elapsed() < Duration::from_secs(3),
+        "{:?}",
+        released.elapsed()
+    );
+    assert_eq!(b.lease_token(), first + 1);
+    // Expiry without release: a holder that stops renewing (as a killed
+    // process does) is replaced after the ttl.
+    let pg = tally_testkit::postgres::shared();
+    let db = url.rsplit('/').next().unwrap();
+    let _ = pg.psql(db, "UPDATE log_lease SET holder = 'gone', token = token + 1, expires_at = clock_timestamp() + interval '1 second'");
+    let waited = Instant::now();
+    let c = PostgresStore::open_with(&url, Some(LeaseOptions { ttl, wait: true })).unwrap();
+    assert!(
+        waited.elapsed() >= Duration::from_millis(500),
+        "{:?}",
+        waited.elapsed()
+    );
+    assert_eq!(c.lease_token(), first + 3);
+    drop(b);
 }

@@ -37,6 +37,12 @@ pub struct Args {
     /// the data folder [default: redb].
     #[arg(long, env = "TALLY_STORE", value_name = "redb|postgres://...")]
     pub store: Option<StoreChoice>,
+    /// PostgreSQL store: seconds the sequencer's lease lasts unrenewed. Only
+    /// the lease holder writes and signs; a second `tally serve` on the same
+    /// database stands by and takes over at most this long after the holder
+    /// dies (at once after a clean stop) [default: 10].
+    #[arg(long, value_name = "SECS")]
+    pub lease_ttl: Option<u64>,
     /// The checkpoint origin (and log key name) of a new log
     /// [default: tally.local/log].
     #[arg(long)]
@@ -187,6 +193,9 @@ impl Args {
         }
         if let Some(v) = &self.store {
             c.store.clone_from(v);
+        }
+        if let Some(v) = self.lease_ttl {
+            c.lease_ttl = Duration::from_secs(v.max(1));
         }
         if let Some(v) = &self.origin {
             origin = Some(v.clone());

@@ -14,6 +14,9 @@ pub const DEFAULT_LISTEN: &str = "127.0.0.1:7878";
 /// Default data folder.
 pub const DEFAULT_DATA_DIR: &str = "./tally-data";
 
+/// The default lease of a PostgreSQL store's sequencer, seconds.
+pub const DEFAULT_LEASE_TTL_SECS: u64 = 10;
+
 /// Where `tally serve` keeps the log (docs/operations.md, "Running on
 /// PostgreSQL"): the data folder's `log.redb` (the default), or a
 /// PostgreSQL database. The key files, the registry and the console's
@@ -351,6 +354,8 @@ pub struct ConfigFile {
     pub data_dir: Option<PathBuf>,
     /// Where the log is kept: `redb` (default) or a PostgreSQL URL.
     pub store: Option<StoreChoice>,
+    /// PostgreSQL store: seconds the sequencer's lease lasts unrenewed.
+    pub lease_ttl_secs: Option<u64>,
     /// Checkpoint origin, used when the log key is created.
     pub origin: Option<String>,
     /// Skew bound in seconds.
@@ -427,6 +432,9 @@ pub struct ServeConfig {
     pub data_dir: PathBuf,
     /// Where the log is kept.
     pub store: StoreChoice,
+    /// PostgreSQL store: how long the sequencer's lease lasts unrenewed
+    /// (a standby takes over at most this long after the holder dies).
+    pub lease_ttl: Duration,
     /// Checkpoint origin for a new log key.
     pub origin: String,
     /// Admission limits.
@@ -452,6 +460,7 @@ impl Default for ServeConfig {
                 .unwrap_or_else(|_| SocketAddr::from(([127, 0, 0, 1], 7878))),
             data_dir: PathBuf::from(DEFAULT_DATA_DIR),
             store: StoreChoice::Redb,
+            lease_ttl: Duration::from_secs(DEFAULT_LEASE_TTL_SECS),
             origin: DEFAULT_ORIGIN.into(),
             witness: WitnessConfig::default(),
             log: tally_log::LogConfig::default(),
@@ -474,6 +483,9 @@ impl ServeConfig {
         }
         if let Some(v) = file.store {
             self.store = v;
+        }
+        if let Some(v) = file.lease_ttl_secs {
+            self.lease_ttl = Duration::from_secs(v.max(1));
         }
         if let Some(v) = file.origin {
             self.origin = v;

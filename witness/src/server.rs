@@ -198,8 +198,13 @@ pub fn open(
     let log = match &config.store {
         StoreChoice::Redb => Log::open_redb(&dir.join(files::LOG_DB), signer, config.log)?,
         StoreChoice::Postgres(url) => {
-            let store =
-                tally_log::store::postgres::PostgresStore::open(url).map_err(OpenError::from)?;
+            // Waits as a standby while another front holds the lease.
+            let lease = tally_log::store::postgres::LeaseOptions {
+                ttl: config.lease_ttl,
+                wait: true,
+            };
+            let store = tally_log::store::postgres::PostgresStore::open_with(url, Some(lease))
+                .map_err(OpenError::from)?;
             Log::open(Arc::new(store), signer, config.log)?
         }
     };

@@ -23,7 +23,7 @@
 //! Checkpoint notes are written with `synchronous_commit = off`: durable
 //! with the next synchronous commit, as the contract allows.
 
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicI64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -35,10 +35,16 @@ use super::{check_put_checkpoint, BatchWrite, ChainHead, Found, LogStore, Lookup
 /// The migrations of the schema, in the order they are applied. Version
 /// `n` is the `n`-th file; a database at a higher version than this build
 /// knows is refused.
-pub const MIGRATIONS: &[(&str, &str)] = &[(
-    "0001_log.sql",
-    include_str!("../../migrations/0001_log.sql"),
-)];
+pub const MIGRATIONS: &[(&str, &str)] = &[
+    (
+        "0001_log.sql",
+        include_str!("../../migrations/0001_log.sql"),
+    ),
+    (
+        "0002_lease.sql",
+        include_str!("../../migrations/0002_lease.sql"),
+    ),
+];
 
 /// The schema version this build writes.
 #[must_use]
@@ -100,6 +106,122 @@ pub fn redact_url(url: &str) -> String {
     }
 }
 
+/// How a store takes the sequencer's lease (docs/operations.md, "Running
+/// on PostgreSQL"). Only the holder of the lease writes: every write
+/// transaction checks, under a share lock on the lease row, that the
+/// lease is unexpired and its token is this store's, so a process that
+/// lost it (paused past its expiry, cut off from the database) can never
+/// commit a batch or store a checkpoint after another took over.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct LeaseOptions {
+    /// How long a lease lasts unless renewed; it is renewed every third
+    /// of it. A dead holder's lease is taken over after at most this long.
+    pub ttl: Duration,
+    /// At open, wait for a lease held by another process to expire or be
+    /// released (a standby) instead of failing.
+    pub wait: bool,
+}
+
+impl Default for LeaseOptions {
+    fn default() -> Self {
+        Self {
+            ttl: Duration::from_secs(10),
+            wait: false,
+        }
+    }
+}
+
+/// The lease this store holds: its token (0 while it holds none).
+#[derive(Debug)]
+struct LeaseState {
+    token: AtomicI64,
+    holder: String,
+    ttl_ms: i64,
+}
+
+/// Takes the lease if it is free or expired; `Some(token)` when taken.
+async fn try_acquire(c: &Client, lease: &LeaseState) -> Result<Option<i64>, StoreError> {
+    let row = c
+        .query_opt(
+            "UPDATE log_lease SET token = token + 1, holder = $1,
+                 expires_at = clock_timestamp() + $2::float8 * interval '1 millisecond'
+             WHERE id = 1 AND expires_at <= clock_timestamp()
+             RETURNING token",
+            &[&lease.holder, &(lease.ttl_ms as f64)],
+        )
+        .await
+        .map_err(|e| backend(&e))?;
+    Ok(row.map(|r| r.get(0)))
+}
+
+/// Extends the lease `token` if it is still unexpired; whether it was.
+async fn try_renew(c: &Client, lease: &LeaseState, token: i64) -> Result<bool, StoreError> {
+    let n = c
+        .execute(
+            "UPDATE log_lease SET expires_at = clock_timestamp() + $2::float8 * interval '1 millisecond'
+             WHERE id = 1 AND token = $1 AND expires_at > clock_timestamp()",
+            &[&token, &(lease.ttl_ms as f64)],
+        )
+        .await
+        .map_err(|e| backend(&e))?;
+    Ok(n == 1)
+}
+
+/// Who holds the lease and for how much longer, for messages.
+async fn lease_holder(c: &Client) -> Result<String, StoreError> {
+    let row = c
+        .query_one(
+            "SELECT holder, token,
+                    greatest(0, extract(epoch FROM expires_at - clock_timestamp()))::float8
+             FROM log_lease WHERE id = 1",
+            &[],
+        )
+        .await
+        .map_err(|e| backend(&e))?;
+    let (holder, token, left): (String, i64, f64) = (row.get(0), row.get(1), row.get(2));
+    Ok(format!("{holder} (token {token}, {left:.1}s left)"))
+}
+
+/// The fencing check of every write, inside its transaction.
+async fn check_lease(
+    tx: &tokio_postgres::Transaction<'_>,
+    lease: Option<&LeaseState>,
+) -> Result<(), StoreError> {
+    let Some(lease) = lease else {
+        return Err(StoreError::Conflict(
+            "this store was opened without the sequencer's lease: it cannot write".into(),
+        ));
+    };
+    let mine = lease.token.load(Ordering::SeqCst);
+    let row = tx
+        .query_opt(
+            "SELECT token FROM log_lease WHERE id = 1 AND expires_at > clock_timestamp() FOR SHARE",
+            &[],
+        )
+        .await
+        .map_err(|e| backend(&e))?;
+    match row.map(|r| r.get::<_, i64>(0)) {
+        Some(t) if mine != 0 && t == mine => Ok(()),
+        _ => Err(StoreError::Conflict(format!(
+            "fenced: this process no longer holds the log's lease (its token was {mine}); \
+             another sequencer may have taken over"
+        ))),
+    }
+}
+
+/// This process, as a lease holder: host, pid and a per-open counter.
+fn holder_name() -> String {
+    static OPENED: AtomicUsize = AtomicUsize::new(0);
+    let host = std::fs::read_to_string("/proc/sys/kernel/hostname")
+        .map(|h| h.trim().to_owned())
+        .unwrap_or_else(|_| "host".into());
+    format!(
+        "{host}:{}:{}",
+        std::process::id(),
+        OPENED.fetch_add(1, Ordering::Relaxed)
+    )
+}
+
 /// A [`LogStore`] in a PostgreSQL database.
 pub struct PostgresStore {
     /// Drives the connections; shut down without blocking on drop (the
@@ -109,6 +231,7 @@ pub struct PostgresStore {
     writer: Mutex<Option<Client>>,
     readers: Vec<Mutex<Option<Arc<Client>>>>,
     next_reader: AtomicUsize,
+    lease: Option<Arc<LeaseState>>,
 }
 
 impl std::fmt::Debug for PostgresStore {
@@ -119,6 +242,20 @@ impl std::fmt::Debug for PostgresStore {
 
 impl Drop for PostgresStore {
     fn drop(&mut self) {
+        // Release the lease so that a standby takes over at once.
+        if let Some(lease) = &self.lease {
+            let token = lease.token.swap(0, Ordering::SeqCst);
+            if token != 0 {
+                let _ = self.write(async |c| {
+                    c.execute(
+                        "UPDATE log_lease SET expires_at = '-infinity' WHERE id = 1 AND token = $1",
+                        &[&token],
+                    )
+                    .await
+                    .map_err(|e| backend(&e))
+                });
+            }
+        }
         if let Some(rt) = self.rt.take() {
             rt.shutdown_background();
         }
@@ -135,6 +272,18 @@ impl PostgresStore {
     /// cannot be reached; [`StoreError::Corrupt`] when the database holds a
     /// newer schema than this build knows.
     pub fn open(url: &str) -> Result<Self, StoreError> {
+        Self::open_with(url, Some(LeaseOptions::default()))
+    }
+
+    /// [`PostgresStore::open`] with lease options; `None` opens the store
+    /// without the lease: it reads, and every write is refused
+    /// (`StoreError::Conflict`). With `wait: false`, a lease held by
+    /// another live process is an error naming the holder.
+    ///
+    /// # Errors
+    /// As [`PostgresStore::open`], and [`StoreError::Conflict`] when the
+    /// lease is held elsewhere and `wait` is false.
+    pub fn open_with(url: &str, lease: Option<LeaseOptions>) -> Result<Self, StoreError> {
         let mut config: Config = url.parse().map_err(|e: tokio_postgres::Error| {
             StoreError::Backend(format!(
                 "not a PostgreSQL connection URL ({}): {e}",
@@ -157,9 +306,94 @@ impl PostgresStore {
             writer: Mutex::new(None),
             readers: (0..READERS).map(|_| Mutex::new(None)).collect(),
             next_reader: AtomicUsize::new(0),
+            lease: None,
         };
         store.migrate()?;
-        Ok(store)
+        match lease {
+            Some(options) => store.take_lease(options),
+            None => Ok(store),
+        }
+    }
+
+    /// Takes the lease (waiting for it if asked), then keeps renewing it on
+    /// a connection of its own.
+    fn take_lease(mut self, options: LeaseOptions) -> Result<Self, StoreError> {
+        let ttl_ms = i64::try_from(options.ttl.as_millis())
+            .unwrap_or(i64::MAX)
+            .max(300);
+        let lease = Arc::new(LeaseState {
+            token: AtomicI64::new(0),
+            holder: holder_name(),
+            ttl_ms,
+        });
+        let mut said = false;
+        loop {
+            let got = self.write(async |c| match try_acquire(c, &lease).await? {
+                Some(t) => Ok(Ok(t)),
+                None => Ok(Err(lease_holder(c).await?)),
+            })?;
+            match got {
+                Ok(token) => {
+                    lease.token.store(token, Ordering::SeqCst);
+                    if said {
+                        tracing::warn!(token, "took over the log's lease");
+                    }
+                    break;
+                }
+                Err(holder) if !options.wait => {
+                    return Err(StoreError::Conflict(format!(
+                        "the log in this database is sequenced by another process: {holder}"
+                    )))
+                }
+                Err(holder) => {
+                    if !said {
+                        tracing::warn!("standing by: the log's lease is held by {holder}");
+                        said = true;
+                    }
+                    std::thread::sleep(Duration::from_millis((ttl_ms / 4).clamp(100, 1000) as u64));
+                }
+            }
+        }
+        let client = self.connect()?;
+        let renew = Arc::clone(&lease);
+        let rt = self
+            .rt
+            .as_ref()
+            .ok_or_else(|| StoreError::Backend("postgresql store is closed".into()))?;
+        rt.spawn(async move {
+            let period = Duration::from_millis((renew.ttl_ms / 3).max(100) as u64);
+            loop {
+                tokio::time::sleep(period).await;
+                let token = renew.token.load(Ordering::SeqCst);
+                if token == 0 {
+                    return;
+                }
+                match try_renew(&client, &renew, token).await {
+                    Ok(true) => {}
+                    Ok(false) => {
+                        // Expired (this process was paused or cut off) or
+                        // taken over: every write is fenced from now on.
+                        renew.token.store(0, Ordering::SeqCst);
+                        tracing::error!(
+                            token,
+                            "lost the log's lease: this process no longer sequences; restart it to stand by"
+                        );
+                        return;
+                    }
+                    Err(e) => tracing::warn!(error = %e, "renewing the log's lease failed; retrying"),
+                }
+            }
+        });
+        self.lease = Some(lease);
+        Ok(self)
+    }
+
+    /// The fencing token of the lease this store holds (0: none).
+    #[must_use]
+    pub fn lease_token(&self) -> i64 {
+        self.lease
+            .as_ref()
+            .map_or(0, |l| l.token.load(Ordering::SeqCst))
     }
 
     fn connect(&self) -> Result<Client, StoreError> {
@@ -342,8 +576,10 @@ impl PostgresStore {
         let new = big(size.get())?;
         let first_hash = big(tlog_tiles::stored_hash_count(first.old_size.get()))?;
         let hash_ids: Vec<i64> = (0..hashes.len() as i64).map(|k| first_hash + k).collect();
+        let lease = self.lease.as_deref();
         self.write(async |c| {
             let tx = c.transaction().await.map_err(|e| backend(&e))?;
+            check_lease(&tx, lease).await?;
             let stored = tree_size(&tx, true).await?;
             if stored != first.old_size.get() {
                 // Dropping `tx` rolls it back.
@@ -668,8 +904,10 @@ impl LogStore for PostgresStore {
 
     fn put_checkpoint(&self, size: TreeSize, note: &str) -> Result<(), StoreError> {
         let s = big(size.get())?;
+        let lease = self.lease.as_deref();
         self.write(async |c| {
             let tx = c.transaction().await.map_err(|e| backend(&e))?;
+            check_lease(&tx, lease).await?;
             // Durable with the next synchronous commit (contract rule 1).
             tx.batch_execute("SET LOCAL synchronous_commit = off")
                 .await

@@ -275,3 +275,110 @@ fn store_copy_carries_a_redb_log_into_postgres_and_serves_the_same_receipts() {
     assert!(err.contains("not an unfinished copy of this log"), "{err}");
     assert!(err.contains("root at size 8 differs"), "{err}");
 }
+
+fn signal(server: &Server, sig: &str) {
+    let pid = server.child.id().to_string();
+    assert!(std::process::Command::new("kill")
+        .args([sig, &pid])
+        .status()
+        .unwrap()
+        .success());
+}
+
+#[test]
+fn a_sequencer_paused_past_its_lease_is_fenced_and_a_standby_takes_over() {
+    let Some(db_url) = tally_testkit::postgres::database() else {
+        return;
+    };
+    let tmp = tempfile::tempdir().unwrap();
+    let (data_a, data_b) = (tmp.path().join("a"), tmp.path().join("b"));
+    let (state, state2) = (tmp.path().join("state"), tmp.path().join("state2"));
+    let args = [
+        "--store",
+        db_url.as_str(),
+        "--lease-ttl",
+        "2",
+        "--rate-limit",
+        "0",
+    ];
+    let a = Server::start(&data_a, &args);
+    let api_key = a.banner_value("API key");
+    let vkey = a.banner_value("witness key");
+    add_agent(&a, &api_key, &state, "bot");
+    record_notes(&state, "bot", 3);
+    // The second front gets the same log key and registry (a copy of the
+    // data folder taken while the first is stopped).
+    let listen_a = a.url.trim_start_matches("http://").to_owned();
+    assert!(a.sigterm().success());
+    common::copy_dir(&data_a, &data_b);
+    let a = Server::start_at(&data_a, &listen_a, &args);
+    let standby = {
+        let data_b = data_b.clone();
+        let args: Vec<String> = args.iter().map(|s| (*s).to_owned()).collect();
+        std::thread::spawn(move || {
+            let args: Vec<&str> = args.iter().map(String::as_str).collect();
+            Server::start(&data_b, &args)
+        })
+    };
+    // While the sequencer renews its lease, the standby does not start.
+    std::thread::sleep(std::time::Duration::from_secs(5));
+    assert!(
+        !standby.is_finished(),
+        "the standby started while the lease was held"
+    );
+
+    // Pause the sequencer past its lease: the standby takes over.
+    signal(&a, "-STOP");
+    let paused = std::time::Instant::now();
+    let b = standby.join().unwrap();
+    let takeover = paused.elapsed();
+    assert!(
+        takeover < std::time::Duration::from_secs(10),
+        "{takeover:?}"
+    );
+    eprintln!("standby took over {takeover:?} after the sequencer was paused (lease ttl 2s)");
+    add_agent(&b, &api_key, &state2, "bot2");
+    record_notes(&state2, "bot2", 3);
+    let pg = tally_testkit::postgres::shared();
+    let db = db_url.rsplit('/').next().unwrap();
+    let count = || {
+        pg.psql(db, "SELECT count(*) FROM log_entries")
+            .trim()
+            .to_owned()
+    };
+    let latest = || {
+        pg.psql(db, "SELECT max(size) FROM log_checkpoints")
+            .trim()
+            .to_owned()
+    };
+    assert_eq!(count(), "6");
+    assert_eq!(latest(), "6");
+
+    // Resumed, the deposed sequencer must not commit or sign anything.
+    signal(&a, "-CONT");
+    let env = [("TALLY_STATE_DIR", state.to_str().unwrap())];
+    for i in 0..3 {
+        let (_, out, err) = tally(
+            &["record", "note", "--agent", "bot", &format!("late {i}")],
+            &env,
+        );
+        // Refused (the front answers an error): the record stays pending.
+        assert!(
+            out.contains("\"receipt\":\"pending\"") && out.contains("sync_error"),
+            "a deposed sequencer answered: {out}{err}"
+        );
+    }
+    std::thread::sleep(std::time::Duration::from_secs(1));
+    assert_eq!(count(), "6");
+    assert_eq!(latest(), "6");
+
+    // The new sequencer goes on, and both agents' packs verify.
+    record_notes(&state2, "bot2", 1);
+    assert_eq!(count(), "7");
+    let report = export_and_verify(&b, &api_key, &vkey, tmp.path(), "bot2");
+    assert!(report.contains("4 records"), "{report}");
+    let report = export_and_verify(&b, &api_key, &vkey, tmp.path(), "bot");
+    assert!(report.contains("3 records"), "{report}");
+    drop(a);
+    assert!(b.sigterm().success());
+}

@@ -371,14 +371,25 @@ impl PostgresStore {
                 match try_renew(&client, &renew, token).await {
                     Ok(true) => {}
                     Ok(false) => {
-                        // Expired (this process was paused or cut off) or
-                        // taken over: every write is fenced from now on.
+                        // Expired (this process was paused, starved or cut
+                        // off): every write is fenced from now on, unless
+                        // nobody took over and it can take the lease again
+                        // (a new token; the log re-reads the store before
+                        // its next write, as after any failed write).
                         renew.token.store(0, Ordering::SeqCst);
-                        tracing::error!(
-                            token,
-                            "lost the log's lease: this process no longer sequences; restart it to stand by"
-                        );
-                        return;
+                        match try_acquire(&client, &renew).await {
+                            Ok(Some(t)) => {
+                                renew.token.store(t, Ordering::SeqCst);
+                                tracing::warn!(old = token, new = t, "the log's lease expired before it was renewed; took it again");
+                            }
+                            _ => {
+                                tracing::error!(
+                                    token,
+                                    "lost the log's lease to another process: this process no longer sequences; restart it to stand by"
+                                );
+                                return;
+                            }
+                        }
                     }
                     Err(e) => tracing::warn!(error = %e, "renewing the log's lease failed; retrying"),
                 }

@@ -11,6 +11,7 @@
 //!   new sequencer, get their original receipts byte for byte;
 //! - a record whose answer was lost is settled (landed or not, never
 //!   twice).
+//!
 //! At the end every acknowledged record is in the log (its agent's head
 //! is its last acknowledged record or the one in doubt), and the time from
 //! each kill to the standby serving is printed (p50, max). The agents post

@@ -109,7 +109,14 @@ fn serve_on_postgres_exports_a_pack_that_verifies_and_restarts_on_the_same_log()
         format!("store = \"{db_url}\"\nrate_limit = {{ per_second = 0, burst = 1 }}\n"),
     )
     .unwrap();
+    // A clean stop released the lease (ttl 10 s): the restart does not wait.
+    let restarted = std::time::Instant::now();
     let server = Server::start_at(&data, &listen, &["--config", config.to_str().unwrap()]);
+    assert!(
+        restarted.elapsed() < std::time::Duration::from_secs(6),
+        "the restart waited {:?} for the lease",
+        restarted.elapsed()
+    );
     assert!(server.banner.contains("tree size 5"), "{}", server.banner);
     assert_eq!(checkpoint(&server.url), before);
     record_notes(&state, "bot", 2);

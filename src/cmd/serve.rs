@@ -35,7 +35,12 @@ pub struct Args {
     /// PostgreSQL URL, postgres://user@host:port/database (docs/operations.md
     /// "Running on PostgreSQL"). The key files, registry and console stay in
     /// the data folder [default: redb].
-    #[arg(long, env = "TALLY_STORE", value_name = "redb|postgres://...")]
+    #[arg(
+        long,
+        env = "TALLY_STORE",
+        hide_env_values = true,
+        value_name = "redb|postgres://..."
+    )]
     pub store: Option<StoreChoice>,
     /// PostgreSQL store: seconds the sequencer's lease lasts unrenewed. Only
     /// the lease holder writes and signs; a second `tally serve` on the same

@@ -46,7 +46,7 @@ pub enum StoreCommand {
         /// same log (which is then completed).
         #[arg(long, value_name = "postgres://...")]
         to: String,
-        /// Most entries per PostgreSQL transaction [default: 5000].
+        /// Most entries per PostgreSQL transaction.
         #[arg(long, default_value_t = 5000)]
         chunk: usize,
     },

@@ -389,3 +389,73 @@ fn a_sequencer_paused_past_its_lease_is_fenced_and_a_standby_takes_over() {
     drop(a);
     assert!(b.sigterm().success());
 }
+
+#[test]
+fn store_copy_keeps_group_commits_of_many_entries() {
+    let Some(db_url) = tally_testkit::postgres::database() else {
+        return;
+    };
+    let tmp = tempfile::tempdir().unwrap();
+    let data = tmp.path().join("data");
+    let server = Server::start(&data, &["--rate-limit", "0", "--max-skew", "86400"]);
+    let api_key = server.banner_value("API key");
+    // Concurrent posts, so that group commits hold many entries.
+    let (ok, out, err) = tally(
+        &[
+            "bench",
+            "ingest",
+            "--records",
+            "1500",
+            "--agents",
+            "64",
+            "--concurrency",
+            "64",
+            "--verify-secs",
+            "0.1",
+            "--witness",
+            &server.url,
+            "--api-key",
+            &api_key,
+        ],
+        &[],
+    );
+    assert!(ok, "bench ingest: {out}{err}");
+    let cp_redb = checkpoint(&server.url);
+    let listen = server.url.trim_start_matches("http://").to_owned();
+    assert!(server.sigterm().success());
+    let (ok, out, err) = tally(
+        &[
+            "store",
+            "copy",
+            "--from",
+            data.to_str().unwrap(),
+            "--to",
+            &db_url,
+            "--chunk",
+            "100",
+        ],
+        &[],
+    );
+    assert!(ok, "store copy: {out}{err}");
+    assert!(out.contains("checked: size"), "{out}");
+    let pg = tally_testkit::postgres::shared();
+    let db = db_url.rsplit('/').next().unwrap();
+    let entries: u64 = pg
+        .psql(db, "SELECT count(*) FROM log_entries")
+        .trim()
+        .parse()
+        .unwrap();
+    let batches: u64 = pg
+        .psql(db, "SELECT count(DISTINCT receipt_size) FROM log_entries")
+        .trim()
+        .parse()
+        .unwrap();
+    assert!(entries >= 1500, "{entries}");
+    assert!(
+        batches < entries / 2,
+        "{entries} entries in {batches} batches: the load made no group commits to copy"
+    );
+    let server = Server::start_at(&data, &listen, &["--store", &db_url]);
+    assert_eq!(checkpoint(&server.url), cp_redb);
+    assert!(server.sigterm().success());
+}

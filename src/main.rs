@@ -55,7 +55,10 @@ enum Command {
     Bench(cmd::bench_verify::Args),
     /// Run the witness: admit signed records, issue receipts, serve the
     /// log, exports and the key directory (creates ./tally-data on first start).
-    Serve(cmd::serve::Args),
+    Serve(Box<cmd::serve::Args>),
+    /// The witness's storage: `tally store copy` carries a data folder's
+    /// log into PostgreSQL and checks the copy.
+    Store(cmd::store::Args),
     /// Projects and their API keys on the witness (admin token).
     Project(cmd::project::Args),
     /// Read tokens for a witness whose log is not public (admin token).
@@ -82,6 +85,7 @@ fn main() -> ExitCode {
         Command::Cosigner(args) => cmd::cosigner::run(&args),
         Command::Bench(args) => cmd::bench_verify::run(&args),
         Command::Serve(args) => cmd::serve::run(&args),
+        Command::Store(args) => cmd::store::run(&args),
         Command::Project(args) => cmd::project::run(&args),
         Command::ReadToken(args) => cmd::read_token::run(&args),
         Command::Keys(args) => cmd::keys::run(&args),

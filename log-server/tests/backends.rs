@@ -1,13 +1,14 @@
 //! One suite over every storage backend (memory, redb in a tempdir, the
-//! fault-injecting wrapper passing everything through): the sequencer's
-//! contract (docs/storage.md "The `LogStore` contract", "Write path (the
+//! fault-injecting wrapper passing everything through, PostgreSQL on a real
+//! server started by tally-testkit): the sequencer's contract
+//! (docs/storage.md "The `LogStore` contract", "Write path (the
 //! sequencer)", "Recovery").
 
 mod common;
 
 use std::sync::Arc;
 
-use common::{futures_join_all, now, signer, Agent, BACKENDS};
+use common::{backends, futures_join_all, now, signer, Agent};
 use tally_log::{AppendError, Log, LogConfig, OpenError, ProofRequestError};
 use tally_schemas::tree::{reference, verify_consistency};
 use tally_schemas::{Hash, LeafIndex, NoteSigner, SecretKey, Seq, TreeSize};
@@ -25,7 +26,7 @@ fn open(store: &Arc<dyn tally_log::LogStore>) -> Log {
 
 #[test]
 fn empty_log_has_a_signed_checkpoint_of_size_zero_and_no_proofs() {
-    for b in BACKENDS {
+    for b in backends() {
         let dir = tempfile::tempdir().unwrap();
         let log = open(&b.make(&dir));
         let cp = log.latest_checkpoint();
@@ -59,7 +60,7 @@ fn empty_log_has_a_signed_checkpoint_of_size_zero_and_no_proofs() {
 
 #[test]
 fn appends_get_sequential_indexes_and_receipts_that_verify() {
-    for b in BACKENDS {
+    for b in backends() {
         let dir = tempfile::tempdir().unwrap();
         let log = open(&b.make(&dir));
         let mut a = Agent::new("alpha");
@@ -91,7 +92,7 @@ fn appends_get_sequential_indexes_and_receipts_that_verify() {
 
 #[test]
 fn a_retried_record_gets_the_same_entry_and_byte_identical_receipt() {
-    for b in BACKENDS {
+    for b in backends() {
         let dir = tempfile::tempdir().unwrap();
         let log = open(&b.make(&dir));
         let mut a = Agent::new("alpha");
@@ -121,7 +122,7 @@ fn a_retried_record_gets_the_same_entry_and_byte_identical_receipt() {
 
 #[test]
 fn a_nonce_reused_by_another_record_is_refused_with_the_first_index() {
-    for b in BACKENDS {
+    for b in backends() {
         let dir = tempfile::tempdir().unwrap();
         let log = open(&b.make(&dir));
         let a = Agent::new("alpha");
@@ -152,7 +153,7 @@ fn a_nonce_reused_by_another_record_is_refused_with_the_first_index() {
 
 #[test]
 fn records_that_do_not_extend_the_chain_are_refused_with_the_head() {
-    for b in BACKENDS {
+    for b in backends() {
         let dir = tempfile::tempdir().unwrap();
         let log = open(&b.make(&dir));
         let a = Agent::new("alpha");
@@ -194,7 +195,7 @@ fn records_that_do_not_extend_the_chain_are_refused_with_the_head() {
 
 #[test]
 fn a_refused_record_in_a_batch_does_not_affect_the_others() {
-    for b in BACKENDS {
+    for b in backends() {
         let dir = tempfile::tempdir().unwrap();
         let log = Arc::new(open(&b.make(&dir)));
         let mut agents: Vec<Agent> = (0..8).map(|i| Agent::new(&format!("agent-{i}"))).collect();
@@ -234,7 +235,7 @@ fn a_refused_record_in_a_batch_does_not_affect_the_others() {
 
 #[test]
 fn proofs_match_the_reference_tree_for_every_size() {
-    for b in BACKENDS {
+    for b in backends() {
         let dir = tempfile::tempdir().unwrap();
         let log = Arc::new(open(&b.make(&dir)));
         let mut a = Agent::new("alpha");
@@ -315,7 +316,7 @@ fn proofs_match_the_reference_tree_for_every_size() {
 
 #[test]
 fn chain_entries_are_read_in_seq_order_within_the_range() {
-    for b in BACKENDS {
+    for b in backends() {
         let dir = tempfile::tempdir().unwrap();
         let log = open(&b.make(&dir));
         let mut a = Agent::new("alpha");
@@ -360,7 +361,7 @@ fn chain_entries_are_read_in_seq_order_within_the_range() {
 
 #[test]
 fn reopening_keeps_state_and_continues() {
-    for b in BACKENDS {
+    for b in backends() {
         let dir = tempfile::tempdir().unwrap();
         let store = b.make(&dir);
         let mut a = Agent::new("alpha");
@@ -413,7 +414,7 @@ fn reopening_keeps_state_and_continues() {
 
 #[test]
 fn the_same_record_twice_in_one_batch_gets_one_entry() {
-    for b in BACKENDS {
+    for b in backends() {
         let dir = tempfile::tempdir().unwrap();
         let log = open(&b.make(&dir));
         let mut a = Agent::new("alpha");
@@ -429,7 +430,7 @@ fn the_same_record_twice_in_one_batch_gets_one_entry() {
 
 #[test]
 fn cosignatures_are_kept_beside_a_stored_checkpoint_added_never_replaced() {
-    for b in BACKENDS {
+    for b in backends() {
         let dir = tempfile::tempdir().unwrap();
         let store = b.make(&dir);
         let mut a = Agent::new("alpha");
@@ -496,7 +497,7 @@ fn cosignatures_are_kept_beside_a_stored_checkpoint_added_never_replaced() {
 
 #[test]
 fn only_a_stored_checkpoint_is_published_and_the_published_size_never_goes_back() {
-    for b in BACKENDS {
+    for b in backends() {
         let dir = tempfile::tempdir().unwrap();
         let log = open(&b.make(&dir));
         let mut a = Agent::new("alpha");

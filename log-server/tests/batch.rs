@@ -7,7 +7,7 @@ mod common;
 
 use std::sync::Arc;
 
-use common::{now, signer, Agent, BACKENDS};
+use common::{backends, now, signer, Agent};
 use tally_log::{AppendError, BatchItem, Log, LogConfig};
 use tally_schemas::tree::verify_inclusion;
 use tally_schemas::{LeafIndex, Record, Seq, TreeSize};
@@ -33,7 +33,7 @@ fn seq(n: u64) -> Seq {
 
 #[test]
 fn a_batch_of_several_agents_is_one_commit_with_one_checkpoint_and_a_proof_each() {
-    for b in BACKENDS {
+    for b in backends() {
         let dir = tempfile::tempdir().unwrap();
         let log = open(&b.make(&dir));
         let mut agents: Vec<Agent> = (0..4).map(|i| Agent::new(&format!("agent-{i}"))).collect();
@@ -91,7 +91,7 @@ fn a_batch_of_several_agents_is_one_commit_with_one_checkpoint_and_a_proof_each(
 
 #[test]
 fn an_agents_records_are_admitted_in_seq_order_whatever_the_batch_order() {
-    for b in BACKENDS {
+    for b in backends() {
         let dir = tempfile::tempdir().unwrap();
         let log = open(&b.make(&dir));
         let mut a = Agent::new("alpha");
@@ -123,7 +123,7 @@ fn an_agents_records_are_admitted_in_seq_order_whatever_the_batch_order() {
 
 #[test]
 fn a_refused_record_refuses_the_agents_later_records_and_no_one_elses() {
-    for b in BACKENDS {
+    for b in backends() {
         let dir = tempfile::tempdir().unwrap();
         let log = open(&b.make(&dir));
         let mut a = Agent::new("alpha");
@@ -163,7 +163,7 @@ fn a_refused_record_refuses_the_agents_later_records_and_no_one_elses() {
 
 #[test]
 fn a_record_the_caller_refused_holds_its_place_in_its_agents_order() {
-    for b in BACKENDS {
+    for b in backends() {
         let dir = tempfile::tempdir().unwrap();
         let log = open(&b.make(&dir));
         let mut a = Agent::new("alpha");
@@ -199,7 +199,7 @@ fn a_record_the_caller_refused_holds_its_place_in_its_agents_order() {
 
 #[test]
 fn resubmitting_a_batch_returns_every_receipt_byte_for_byte_and_adds_nothing() {
-    for b in BACKENDS {
+    for b in backends() {
         let dir = tempfile::tempdir().unwrap();
         let log = open(&b.make(&dir));
         let mut a = Agent::new("alpha");
@@ -257,7 +257,7 @@ fn resubmitting_a_batch_returns_every_receipt_byte_for_byte_and_adds_nothing() {
 
 #[test]
 fn the_same_record_twice_in_a_batch_gets_one_entry() {
-    for b in BACKENDS {
+    for b in backends() {
         let dir = tempfile::tempdir().unwrap();
         let log = open(&b.make(&dir));
         let mut a = Agent::new("alpha");
@@ -300,7 +300,7 @@ fn batch_bounds_empty_and_too_large() {
 
 #[test]
 fn the_store_answers_every_lookup_after_a_batch() {
-    for b in BACKENDS {
+    for b in backends() {
         let dir = tempfile::tempdir().unwrap();
         let store = b.make(&dir);
         let log = open(&store);

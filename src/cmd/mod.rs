@@ -18,4 +18,5 @@ pub mod read_token;
 pub mod record;
 pub mod serve;
 pub mod status;
+pub mod store;
 pub mod verify;

@@ -14,7 +14,9 @@ use std::time::Duration;
 use anyhow::Context;
 use rand_core::OsRng;
 use tally_schemas::time::SystemClock;
-use tally_witness::config::{ConfigFile, ConnLimits, LogRead, RateLimit, ServeConfig, TlsFiles};
+use tally_witness::config::{
+    ConfigFile, ConnLimits, LogRead, RateLimit, ServeConfig, StoreChoice, TlsFiles,
+};
 use tally_witness::cosigning::{CosignerConfig, Cosigning, CosigningConfig};
 use tally_witness::server::{self, files, ServeOptions};
 
@@ -30,6 +32,23 @@ pub struct Args {
     /// The data folder (log, keys, registry); created on first start.
     #[arg(long, env = "TALLY_DATA_DIR")]
     pub data_dir: Option<PathBuf>,
+    /// Where the log is kept: `redb` (log.redb in the data folder) or a
+    /// PostgreSQL URL, postgres://user@host:port/database (docs/operations.md
+    /// "Running on PostgreSQL"). The key files, registry and console stay in
+    /// the data folder [default: redb].
+    #[arg(
+        long,
+        env = "TALLY_STORE",
+        hide_env_values = true,
+        value_name = "redb|postgres://..."
+    )]
+    pub store: Option<StoreChoice>,
+    /// PostgreSQL store: seconds the sequencer's lease lasts unrenewed. Only
+    /// the lease holder writes and signs; a second `tally serve` on the same
+    /// database stands by and takes over at most this long after the holder
+    /// dies (at once after a clean stop) [default: 10].
+    #[arg(long, value_name = "SECS")]
+    pub lease_ttl: Option<u64>,
     /// The checkpoint origin (and log key name) of a new log
     /// [default: tally.local/log].
     #[arg(long)]
@@ -227,6 +246,12 @@ impl Args {
         if let Some(v) = &self.data_dir {
             c.data_dir.clone_from(v);
         }
+        if let Some(v) = &self.store {
+            c.store.clone_from(v);
+        }
+        if let Some(v) = self.lease_ttl {
+            c.lease_ttl = Duration::from_secs(v.max(1));
+        }
         if let Some(v) = &self.origin {
             origin = Some(v.clone());
         }
@@ -423,6 +448,9 @@ async fn serve(mut config: ServeConfig, origin: Option<String>) -> anyhow::Resul
             names.join(", ")
         )?;
         tokio::spawn(cosigning.run());
+    }
+    if let StoreChoice::Postgres(_) = &config.store {
+        outln!("tally: the log is in PostgreSQL: {}", config.store)?;
     }
     outln!(
         "tally: listening on {url} (origin {}, tree size {tree_size}); console at {url}/console",

@@ -9,6 +9,8 @@
 //!   from scratch, deterministically.
 //! - [`golden`]: the golden vectors of testdata/golden/.
 //! - [`conformance`]: the conformance corpus of testdata/conformance/.
+//! - [`postgres`]: a real PostgreSQL server in a temporary folder, for the
+//!   tests of the PostgreSQL backend.
 //!
 //! It depends on tally-schemas only, so every crate's tests may use it.
 
@@ -16,3 +18,4 @@ pub mod clock;
 pub mod conformance;
 pub mod fixture;
 pub mod golden;
+pub mod postgres;

@@ -44,15 +44,22 @@ impl Server {
     // The child is returned inside `Self`, which reaps it (Drop, kill9, sigterm).
     #[allow(clippy::zombie_processes)]
     pub fn start(data: &Path, extra: &[&str]) -> Self {
+        Self::start_at(data, "127.0.0.1:0", extra)
+    }
+
+    /// [`Server::start`] on a given listen address (a restart on the port
+    /// the agents' state names).
+    #[allow(clippy::zombie_processes)]
+    pub fn start_at(data: &Path, listen: &str, extra: &[&str]) -> Self {
         let mut child = Command::new(TALLY)
             .arg("serve")
             .arg("--data-dir")
             .arg(data)
-            // A free port, unless the test fixes one (to restart on it).
+            // The address asked for, unless the test passes its own --listen.
             .args(if extra.contains(&"--listen") {
-                &[][..]
+                vec![]
             } else {
-                &["--listen", "127.0.0.1:0"][..]
+                vec!["--listen", listen]
             })
             .args(extra)
             .env("RUST_LOG", "warn")

@@ -15,6 +15,79 @@ use tally_schemas::limits::{DEFAULT_MAX_SKEW_MS, MAX_WIRE_OBJECT_BYTES};
 pub const DEFAULT_LISTEN: &str = "127.0.0.1:7878";
 /// Default data folder.
 pub const DEFAULT_DATA_DIR: &str = "./tally-data";
+
+/// The default lease of a PostgreSQL store's sequencer, seconds.
+pub const DEFAULT_LEASE_TTL_SECS: u64 = 10;
+
+/// Where `tally serve` keeps the log (docs/operations.md, "Running on
+/// PostgreSQL"): the data folder's `log.redb` (the default), or a
+/// PostgreSQL database. The key files, the registry and the console's
+/// store stay in the data folder either way.
+#[derive(Clone, PartialEq, Eq, Default, Deserialize)]
+#[serde(try_from = "String")]
+pub enum StoreChoice {
+    /// `log.redb` in the data folder.
+    #[default]
+    Redb,
+    /// A PostgreSQL database, by connection URL.
+    Postgres(String),
+}
+
+impl StoreChoice {
+    /// Parses `redb` or a `postgres://` / `postgresql://` URL.
+    ///
+    /// # Errors
+    /// A message saying what is accepted.
+    pub fn parse(s: &str) -> Result<Self, String> {
+        let s = s.trim();
+        if s == "redb" {
+            Ok(Self::Redb)
+        } else if s.starts_with("postgres://") || s.starts_with("postgresql://") {
+            Ok(Self::Postgres(s.to_owned()))
+        } else {
+            Err(format!(
+                "store {:?}: expected `redb` (the data folder's log.redb) or a PostgreSQL URL \
+                 (postgres://user@host:port/database)",
+                tally_log::store::postgres::redact_url(s)
+            ))
+        }
+    }
+}
+
+impl TryFrom<String> for StoreChoice {
+    type Error = String;
+    fn try_from(s: String) -> Result<Self, String> {
+        Self::parse(&s)
+    }
+}
+
+impl std::str::FromStr for StoreChoice {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, String> {
+        Self::parse(s)
+    }
+}
+
+impl std::fmt::Debug for StoreChoice {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Self::Redb => f.write_str("Redb"),
+            Self::Postgres(url) => f
+                .debug_tuple("Postgres")
+                .field(&tally_log::store::postgres::redact_url(url))
+                .finish(),
+        }
+    }
+}
+
+impl std::fmt::Display for StoreChoice {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Self::Redb => f.write_str("redb (log.redb in the data folder)"),
+            Self::Postgres(url) => f.write_str(&tally_log::store::postgres::redact_url(url)),
+        }
+    }
+}
 /// Default checkpoint origin (and log key name).
 pub const DEFAULT_ORIGIN: &str = "tally.local/log";
 
@@ -281,6 +354,10 @@ pub struct ConfigFile {
     pub listen: Option<SocketAddr>,
     /// Data folder.
     pub data_dir: Option<PathBuf>,
+    /// Where the log is kept: `redb` (default) or a PostgreSQL URL.
+    pub store: Option<StoreChoice>,
+    /// PostgreSQL store: seconds the sequencer's lease lasts unrenewed.
+    pub lease_ttl_secs: Option<u64>,
     /// Checkpoint origin, used when the log key is created.
     pub origin: Option<String>,
     /// Skew bound in seconds.
@@ -410,6 +487,11 @@ pub struct ServeConfig {
     pub listen: SocketAddr,
     /// Data folder.
     pub data_dir: PathBuf,
+    /// Where the log is kept.
+    pub store: StoreChoice,
+    /// PostgreSQL store: how long the sequencer's lease lasts unrenewed
+    /// (a standby takes over at most this long after the holder dies).
+    pub lease_ttl: Duration,
     /// Checkpoint origin for a new log key.
     pub origin: String,
     /// Admission limits.
@@ -436,6 +518,8 @@ impl Default for ServeConfig {
                 .parse()
                 .unwrap_or_else(|_| SocketAddr::from(([127, 0, 0, 1], 7878))),
             data_dir: PathBuf::from(DEFAULT_DATA_DIR),
+            store: StoreChoice::Redb,
+            lease_ttl: Duration::from_secs(DEFAULT_LEASE_TTL_SECS),
             origin: DEFAULT_ORIGIN.into(),
             witness: WitnessConfig::default(),
             log: tally_log::LogConfig::default(),
@@ -456,6 +540,12 @@ impl ServeConfig {
         }
         if let Some(v) = file.data_dir {
             self.data_dir = v;
+        }
+        if let Some(v) = file.store {
+            self.store = v;
+        }
+        if let Some(v) = file.lease_ttl_secs {
+            self.lease_ttl = Duration::from_secs(v.max(1));
         }
         if let Some(v) = file.origin {
             self.origin = v;
@@ -507,6 +597,24 @@ pub fn mib(v: usize) -> usize {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_store_key_takes_redb_or_a_postgres_url_and_hides_the_password() {
+        let f: ConfigFile = toml::from_str("store = \"postgres://u:pw@db:5432/tally\"\n").unwrap();
+        let mut c = ServeConfig::default();
+        assert_eq!(c.store, StoreChoice::Redb);
+        c.apply_file(f);
+        assert_eq!(
+            c.store,
+            StoreChoice::Postgres("postgres://u:pw@db:5432/tally".into())
+        );
+        assert_eq!(c.store.to_string(), "postgres://u:***@db:5432/tally");
+        assert!(!format!("{c:?}").contains("pw@"));
+        let f: ConfigFile = toml::from_str("store = \"redb\"\n").unwrap();
+        assert_eq!(f.store, Some(StoreChoice::Redb));
+        let err = toml::from_str::<ConfigFile>("store = \"mysql://x\"\n").unwrap_err();
+        assert!(err.to_string().contains("expected `redb`"), "{err}");
+    }
 
     #[test]
     fn file_overrides_defaults_and_refuses_unknown_keys() {

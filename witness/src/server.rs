@@ -8,7 +8,8 @@
 //! Data folder layout:
 //! - `log.skey`: the checkpoint (witness) signing key, C2SP skey, mode 0600;
 //! - `keys.json`: the key directory served at `/.well-known/tally/keys`;
-//! - `log.redb`: the log (tally-log, docs/storage.md);
+//! - `log.redb`: the log (tally-log, docs/storage.md), unless the config
+//!   names a PostgreSQL store (`StoreChoice::Postgres`);
 //! - `witness.redb`: projects, API key hashes, agents (module `registry`);
 //! - `admin.token`: the admin token, mode 0600, written on first start.
 
@@ -29,7 +30,7 @@ use tally_schemas::time::Clock;
 use tally_schemas::NoteSigner;
 use tokio::net::{TcpListener, TcpStream};
 
-use crate::config::{ConnLimits, ServeConfig, TlsFiles, DEFAULT_ORIGIN};
+use crate::config::{ConnLimits, ServeConfig, StoreChoice, TlsFiles, DEFAULT_ORIGIN};
 use crate::conn::{self, ConnIo, ConnState, ConnectionStats, TrackedService, Tracker};
 use crate::error::RegistryError;
 use crate::keydir::{KeyDirectory, KeyDirectoryError, KeyDirectoryFile as _};
@@ -195,7 +196,19 @@ pub fn open(
     let signer = load_or_create_key(dir, origin, &mut rng)?;
     let now = clock.now();
     let keys = KeyDirectory::load_or_init(&dir.join(files::KEYS), signer.verifier(), now)?;
-    let log = Log::open_redb(&dir.join(files::LOG_DB), signer, config.log)?;
+    let log = match &config.store {
+        StoreChoice::Redb => Log::open_redb(&dir.join(files::LOG_DB), signer, config.log)?,
+        StoreChoice::Postgres(url) => {
+            // Waits as a standby while another front holds the lease.
+            let lease = tally_log::store::postgres::LeaseOptions {
+                ttl: config.lease_ttl,
+                wait: true,
+            };
+            let store = tally_log::store::postgres::PostgresStore::open_with(url, Some(lease))
+                .map_err(OpenError::from)?;
+            Log::open(Arc::new(store), signer, config.log)?
+        }
+    };
     let registry = Registry::open(&dir.join(files::WITNESS_DB))?;
     let first_start = registry.first_start(now, rng.as_mut())?;
     if let Some(first) = &first_start {

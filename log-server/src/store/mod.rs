@@ -48,6 +48,7 @@
 
 pub mod faulty;
 pub mod memory;
+pub mod postgres;
 pub mod redb;
 #[doc(hidden)]
 pub mod redb_v1;

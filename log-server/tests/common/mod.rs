@@ -6,6 +6,7 @@ use std::sync::Arc;
 
 use tally_log::store::faulty::FaultyStore;
 use tally_log::store::memory::MemoryStore;
+use tally_log::store::postgres::PostgresStore;
 use tally_log::store::redb::RedbStore;
 use tally_log::LogStore;
 use tally_schemas::record::NoteBody;
@@ -111,9 +112,28 @@ pub enum Backend {
     Memory,
     Redb,
     Faulty,
+    /// A fresh database on a real PostgreSQL server (tally-testkit's
+    /// harness); left out, with a message, under `TALLY_SKIP_POSTGRES=1`.
+    Postgres,
 }
 
-pub const BACKENDS: [Backend; 3] = [Backend::Memory, Backend::Redb, Backend::Faulty];
+pub const BACKENDS: [Backend; 4] = [
+    Backend::Memory,
+    Backend::Redb,
+    Backend::Faulty,
+    Backend::Postgres,
+];
+
+/// [`BACKENDS`] less the ones this run skips (said on stderr).
+pub fn backends() -> impl Iterator<Item = Backend> {
+    BACKENDS.into_iter().filter(|b| {
+        let skip = matches!(b, Backend::Postgres) && tally_testkit::postgres::skipped();
+        if skip {
+            eprintln!("SKIPPED: the postgres backend (TALLY_SKIP_POSTGRES=1)");
+        }
+        !skip
+    })
+}
 
 impl Backend {
     pub fn name(&self) -> &'static str {
@@ -121,6 +141,7 @@ impl Backend {
             Self::Memory => "memory",
             Self::Redb => "redb",
             Self::Faulty => "faulty(pass)",
+            Self::Postgres => "postgres",
         }
     }
 
@@ -129,6 +150,10 @@ impl Backend {
             Self::Memory => Arc::new(MemoryStore::new()),
             Self::Redb => Arc::new(RedbStore::open(&dir.path().join("log.redb")).unwrap()),
             Self::Faulty => Arc::new(FaultyStore::new(Arc::new(MemoryStore::new()))),
+            Self::Postgres => {
+                let url = tally_testkit::postgres::shared().fresh_database();
+                Arc::new(PostgresStore::open(&url).unwrap())
+            }
         }
     }
 }

@@ -1,0 +1,1028 @@
+//! The PostgreSQL [`LogStore`] (docs/storage.md, "PostgreSQL layout";
+//! docs/operations.md, "Running on PostgreSQL"): the log's entries, stored
+//! hashes and checkpoint notes in tables of one database, created by the
+//! SQL migrations under `log-server/migrations/` (applied in order at open,
+//! recorded in `tally_schema_version`).
+//!
+//! # Driver and threads
+//! The driver is `tokio-postgres`. The trait is blocking and is called
+//! both from plain threads (the sequencer) and from tokio worker threads
+//! (the witness's admission path reads the log in place), so the store owns
+//! a small tokio runtime of its own that drives the connections' sockets,
+//! and a caller waits for its query with `futures::executor::block_on`: a
+//! `tokio_postgres::Client`'s futures only talk to the connection task over
+//! channels, so waiting on them needs no runtime on the calling thread and
+//! never nests one runtime in another (which the blocking `postgres` crate
+//! would do, and panic, on a worker thread).
+//!
+//! # Writes
+//! A batch is one transaction that locks the `tree_size` row first
+//! (`SELECT … FOR UPDATE`), compares it with the batch's old size, inserts
+//! every row with arrays (`unnest`), and commits with PostgreSQL's default
+//! `synchronous_commit = on`, so `Ok` means durable (contract rule 1).
+//! Checkpoint notes are written with `synchronous_commit = off`: durable
+//! with the next synchronous commit, as the contract allows.
+
+use std::sync::atomic::{AtomicI64, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use tally_schemas::{AgentName, Hash, LeafIndex, Nonce, Seq, TreeSize};
+use tokio_postgres::{Client, Config, NoTls};
+
+use super::{
+    check_put_checkpoint, check_put_cosignature, BatchWrite, ChainHead, Found, LogStore, Lookup,
+    StoreError,
+};
+
+/// The migrations of the schema, in the order they are applied. Version
+/// `n` is the `n`-th file; a database at a higher version than this build
+/// knows is refused.
+pub const MIGRATIONS: &[(&str, &str)] = &[
+    (
+        "0001_log.sql",
+        include_str!("../../migrations/0001_log.sql"),
+    ),
+    (
+        "0002_lease.sql",
+        include_str!("../../migrations/0002_lease.sql"),
+    ),
+    (
+        "0003_cosignatures.sql",
+        include_str!("../../migrations/0003_cosignatures.sql"),
+    ),
+];
+
+/// The schema version this build writes.
+#[must_use]
+pub fn schema_version() -> i32 {
+    i32::try_from(MIGRATIONS.len()).unwrap_or(i32::MAX)
+}
+
+/// Connections that serve reads, beside the one that writes.
+const READERS: usize = 3;
+
+/// An advisory lock key (any constant) that serialises migrations between
+/// processes opening the same database at once.
+const MIGRATION_LOCK: i64 = 0x7461_6c6c_795f_6d67;
+
+fn backend(e: &tokio_postgres::Error) -> StoreError {
+    match e.as_db_error() {
+        Some(db) => StoreError::Backend(format!(
+            "postgresql: {} ({}){}",
+            db.message(),
+            db.code().code(),
+            db.detail().map(|d| format!(": {d}")).unwrap_or_default()
+        )),
+        None => StoreError::Backend(format!("postgresql: {e}")),
+    }
+}
+
+fn corrupt(what: String) -> StoreError {
+    StoreError::Corrupt(what)
+}
+
+/// A u64 as PostgreSQL's `bigint`.
+fn big(v: u64) -> Result<i64, StoreError> {
+    i64::try_from(v).map_err(|_| StoreError::Conflict(format!("{v} does not fit a bigint")))
+}
+
+/// A stored `bigint` as a u64.
+fn unbig(v: i64, what: &str) -> Result<u64, StoreError> {
+    u64::try_from(v).map_err(|_| corrupt(format!("{what} is negative ({v})")))
+}
+
+fn hash_of(bytes: &[u8], what: &str) -> Result<Hash, StoreError> {
+    <[u8; 32]>::try_from(bytes)
+        .map(Hash::from_bytes)
+        .map_err(|_| corrupt(format!("{what} is not 32 bytes")))
+}
+
+/// Hides the password of a connection URL, for messages.
+#[must_use]
+pub fn redact_url(url: &str) -> String {
+    match (url.find("://"), url.rfind('@')) {
+        (Some(s), Some(at)) if at > s => {
+            let user_pass = &url[s + 3..at];
+            match user_pass.find(':') {
+                Some(c) => format!("{}{}:***{}", &url[..s + 3], &user_pass[..c], &url[at..]),
+                None => url.to_owned(),
+            }
+        }
+        _ => url.to_owned(),
+    }
+}
+
+/// How a store takes the sequencer's lease (docs/operations.md, "Running
+/// on PostgreSQL"). Only the holder of the lease writes: every write
+/// transaction checks, under a share lock on the lease row, that the
+/// lease is unexpired and its token is this store's, so a process that
+/// lost it (paused past its expiry, cut off from the database) can never
+/// commit a batch or store a checkpoint after another took over.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct LeaseOptions {
+    /// How long a lease lasts unless renewed; it is renewed every third
+    /// of it. A dead holder's lease is taken over after at most this long.
+    pub ttl: Duration,
+    /// At open, wait for a lease held by another process to expire or be
+    /// released (a standby) instead of failing.
+    pub wait: bool,
+}
+
+impl Default for LeaseOptions {
+    fn default() -> Self {
+        Self {
+            ttl: Duration::from_secs(10),
+            wait: false,
+        }
+    }
+}
+
+/// The lease this store holds: its token (0 while it holds none).
+#[derive(Debug)]
+struct LeaseState {
+    token: AtomicI64,
+    holder: String,
+    ttl_ms: i64,
+}
+
+/// Takes the lease if it is free or expired; `Some(token)` when taken.
+async fn try_acquire(c: &Client, lease: &LeaseState) -> Result<Option<i64>, StoreError> {
+    let row = c
+        .query_opt(
+            "UPDATE log_lease SET token = token + 1, holder = $1,
+                 expires_at = clock_timestamp() + $2::float8 * interval '1 millisecond'
+             WHERE id = 1 AND expires_at <= clock_timestamp()
+             RETURNING token",
+            &[&lease.holder, &(lease.ttl_ms as f64)],
+        )
+        .await
+        .map_err(|e| backend(&e))?;
+    Ok(row.map(|r| r.get(0)))
+}
+
+/// Extends the lease `token` if it is still unexpired; whether it was.
+async fn try_renew(c: &Client, lease: &LeaseState, token: i64) -> Result<bool, StoreError> {
+    let n = c
+        .execute(
+            "UPDATE log_lease SET expires_at = clock_timestamp() + $2::float8 * interval '1 millisecond'
+             WHERE id = 1 AND token = $1 AND expires_at > clock_timestamp()",
+            &[&token, &(lease.ttl_ms as f64)],
+        )
+        .await
+        .map_err(|e| backend(&e))?;
+    Ok(n == 1)
+}
+
+/// Who holds the lease and for how much longer, for messages.
+async fn lease_holder(c: &Client) -> Result<String, StoreError> {
+    let row = c
+        .query_one(
+            "SELECT holder, token,
+                    greatest(0, extract(epoch FROM expires_at - clock_timestamp()))::float8
+             FROM log_lease WHERE id = 1",
+            &[],
+        )
+        .await
+        .map_err(|e| backend(&e))?;
+    let (holder, token, left): (String, i64, f64) = (row.get(0), row.get(1), row.get(2));
+    Ok(format!("{holder} (token {token}, {left:.1}s left)"))
+}
+
+/// The fencing check of every write, inside its transaction.
+async fn check_lease(
+    tx: &tokio_postgres::Transaction<'_>,
+    lease: Option<&LeaseState>,
+) -> Result<(), StoreError> {
+    let Some(lease) = lease else {
+        return Err(StoreError::Conflict(
+            "this store was opened without the sequencer's lease: it cannot write".into(),
+        ));
+    };
+    let mine = lease.token.load(Ordering::SeqCst);
+    let row = tx
+        .query_opt(
+            "SELECT token FROM log_lease WHERE id = 1 AND expires_at > clock_timestamp() FOR SHARE",
+            &[],
+        )
+        .await
+        .map_err(|e| backend(&e))?;
+    match row.map(|r| r.get::<_, i64>(0)) {
+        Some(t) if mine != 0 && t == mine => Ok(()),
+        _ => Err(StoreError::Conflict(format!(
+            "fenced: this process no longer holds the log's lease (its token was {mine}); \
+             another sequencer may have taken over"
+        ))),
+    }
+}
+
+/// This process, as a lease holder: host, pid and a per-open counter.
+fn holder_name() -> String {
+    static OPENED: AtomicUsize = AtomicUsize::new(0);
+    let host = std::fs::read_to_string("/proc/sys/kernel/hostname")
+        .map(|h| h.trim().to_owned())
+        .unwrap_or_else(|_| "host".into());
+    format!(
+        "{host}:{}:{}",
+        std::process::id(),
+        OPENED.fetch_add(1, Ordering::Relaxed)
+    )
+}
+
+/// A [`LogStore`] in a PostgreSQL database.
+pub struct PostgresStore {
+    /// Drives the connections; shut down without blocking on drop (the
+    /// store may be dropped on a runtime thread).
+    rt: Option<tokio::runtime::Runtime>,
+    config: Config,
+    writer: Mutex<Option<Client>>,
+    readers: Vec<Mutex<Option<Arc<Client>>>>,
+    next_reader: AtomicUsize,
+    lease: Option<Arc<LeaseState>>,
+}
+
+impl std::fmt::Debug for PostgresStore {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("PostgresStore").finish_non_exhaustive()
+    }
+}
+
+impl Drop for PostgresStore {
+    fn drop(&mut self) {
+        // Release the lease so that a standby takes over at once.
+        if let Some(lease) = &self.lease {
+            let token = lease.token.swap(0, Ordering::SeqCst);
+            if token != 0 {
+                let _ = self.write(async |c| {
+                    c.execute(
+                        "UPDATE log_lease SET expires_at = '-infinity' WHERE id = 1 AND token = $1",
+                        &[&token],
+                    )
+                    .await
+                    .map_err(|e| backend(&e))
+                });
+            }
+        }
+        if let Some(rt) = self.rt.take() {
+            rt.shutdown_background();
+        }
+    }
+}
+
+impl PostgresStore {
+    /// Connects to the database at `url` (a `postgres://` URL or a libpq
+    /// key/value string), applies the migrations it lacks, and creates the
+    /// log's tables on first use.
+    ///
+    /// # Errors
+    /// [`StoreError::Backend`] when the URL does not parse or the server
+    /// cannot be reached; [`StoreError::Corrupt`] when the database holds a
+    /// newer schema than this build knows.
+    pub fn open(url: &str) -> Result<Self, StoreError> {
+        Self::open_with(url, Some(LeaseOptions::default()))
+    }
+
+    /// [`PostgresStore::open`] with lease options; `None` opens the store
+    /// without the lease: it reads, and every write is refused
+    /// (`StoreError::Conflict`). With `wait: false`, a lease held by
+    /// another live process is an error naming the holder.
+    ///
+    /// # Errors
+    /// As [`PostgresStore::open`], and [`StoreError::Conflict`] when the
+    /// lease is held elsewhere and `wait` is false.
+    pub fn open_with(url: &str, lease: Option<LeaseOptions>) -> Result<Self, StoreError> {
+        let mut config: Config = url.parse().map_err(|e: tokio_postgres::Error| {
+            StoreError::Backend(format!(
+                "not a PostgreSQL connection URL ({}): {e}",
+                redact_url(url)
+            ))
+        })?;
+        if config.get_connect_timeout().is_none() {
+            config.connect_timeout(Duration::from_secs(10));
+        }
+        config.application_name("tally");
+        let rt = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(1)
+            .thread_name("tally-postgres")
+            .enable_all()
+            .build()
+            .map_err(|e| StoreError::Backend(format!("postgresql runtime: {e}")))?;
+        let store = Self {
+            rt: Some(rt),
+            config,
+            writer: Mutex::new(None),
+            readers: (0..READERS).map(|_| Mutex::new(None)).collect(),
+            next_reader: AtomicUsize::new(0),
+            lease: None,
+        };
+        store.migrate()?;
+        match lease {
+            Some(options) => store.take_lease(options),
+            None => Ok(store),
+        }
+    }
+
+    /// Takes the lease (waiting for it if asked), then keeps renewing it on
+    /// a connection of its own.
+    fn take_lease(mut self, options: LeaseOptions) -> Result<Self, StoreError> {
+        let ttl_ms = i64::try_from(options.ttl.as_millis())
+            .unwrap_or(i64::MAX)
+            .max(300);
+        let lease = Arc::new(LeaseState {
+            token: AtomicI64::new(0),
+            holder: holder_name(),
+            ttl_ms,
+        });
+        let mut said = false;
+        loop {
+            let got = self.write(async |c| match try_acquire(c, &lease).await? {
+                Some(t) => Ok(Ok(t)),
+                None => Ok(Err(lease_holder(c).await?)),
+            })?;
+            match got {
+                Ok(token) => {
+                    lease.token.store(token, Ordering::SeqCst);
+                    if said {
+                        tracing::warn!(token, "took over the log's lease");
+                    }
+                    break;
+                }
+                Err(holder) if !options.wait => {
+                    return Err(StoreError::Conflict(format!(
+                        "the log in this database is sequenced by another process: {holder}"
+                    )))
+                }
+                Err(holder) => {
+                    if !said {
+                        tracing::warn!("standing by: the log's lease is held by {holder}");
+                        said = true;
+                    }
+                    std::thread::sleep(Duration::from_millis((ttl_ms / 4).clamp(100, 1000) as u64));
+                }
+            }
+        }
+        let client = self.connect()?;
+        let renew = Arc::clone(&lease);
+        let rt = self
+            .rt
+            .as_ref()
+            .ok_or_else(|| StoreError::Backend("postgresql store is closed".into()))?;
+        rt.spawn(async move {
+            let period = Duration::from_millis((renew.ttl_ms / 3).max(100) as u64);
+            loop {
+                tokio::time::sleep(period).await;
+                let token = renew.token.load(Ordering::SeqCst);
+                if token == 0 {
+                    return;
+                }
+                match try_renew(&client, &renew, token).await {
+                    Ok(true) => {}
+                    Ok(false) => {
+                        // Expired (this process was paused, starved or cut
+                        // off): every write is fenced from now on, unless
+                        // nobody took over and it can take the lease again
+                        // (a new token; the log re-reads the store before
+                        // its next write, as after any failed write).
+                        renew.token.store(0, Ordering::SeqCst);
+                        match try_acquire(&client, &renew).await {
+                            Ok(Some(t)) => {
+                                renew.token.store(t, Ordering::SeqCst);
+                                tracing::warn!(old = token, new = t, "the log's lease expired before it was renewed; took it again");
+                            }
+                            _ => {
+                                tracing::error!(
+                                    token,
+                                    "lost the log's lease to another process: this process no longer sequences; restart it to stand by"
+                                );
+                                return;
+                            }
+                        }
+                    }
+                    Err(e) => tracing::warn!(error = %e, "renewing the log's lease failed; retrying"),
+                }
+            }
+        });
+        self.lease = Some(lease);
+        Ok(self)
+    }
+
+    /// The fencing token of the lease this store holds (0: none).
+    #[must_use]
+    pub fn lease_token(&self) -> i64 {
+        self.lease
+            .as_ref()
+            .map_or(0, |l| l.token.load(Ordering::SeqCst))
+    }
+
+    fn connect(&self) -> Result<Client, StoreError> {
+        let rt = self
+            .rt
+            .as_ref()
+            .ok_or_else(|| StoreError::Backend("postgresql store is closed".into()))?;
+        let config = self.config.clone();
+        let task = rt.spawn(async move {
+            let (client, connection) = config.connect(NoTls).await?;
+            tokio::spawn(async move {
+                if let Err(e) = connection.await {
+                    tracing::warn!("postgresql connection ended: {e}");
+                }
+            });
+            Ok::<_, tokio_postgres::Error>(client)
+        });
+        match futures::executor::block_on(task) {
+            Ok(Ok(client)) => Ok(client),
+            Ok(Err(e)) => Err(backend(&e)),
+            Err(e) => Err(StoreError::Backend(format!("postgresql connect: {e}"))),
+        }
+    }
+
+    /// Runs `f` with the writing connection (reconnecting if it closed).
+    fn write<T>(
+        &self,
+        f: impl AsyncFnOnce(&mut Client) -> Result<T, StoreError>,
+    ) -> Result<T, StoreError> {
+        let mut slot = self
+            .writer
+            .lock()
+            .map_err(|_| StoreError::Backend("postgresql writer lock poisoned".into()))?;
+        if slot.as_ref().is_none_or(Client::is_closed) {
+            *slot = Some(self.connect()?);
+        }
+        let client = slot
+            .as_mut()
+            .ok_or_else(|| StoreError::Backend("postgresql writer connection missing".into()))?;
+        futures::executor::block_on(f(client))
+    }
+
+    /// Runs `f` with one of the reading connections.
+    fn read<T>(
+        &self,
+        f: impl AsyncFnOnce(&Client) -> Result<T, StoreError>,
+    ) -> Result<T, StoreError> {
+        let i = self.next_reader.fetch_add(1, Ordering::Relaxed) % self.readers.len();
+        let client = {
+            let mut slot = self.readers[i]
+                .lock()
+                .map_err(|_| StoreError::Backend("postgresql reader lock poisoned".into()))?;
+            if slot.as_ref().is_none_or(|c| c.is_closed()) {
+                *slot = Some(Arc::new(self.connect()?));
+            }
+            slot.as_ref()
+                .map(Arc::clone)
+                .ok_or_else(|| StoreError::Backend("postgresql reader connection missing".into()))?
+        };
+        futures::executor::block_on(f(&client))
+    }
+
+    /// Applies the migrations the database lacks, under an advisory lock.
+    fn migrate(&self) -> Result<(), StoreError> {
+        self.write(async |c| {
+            let tx = c.transaction().await.map_err(|e| backend(&e))?;
+            tx.execute("SELECT pg_advisory_xact_lock($1)", &[&MIGRATION_LOCK])
+                .await
+                .map_err(|e| backend(&e))?;
+            tx.batch_execute(
+                "CREATE TABLE IF NOT EXISTS tally_schema_version (
+                     version    integer PRIMARY KEY,
+                     name       text NOT NULL,
+                     applied_at timestamptz NOT NULL DEFAULT now())",
+            )
+            .await
+            .map_err(|e| backend(&e))?;
+            let current: i32 = tx
+                .query_one(
+                    "SELECT coalesce(max(version), 0) FROM tally_schema_version",
+                    &[],
+                )
+                .await
+                .map_err(|e| backend(&e))?
+                .get(0);
+            if current > schema_version() {
+                return Err(StoreError::Corrupt(format!(
+                    "the database has schema version {current}; this build knows versions up to {}: \
+                     run a newer tally",
+                    schema_version()
+                )));
+            }
+            for (n, (name, sql)) in MIGRATIONS.iter().enumerate().skip(current as usize) {
+                let version = i32::try_from(n + 1).unwrap_or(i32::MAX);
+                tx.batch_execute(sql).await.map_err(|e| {
+                    StoreError::Backend(format!("migration {name} failed: {}", backend(&e)))
+                })?;
+                tx.execute(
+                    "INSERT INTO tally_schema_version (version, name) VALUES ($1, $2)",
+                    &[&version, name],
+                )
+                .await
+                .map_err(|e| backend(&e))?;
+            }
+            tx.commit().await.map_err(|e| backend(&e))
+        })
+    }
+}
+
+impl PostgresStore {
+    /// Writes consecutive batches and then checkpoint notes in ONE durable
+    /// transaction, with the compare-and-swap of [`LogStore::commit_batch`]
+    /// on the first batch's old size. `tally store copy` uses it to carry a
+    /// log over with its original batch boundaries (so every receipt size
+    /// is kept) without a commit per original batch.
+    ///
+    /// `notes` are `(size, note)` in increasing size, each above the latest
+    /// stored checkpoint and at most the new tree size.
+    ///
+    /// # Errors
+    /// [`StoreError::Conflict`] for a stale old size, batches that do not
+    /// follow one another, or notes out of order; [`StoreError::Backend`]
+    /// when PostgreSQL fails (the write may or may not have landed).
+    pub fn commit_batches(
+        &self,
+        batches: &[BatchWrite],
+        notes: &[(TreeSize, &str)],
+    ) -> Result<(), StoreError> {
+        let Some(first) = batches.first() else {
+            return Err(StoreError::Conflict("no batch to commit".into()));
+        };
+        let mut size = first.old_size;
+        let n: usize = batches.iter().map(|b| b.entries.len()).sum();
+        let mut idx = Vec::with_capacity(n);
+        let mut canonical = Vec::with_capacity(n);
+        let mut leaf = Vec::with_capacity(n);
+        let mut record = Vec::with_capacity(n);
+        let mut nonce = Vec::with_capacity(n);
+        let mut agent = Vec::with_capacity(n);
+        let mut seq = Vec::with_capacity(n);
+        let mut receipt = Vec::with_capacity(n);
+        let mut hashes: Vec<&[u8]> = Vec::new();
+        for batch in batches {
+            batch.check_shape()?;
+            if batch.old_size != size {
+                return Err(StoreError::Conflict(format!(
+                    "batch at size {} does not follow size {size}",
+                    batch.old_size
+                )));
+            }
+            size = batch.new_size();
+            let r = big(batch.receipt_size.get())?;
+            for e in &batch.entries {
+                idx.push(big(e.index.get())?);
+                canonical.push(e.canonical.as_slice());
+                leaf.push(e.leaf_hash.as_bytes().as_slice());
+                record.push(e.record_hash.as_bytes().as_slice());
+                nonce.push(e.nonce.as_bytes());
+                agent.push(e.agent.as_str());
+                seq.push(big(e.seq.get())?);
+                receipt.push(r);
+            }
+            hashes.extend(batch.hashes.iter().map(|h| h.as_bytes().as_slice()));
+        }
+        let mut last_note = None;
+        for (s, _) in notes {
+            if *s > size || last_note.is_some_and(|l| *s <= l) {
+                return Err(StoreError::Conflict(format!(
+                    "checkpoint note at size {s} is out of order or beyond the tree"
+                )));
+            }
+            last_note = Some(*s);
+        }
+        let note_sizes = notes
+            .iter()
+            .map(|(s, _)| big(s.get()))
+            .collect::<Result<Vec<_>, _>>()?;
+        let note_texts: Vec<&str> = notes.iter().map(|(_, n)| *n).collect();
+        let old = big(first.old_size.get())?;
+        let new = big(size.get())?;
+        let first_hash = big(tlog_tiles::stored_hash_count(first.old_size.get()))?;
+        let hash_ids: Vec<i64> = (0..hashes.len() as i64).map(|k| first_hash + k).collect();
+        let lease = self.lease.as_deref();
+        self.write(async |c| {
+            let tx = c.transaction().await.map_err(|e| backend(&e))?;
+            check_lease(&tx, lease).await?;
+            let stored = tree_size(&tx, true).await?;
+            if stored != first.old_size.get() {
+                // Dropping `tx` rolls it back.
+                return Err(StoreError::Conflict(format!(
+                    "batch extends size {}, the stored size is {stored}",
+                    first.old_size
+                )));
+            }
+            if !idx.is_empty() {
+                tx.execute(
+                    "INSERT INTO log_entries
+                         (idx, canonical, leaf_hash, record_hash, nonce, agent, seq, receipt_size)
+                     SELECT * FROM unnest($1::bigint[], $2::bytea[], $3::bytea[], $4::bytea[],
+                                          $5::bytea[], $6::text[], $7::bigint[], $8::bigint[])",
+                    &[&idx, &canonical, &leaf, &record, &nonce, &agent, &seq, &receipt],
+                )
+                .await
+                .map_err(|e| backend(&e))?;
+            }
+            if !hash_ids.is_empty() {
+                tx.execute(
+                    "INSERT INTO log_hashes (id, hash) SELECT * FROM unnest($1::bigint[], $2::bytea[])",
+                    &[&hash_ids, &hashes],
+                )
+                .await
+                .map_err(|e| backend(&e))?;
+            }
+            if !note_sizes.is_empty() {
+                let latest: Option<i64> = tx
+                    .query_one("SELECT max(size) FROM log_checkpoints", &[])
+                    .await
+                    .map_err(|e| backend(&e))?
+                    .get(0);
+                if latest.is_some_and(|l| l >= note_sizes[0]) {
+                    return Err(StoreError::Conflict(format!(
+                        "checkpoint note at size {} is not above the latest stored one",
+                        note_sizes[0]
+                    )));
+                }
+                tx.execute(
+                    "INSERT INTO log_checkpoints (size, note) SELECT * FROM unnest($1::bigint[], $2::text[])",
+                    &[&note_sizes, &note_texts],
+                )
+                .await
+                .map_err(|e| backend(&e))?;
+            }
+            tx.execute(
+                "UPDATE log_meta SET value = $1 WHERE key = 'tree_size' AND value = $2",
+                &[&new, &old],
+            )
+            .await
+            .map_err(|e| backend(&e))?;
+            tx.commit().await.map_err(|e| backend(&e))
+        })
+    }
+}
+
+/// The chain head row `(seq, record_hash, idx)` as a [`ChainHead`].
+fn head_of(seq: i64, record_hash: &[u8], idx: i64) -> Result<ChainHead, StoreError> {
+    Ok(ChainHead {
+        seq: Seq::new(unbig(seq, "seq")?).map_err(|e| corrupt(e.to_string()))?,
+        record_hash: hash_of(record_hash, "record hash")?,
+        index: LeafIndex::new(unbig(idx, "index")?),
+    })
+}
+
+async fn tree_size(c: &impl tokio_postgres::GenericClient, lock: bool) -> Result<u64, StoreError> {
+    let sql = if lock {
+        "SELECT value FROM log_meta WHERE key = 'tree_size' FOR UPDATE"
+    } else {
+        "SELECT value FROM log_meta WHERE key = 'tree_size'"
+    };
+    let row = c
+        .query_opt(sql, &[])
+        .await
+        .map_err(|e| backend(&e))?
+        .ok_or_else(|| corrupt("log_meta has no tree_size".into()))?;
+    unbig(row.get(0), "tree size")
+}
+
+async fn opt_index(
+    c: &Client,
+    sql: &str,
+    key: &(dyn tokio_postgres::types::ToSql + Sync),
+) -> Result<Option<LeafIndex>, StoreError> {
+    let row = c.query_opt(sql, &[key]).await.map_err(|e| backend(&e))?;
+    row.map(|r| Ok(LeafIndex::new(unbig(r.get(0), "index")?)))
+        .transpose()
+}
+
+impl LogStore for PostgresStore {
+    fn size(&self) -> Result<TreeSize, StoreError> {
+        self.read(async |c| Ok(TreeSize::new(tree_size(c, false).await?)))
+    }
+
+    fn read_hashes(&self, indexes: &[u64]) -> Result<Vec<Hash>, StoreError> {
+        if indexes.is_empty() {
+            return Ok(Vec::new());
+        }
+        let ids = indexes
+            .iter()
+            .map(|&i| big(i))
+            .collect::<Result<Vec<_>, _>>()?;
+        self.read(async |c| {
+            let rows = c
+                .query(
+                    "SELECT id, hash FROM log_hashes WHERE id = ANY($1)",
+                    &[&ids],
+                )
+                .await
+                .map_err(|e| backend(&e))?;
+            let mut by_id = std::collections::HashMap::with_capacity(rows.len());
+            for r in &rows {
+                let id: i64 = r.get(0);
+                by_id.insert(id, hash_of(r.get(1), "stored hash")?);
+            }
+            ids.iter()
+                .map(|id| {
+                    by_id
+                        .get(id)
+                        .copied()
+                        .ok_or_else(|| corrupt(format!("stored hash {id} is missing")))
+                })
+                .collect()
+        })
+    }
+
+    fn entries(&self, start: LeafIndex, end: LeafIndex) -> Result<Vec<Vec<u8>>, StoreError> {
+        if start >= end {
+            return Ok(Vec::new());
+        }
+        let (s, e) = (big(start.get())?, big(end.get())?);
+        self.read(async |c| {
+            let rows = c
+                .query(
+                    "SELECT idx, canonical FROM log_entries WHERE idx >= $1 AND idx < $2 ORDER BY idx",
+                    &[&s, &e],
+                )
+                .await
+                .map_err(|e| backend(&e))?;
+            let mut out = Vec::with_capacity(rows.len());
+            for (k, r) in rows.iter().enumerate() {
+                let idx: i64 = r.get(0);
+                if idx != s + k as i64 {
+                    return Err(corrupt(format!("entry {} is missing", s + k as i64)));
+                }
+                out.push(r.get::<_, Vec<u8>>(1));
+            }
+            Ok(out)
+        })
+    }
+
+    fn receipt_size(&self, index: LeafIndex) -> Result<Option<TreeSize>, StoreError> {
+        let i = big(index.get())?;
+        self.read(async |c| {
+            let row = c
+                .query_opt("SELECT receipt_size FROM log_entries WHERE idx = $1", &[&i])
+                .await
+                .map_err(|e| backend(&e))?;
+            row.map(|r| Ok(TreeSize::new(unbig(r.get(0), "receipt size")?)))
+                .transpose()
+        })
+    }
+
+    fn checkpoint(&self, size: TreeSize) -> Result<Option<String>, StoreError> {
+        let s = big(size.get())?;
+        self.read(async |c| {
+            let row = c
+                .query_opt("SELECT note FROM log_checkpoints WHERE size = $1", &[&s])
+                .await
+                .map_err(|e| backend(&e))?;
+            Ok(row.map(|r| r.get(0)))
+        })
+    }
+
+    fn latest_checkpoint(&self) -> Result<Option<(TreeSize, String)>, StoreError> {
+        self.read(async |c| {
+            let row = c
+                .query_opt(
+                    "SELECT size, note FROM log_checkpoints ORDER BY size DESC LIMIT 1",
+                    &[],
+                )
+                .await
+                .map_err(|e| backend(&e))?;
+            row.map(|r| Ok((TreeSize::new(unbig(r.get(0), "checkpoint size")?), r.get(1))))
+                .transpose()
+        })
+    }
+
+    fn chain_head(&self, agent: &AgentName) -> Result<Option<ChainHead>, StoreError> {
+        self.read(async |c| {
+            let row = c
+                .query_opt(
+                    "SELECT seq, record_hash, idx FROM log_entries WHERE agent = $1 \
+                     ORDER BY seq DESC LIMIT 1",
+                    &[&agent.as_str()],
+                )
+                .await
+                .map_err(|e| backend(&e))?;
+            row.map(|r| head_of(r.get(0), r.get(1), r.get(2)))
+                .transpose()
+        })
+    }
+
+    fn agent_indexes(
+        &self,
+        agent: &AgentName,
+        from: Seq,
+        limit: usize,
+    ) -> Result<Vec<(Seq, LeafIndex)>, StoreError> {
+        let from = big(from.get())?;
+        let limit = i64::try_from(limit).unwrap_or(i64::MAX);
+        self.read(async |c| {
+            let rows = c
+                .query(
+                    "SELECT seq, idx FROM log_entries WHERE agent = $1 AND seq >= $2 \
+                     ORDER BY seq LIMIT $3",
+                    &[&agent.as_str(), &from, &limit],
+                )
+                .await
+                .map_err(|e| backend(&e))?;
+            rows.iter()
+                .map(|r| {
+                    Ok((
+                        Seq::new(unbig(r.get(0), "seq")?).map_err(|e| corrupt(e.to_string()))?,
+                        LeafIndex::new(unbig(r.get(1), "index")?),
+                    ))
+                })
+                .collect()
+        })
+    }
+
+    fn index_of_nonce(&self, nonce: &Nonce) -> Result<Option<LeafIndex>, StoreError> {
+        let key = nonce.as_bytes();
+        self.read(async |c| {
+            opt_index(c, "SELECT idx FROM log_entries WHERE nonce = $1", &key).await
+        })
+    }
+
+    fn index_of_record(&self, record_hash: &Hash) -> Result<Option<LeafIndex>, StoreError> {
+        let key = record_hash.as_bytes().as_slice();
+        self.read(async |c| {
+            opt_index(
+                c,
+                "SELECT idx FROM log_entries WHERE record_hash = $1",
+                &key,
+            )
+            .await
+        })
+    }
+
+    fn index_of_leaf(&self, leaf_hash: &Hash) -> Result<Option<LeafIndex>, StoreError> {
+        let key = leaf_hash.as_bytes().as_slice();
+        self.read(async |c| {
+            opt_index(c, "SELECT idx FROM log_entries WHERE leaf_hash = $1", &key).await
+        })
+    }
+
+    fn lookup(&self, lookups: &[Lookup<'_>]) -> Result<Vec<Found>, StoreError> {
+        if lookups.is_empty() {
+            return Ok(Vec::new());
+        }
+        let records: Vec<&[u8]> = lookups
+            .iter()
+            .map(|l| l.record_hash.as_bytes().as_slice())
+            .collect();
+        let nonces: Vec<&[u8]> = lookups.iter().map(|l| l.nonce.as_bytes()).collect();
+        let agents: Vec<&str> = lookups.iter().map(|l| l.agent.as_str()).collect();
+        // One statement, so one snapshot answers every lookup.
+        self.read(async |c| {
+            let rows = c
+                .query(
+                    "SELECT q.ord,
+                            (SELECT idx FROM log_entries WHERE record_hash = q.rh),
+                            (SELECT idx FROM log_entries WHERE nonce = q.nonce),
+                            h.seq, h.record_hash, h.idx
+                     FROM unnest($1::bytea[], $2::bytea[], $3::text[])
+                          WITH ORDINALITY AS q(rh, nonce, agent, ord)
+                     LEFT JOIN LATERAL (
+                         SELECT seq, record_hash, idx FROM log_entries e
+                         WHERE e.agent = q.agent ORDER BY seq DESC LIMIT 1
+                     ) h ON true
+                     ORDER BY q.ord",
+                    &[&records, &nonces, &agents],
+                )
+                .await
+                .map_err(|e| backend(&e))?;
+            if rows.len() != lookups.len() {
+                return Err(StoreError::Backend(format!(
+                    "postgresql answered {} of {} lookups",
+                    rows.len(),
+                    lookups.len()
+                )));
+            }
+            rows.iter()
+                .map(|r| {
+                    let index = |v: Option<i64>| -> Result<Option<LeafIndex>, StoreError> {
+                        v.map(|i| Ok(LeafIndex::new(unbig(i, "index")?)))
+                            .transpose()
+                    };
+                    let head = match (
+                        r.get::<_, Option<i64>>(3),
+                        r.get::<_, Option<&[u8]>>(4),
+                        r.get::<_, Option<i64>>(5),
+                    ) {
+                        (Some(seq), Some(h), Some(idx)) => Some(head_of(seq, h, idx)?),
+                        _ => None,
+                    };
+                    Ok(Found {
+                        record: index(r.get(1))?,
+                        nonce: index(r.get(2))?,
+                        head,
+                    })
+                })
+                .collect()
+        })
+    }
+
+    fn commit_batch(&self, batch: &BatchWrite) -> Result<(), StoreError> {
+        self.commit_batches(std::slice::from_ref(batch), &[])
+    }
+
+    fn put_checkpoint(&self, size: TreeSize, note: &str) -> Result<(), StoreError> {
+        let s = big(size.get())?;
+        let lease = self.lease.as_deref();
+        self.write(async |c| {
+            let tx = c.transaction().await.map_err(|e| backend(&e))?;
+            check_lease(&tx, lease).await?;
+            // Durable with the next synchronous commit (contract rule 1).
+            tx.batch_execute("SET LOCAL synchronous_commit = off")
+                .await
+                .map_err(|e| backend(&e))?;
+            let tree = TreeSize::new(tree_size(&tx, true).await?);
+            let existing: Option<String> = tx
+                .query_opt("SELECT note FROM log_checkpoints WHERE size = $1", &[&s])
+                .await
+                .map_err(|e| backend(&e))?
+                .map(|r| r.get(0));
+            let latest = tx
+                .query_opt("SELECT max(size) FROM log_checkpoints", &[])
+                .await
+                .map_err(|e| backend(&e))?
+                .and_then(|r| r.get::<_, Option<i64>>(0))
+                .map(|v| unbig(v, "checkpoint size").map(TreeSize::new))
+                .transpose()?;
+            if check_put_checkpoint(size, note, tree, existing.as_deref(), latest)? {
+                return Ok(());
+            }
+            tx.execute(
+                "INSERT INTO log_checkpoints (size, note) VALUES ($1, $2)",
+                &[&s, &note],
+            )
+            .await
+            .map_err(|e| backend(&e))?;
+            tx.commit().await.map_err(|e| backend(&e))
+        })
+    }
+
+    fn put_cosignature(
+        &self,
+        size: TreeSize,
+        cosigner: &str,
+        line: &str,
+    ) -> Result<(), StoreError> {
+        let s = big(size.get())?;
+        let lease = self.lease.as_deref();
+        self.write(async |c| {
+            let tx = c.transaction().await.map_err(|e| backend(&e))?;
+            check_lease(&tx, lease).await?;
+            // As for checkpoint notes: durable with the next synchronous
+            // commit; a cosignature lost before that is asked for again.
+            tx.batch_execute("SET LOCAL synchronous_commit = off")
+                .await
+                .map_err(|e| backend(&e))?;
+            let stored = tx
+                .query_opt("SELECT 1 FROM log_checkpoints WHERE size = $1", &[&s])
+                .await
+                .map_err(|e| backend(&e))?
+                .is_some();
+            let existing: Option<String> = tx
+                .query_opt(
+                    "SELECT line FROM log_cosignatures WHERE size = $1 AND cosigner = $2",
+                    &[&s, &cosigner],
+                )
+                .await
+                .map_err(|e| backend(&e))?
+                .map(|r| r.get(0));
+            if check_put_cosignature(size, cosigner, line, stored, existing.as_deref())? {
+                return Ok(());
+            }
+            tx.execute(
+                "INSERT INTO log_cosignatures (size, cosigner, line) VALUES ($1, $2, $3)",
+                &[&s, &cosigner, &line],
+            )
+            .await
+            .map_err(|e| backend(&e))?;
+            tx.commit().await.map_err(|e| backend(&e))
+        })
+    }
+
+    fn cosignatures(&self, size: TreeSize) -> Result<Vec<(String, String)>, StoreError> {
+        let s = big(size.get())?;
+        self.read(async |c| {
+            let rows = c
+                .query(
+                    "SELECT cosigner, line FROM log_cosignatures WHERE size = $1 ORDER BY cosigner COLLATE \"C\"",
+                    &[&s],
+                )
+                .await
+                .map_err(|e| backend(&e))?;
+            Ok(rows.iter().map(|r| (r.get(0), r.get(1))).collect())
+        })
+    }
+
+    fn sync(&self) -> Result<(), StoreError> {
+        // A synchronous commit flushes the WAL, and with it every earlier
+        // asynchronous commit (the checkpoint notes).
+        self.write(async |c| {
+            c.execute(
+                "UPDATE log_meta SET value = value + 1 WHERE key = 'syncs'",
+                &[],
+            )
+            .await
+            .map_err(|e| backend(&e))
+            .map(drop)
+        })
+    }
+}

@@ -2,8 +2,8 @@
 //!
 //! The durable Merkle log of tally (docs/storage.md is its contract,
 //! docs/protocol.md §7–§8 the wire it produces): storage behind the
-//! [`store::LogStore`] trait (redb by default, in-memory and fault-injecting
-//! for tests), one sequencer with group commit ([`Log`]), single records or
+//! [`store::LogStore`] trait (redb by default, in-memory for tests and
+//! baselines; the fault-injecting one is in the dev-only tally-testkit), one sequencer with group commit ([`Log`]), single records or
 //! batches of many, C2SP checkpoints signed only over durable state, crash
 //! recovery, RFC 9162 proofs, and the C2SP tlog-tiles read routes
 //! ([`http::router`]).

@@ -4,7 +4,6 @@
 
 use std::sync::Arc;
 
-use tally_log::store::faulty::FaultyStore;
 use tally_log::store::memory::MemoryStore;
 use tally_log::store::redb::RedbStore;
 use tally_log::LogStore;
@@ -12,6 +11,7 @@ use tally_schemas::record::NoteBody;
 use tally_schemas::{
     AgentName, Body, Hash, Nonce, NoteSigner, Record, SecretKey, Seq, UnixMillis, UnsignedRecord,
 };
+use tally_testkit::faulty_store::FaultyStore;
 
 pub(crate) const ORIGIN: &str = "log.example/test";
 

@@ -12,24 +12,26 @@
 //! schema, signature, key and time, then calls [`Log::append`] (or
 //! [`Log::append_batch`] for many).
 //!
-//! - [`log`]: [`Log`], its append API and the Rust read API.
+//! - `log`: [`Log`], its append API and the Rust read API.
 //! - `sequencer`: the writer thread and group commit.
 //! - `rules`: the pure admission rules (retry, nonce replay, chain conflict).
 //! - `checkpoint`: checkpoint signing and recovery.
 //! - [`store`]: the storage contract and its backends.
 //! - [`tree`]: roots, proofs and tiles over stored hashes.
-//! - [`http`]: the read routes; [`tile_path`]: the C2SP tile path grammar.
-//! - [`error`]: typed errors.
+//! - [`http`]: the read routes; `tile_path`: the C2SP tile path grammar
+//!   ([`http::parse_tile_path`]).
+//! - `error`: typed errors ([`AppendError`], [`OpenError`], [`ReadError`],
+//!   [`ProofRequestError`]).
 
 mod checkpoint;
-pub mod error;
+mod error;
 pub mod http;
-pub mod log;
+mod log;
 mod receipt;
 mod rules;
 mod sequencer;
 pub mod store;
-pub mod tile_path;
+mod tile_path;
 pub mod tree;
 
 pub use error::{AppendError, OpenError, ProofRequestError, ReadError};

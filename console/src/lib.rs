@@ -103,7 +103,7 @@ pub struct ConsoleLimits {
     /// Login attempts over all addresses ([`LOGIN_GLOBAL`]).
     pub login_global: throttle::Rate,
     /// Uploads the operators' verify page checks at once (each on
-    /// [`data::VERIFY_THREADS`] threads); more get 503 and a pointer to
+    /// `VERIFY_THREADS` (module `data`) threads); more get 503 and a pointer to
     /// `tally verify`.
     pub operator_uploads: usize,
     /// The same for all auditor links together: slots of their own, so

@@ -35,17 +35,17 @@ use tally_witness::registry::Principal;
 use tally_witness::witness::Witness;
 
 /// The session cookie's name.
-pub const COOKIE: &str = "tally_console";
+pub(crate) const COOKIE: &str = "tally_console";
 /// The login form's cookie (its anti-CSRF token).
-pub const LOGIN_COOKIE: &str = "tally_login";
+pub(crate) const LOGIN_COOKIE: &str = "tally_login";
 /// How long a login form stays usable: 1 hour.
-pub const LOGIN_TTL_SECS: i64 = 3_600;
+pub(crate) const LOGIN_TTL_SECS: i64 = 3_600;
 /// How long a session lasts: 8 hours.
-pub const SESSION_TTL_MS: i64 = 8 * 3_600_000;
+pub(crate) const SESSION_TTL_MS: i64 = 8 * 3_600_000;
 /// Default [`SessionLimits::per_project`].
-pub const MAX_SESSIONS_PER_PROJECT: usize = 100;
+pub(crate) const MAX_SESSIONS_PER_PROJECT: usize = 100;
 /// Default [`SessionLimits::total`].
-pub const MAX_SESSIONS: usize = 10_000;
+pub(crate) const MAX_SESSIONS: usize = 10_000;
 
 /// How many sessions are kept.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -78,7 +78,7 @@ struct Session {
 
 /// A logged-in operator.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Operator {
+pub(crate) struct Operator {
     /// The project the API key belongs to.
     pub project: String,
     /// The session's CSRF token (for forms).
@@ -88,7 +88,7 @@ pub struct Operator {
 }
 
 /// The sessions, in memory.
-pub struct Sessions {
+pub(crate) struct Sessions {
     limits: SessionLimits,
     table: Mutex<Table>,
 }
@@ -158,7 +158,7 @@ fn sha256_hex(s: &str) -> String {
 impl Sessions {
     /// An empty table with these limits.
     #[must_use]
-    pub fn new(limits: SessionLimits) -> Self {
+    pub(crate) fn new(limits: SessionLimits) -> Self {
         Self {
             limits,
             table: Mutex::new(Table::default()),
@@ -173,7 +173,7 @@ impl Sessions {
 
     /// Logs in with `api_key`: returns the project and the new session token
     /// (for the cookie), or `None` when the key is unknown or revoked.
-    pub fn login(&self, w: &Witness, api_key: &str) -> Option<(Principal, String)> {
+    pub(crate) fn login(&self, w: &Witness, api_key: &str) -> Option<(Principal, String)> {
         let principal = w.registry().authenticate(api_key.trim())?;
         let (token, csrf) = w.with_rng(|rng| {
             let mut t = [0u8; 32];
@@ -206,7 +206,7 @@ impl Sessions {
 
     /// The operator of the request's session cookie, if it is live and its
     /// API key still authenticates.
-    pub fn operator(&self, w: &Witness, headers: &HeaderMap) -> Option<Operator> {
+    pub(crate) fn operator(&self, w: &Witness, headers: &HeaderMap) -> Option<Operator> {
         let token = cookie(headers, COOKIE)?;
         let id = sha256_hex(token);
         let now = w.now();
@@ -229,13 +229,14 @@ impl Sessions {
     }
 
     /// Ends a session.
-    pub fn logout(&self, session_id: &str) {
+    pub(crate) fn logout(&self, session_id: &str) {
         self.lock().by_hash.remove(session_id);
     }
 
     /// Sessions held now by `project` (expired ones not yet dropped count).
+    #[cfg(test)]
     #[must_use]
-    pub fn count(&self, project: &str) -> usize {
+    pub(crate) fn count(&self, project: &str) -> usize {
         self.lock()
             .by_hash
             .values()
@@ -246,7 +247,7 @@ impl Sessions {
 
 /// The `Set-Cookie` value that starts a session.
 #[must_use]
-pub fn session_cookie(token: &str, secure: bool) -> String {
+pub(crate) fn session_cookie(token: &str, secure: bool) -> String {
     format!(
         "{COOKIE}={token}; Path=/console; HttpOnly; SameSite=Strict; Max-Age={}{}",
         SESSION_TTL_MS / 1000,
@@ -255,7 +256,7 @@ pub fn session_cookie(token: &str, secure: bool) -> String {
 }
 
 /// A fresh login-form token: 256 random bits, hex.
-pub fn login_token(w: &Witness) -> String {
+pub(crate) fn login_token(w: &Witness) -> String {
     w.with_rng(|rng| {
         let mut t = [0u8; 32];
         rng.fill_bytes(&mut t);
@@ -265,7 +266,7 @@ pub fn login_token(w: &Witness) -> String {
 
 /// The `Set-Cookie` value that carries a login form's token.
 #[must_use]
-pub fn login_cookie(token: &str, secure: bool) -> String {
+pub(crate) fn login_cookie(token: &str, secure: bool) -> String {
     format!(
         "{LOGIN_COOKIE}={token}; Path=/console/login; HttpOnly; SameSite=Strict; Max-Age={LOGIN_TTL_SECS}{}",
         if secure { "; Secure" } else { "" }
@@ -275,7 +276,7 @@ pub fn login_cookie(token: &str, secure: bool) -> String {
 /// Whether a login post's form token equals its `tally_login` cookie
 /// (compared in constant time).
 #[must_use]
-pub fn login_token_ok(headers: &HeaderMap, submitted: Option<&str>) -> bool {
+pub(crate) fn login_token_ok(headers: &HeaderMap, submitted: Option<&str>) -> bool {
     match (cookie(headers, LOGIN_COOKIE), submitted) {
         (Some(c), Some(s)) if c.len() == 64 && s.len() == c.len() => {
             s.as_bytes().ct_eq(c.as_bytes()).into()
@@ -286,7 +287,7 @@ pub fn login_token_ok(headers: &HeaderMap, submitted: Option<&str>) -> bool {
 
 /// The `Set-Cookie` value that ends a session.
 #[must_use]
-pub fn clear_cookie(secure: bool) -> String {
+pub(crate) fn clear_cookie(secure: bool) -> String {
     format!(
         "{COOKIE}=; Path=/console; HttpOnly; SameSite=Strict; Max-Age=0{}",
         if secure { "; Secure" } else { "" }
@@ -308,7 +309,7 @@ fn cookie<'a>(headers: &'a HeaderMap, name: &str) -> Option<&'a str> {
 
 /// Whether a submitted CSRF token equals the session's (constant time).
 #[must_use]
-pub fn csrf_ok(operator: &Operator, submitted: Option<&str>) -> bool {
+pub(crate) fn csrf_ok(operator: &Operator, submitted: Option<&str>) -> bool {
     match submitted {
         Some(s) if s.len() == operator.csrf.len() => {
             s.as_bytes().ct_eq(operator.csrf.as_bytes()).into()
@@ -322,7 +323,7 @@ pub fn csrf_ok(operator: &Operator, submitted: Option<&str>) -> bool {
 /// bookmarked) means another site made the request. Older ones send
 /// `Origin`: one whose host is not the request's `Host` does too.
 #[must_use]
-pub fn same_site_post(headers: &HeaderMap) -> bool {
+pub(crate) fn same_site_post(headers: &HeaderMap) -> bool {
     if let Some(v) = headers.get("sec-fetch-site") {
         return matches!(v.to_str(), Ok("same-origin" | "none"));
     }

@@ -27,11 +27,11 @@ use tally_witness::export::{self, ExportRange};
 use tally_witness::witness::Witness;
 
 /// Most records of one chain an agent page reads (the newest ones in range).
-pub const MAX_SCAN_RECORDS: u64 = 50_000;
+pub(crate) const MAX_SCAN_RECORDS: u64 = 50_000;
 /// Most log entries the records-per-hour chart reads.
-pub const MAX_CHART_SCAN: u64 = 100_000;
+pub(crate) const MAX_CHART_SCAN: u64 = 100_000;
 /// Hours in the records-per-hour chart.
-pub const CHART_HOURS: usize = 24;
+pub(crate) const CHART_HOURS: usize = 24;
 /// Notes kept for an agent page (the newest).
 const MAX_NOTES: usize = 50;
 /// Tool-list records kept for an agent page (the newest).
@@ -39,11 +39,11 @@ const MAX_TOOL_LISTS: usize = 20;
 /// Records after a decision searched for its outcome (record page).
 const OUTCOME_SEARCH: u64 = 10_000;
 /// Worker threads for a verification run by the console.
-pub const VERIFY_THREADS: usize = 2;
+pub(crate) const VERIFY_THREADS: usize = 2;
 
 /// A time range on the witness's receive time: `since <= received < until`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
-pub struct TimeRange {
+pub(crate) struct TimeRange {
     /// Inclusive start.
     pub since: Option<UnixMillis>,
     /// Exclusive end.
@@ -53,13 +53,13 @@ pub struct TimeRange {
 impl TimeRange {
     /// Whether `t` is in the range.
     #[must_use]
-    pub fn contains(&self, t: UnixMillis) -> bool {
+    pub(crate) fn contains(&self, t: UnixMillis) -> bool {
         self.since.is_none_or(|s| t >= s) && self.until.is_none_or(|u| t < u)
     }
 
     /// The export range of this time range.
     #[must_use]
-    pub fn export_range(&self) -> ExportRange {
+    pub(crate) fn export_range(&self) -> ExportRange {
         if self.since.is_none() && self.until.is_none() {
             ExportRange::All
         } else {
@@ -73,7 +73,7 @@ impl TimeRange {
 
 /// One agent on the overview, or within an auditor link's time range.
 #[derive(Debug, Clone)]
-pub struct AgentSummary {
+pub(crate) struct AgentSummary {
     /// Its name.
     pub agent: AgentName,
     /// The seq of its first record in range (0 without a range).
@@ -92,7 +92,7 @@ pub struct AgentSummary {
 impl AgentSummary {
     /// Number of its records in range.
     #[must_use]
-    pub fn records(&self) -> u64 {
+    pub(crate) fn records(&self) -> u64 {
         self.head
             .as_ref()
             .map_or(0, |h| (h.seq.get() + 1).saturating_sub(self.first_seq))
@@ -106,7 +106,7 @@ impl AgentSummary {
 ///
 /// # Errors
 /// Storage failures.
-pub fn agent_summaries(
+pub(crate) fn agent_summaries(
     w: &Witness,
     agents: &[AgentName],
     range: TimeRange,
@@ -174,7 +174,7 @@ const HOUR_MS: i64 = 3_600_000;
 /// appended since the last one, so a page costs what the log grew by, not
 /// what it holds.
 #[derive(Debug, Default)]
-pub struct HourCounts {
+pub(crate) struct HourCounts {
     /// Log entries before this index are counted.
     counted_to: u64,
     /// Hour (since the epoch) → agent → records.
@@ -192,7 +192,7 @@ impl HourCounts {
     ///
     /// # Errors
     /// Storage failures.
-    pub fn update(&mut self, w: &Witness, now: UnixMillis) -> Result<(), WitnessError> {
+    pub(crate) fn update(&mut self, w: &Witness, now: UnixMillis) -> Result<(), WitnessError> {
         let first_hour = now.as_millis().div_euclid(HOUR_MS) + 1 - CHART_HOURS as i64;
         self.hours.retain(|h, _| *h >= first_hour);
         let size = w.log().latest_checkpoint().checkpoint.size.get();
@@ -256,7 +256,11 @@ impl HourCounts {
     /// before `now` (oldest first), and whether the oldest hours are partial
     /// (a busy log: the last full read stopped at [`MAX_CHART_SCAN`] entries).
     #[must_use]
-    pub fn per_hour(&self, agents: &HashSet<AgentName>, now: UnixMillis) -> (Vec<u64>, bool) {
+    pub(crate) fn per_hour(
+        &self,
+        agents: &HashSet<AgentName>,
+        now: UnixMillis,
+    ) -> (Vec<u64>, bool) {
         let first_hour = now.as_millis().div_euclid(HOUR_MS) + 1 - CHART_HOURS as i64;
         let counts = (first_hour..first_hour + CHART_HOURS as i64)
             .map(|h| {
@@ -274,7 +278,7 @@ impl HourCounts {
 
 /// Where a record sits in the log.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Placed {
+pub(crate) struct Placed {
     /// Its seq.
     pub seq: u64,
     /// Its log index.
@@ -289,7 +293,7 @@ pub struct Placed {
 
 /// One decision and its outcome.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct CallRow {
+pub(crate) struct CallRow {
     /// The call id.
     pub call_id: String,
     /// The tool (empty for an outcome whose decision is not shown).
@@ -303,13 +307,13 @@ pub struct CallRow {
 impl CallRow {
     /// Whether the call has no outcome yet.
     #[must_use]
-    pub fn is_open(&self) -> bool {
+    pub(crate) fn is_open(&self) -> bool {
         self.outcome.is_none()
     }
 
     /// Whether the call ended in anything but `ok`.
     #[must_use]
-    pub fn is_error(&self) -> bool {
+    pub(crate) fn is_error(&self) -> bool {
         self.outcome
             .as_ref()
             .is_some_and(|(_, s)| *s != OutcomeStatus::Ok)
@@ -317,7 +321,7 @@ impl CallRow {
 
     /// The status word shown.
     #[must_use]
-    pub fn status(&self) -> &'static str {
+    pub(crate) fn status(&self) -> &'static str {
         match &self.outcome {
             None => "open",
             Some((_, s)) => s.as_str(),
@@ -336,7 +340,7 @@ impl CallRow {
 
 /// One tool of a tools record.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct ToolRow {
+pub(crate) struct ToolRow {
     /// Name.
     pub name: String,
     /// Whether calls to it are recorded.
@@ -347,7 +351,7 @@ pub struct ToolRow {
 
 /// One `tools` record.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct ToolListRow {
+pub(crate) struct ToolListRow {
     /// Where it is.
     pub at: Placed,
     /// List id.
@@ -362,7 +366,7 @@ pub struct ToolListRow {
 
 /// A note or key rotation.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct OtherRow {
+pub(crate) struct OtherRow {
     /// Where it is.
     pub at: Placed,
     /// `note` or `key_rotation`.
@@ -375,7 +379,7 @@ pub struct OtherRow {
 /// shown, then extended by the records appended since (the console keeps
 /// views per agent and range, see [`super::Console`]).
 #[derive(Debug, Clone, Default)]
-pub struct ChainView {
+pub(crate) struct ChainView {
     /// Decision/outcome pairs, in decision order.
     calls: Vec<CallRow>,
     /// Decisions still without an outcome: record hash → row.
@@ -396,7 +400,7 @@ impl ChainView {
     /// An empty view that starts reading at `first_seq`, leaving the
     /// `not_scanned` records before it unread.
     #[must_use]
-    pub fn starting_at(first_seq: u64, not_scanned: u64) -> Self {
+    pub(crate) fn starting_at(first_seq: u64, not_scanned: u64) -> Self {
         Self {
             first_seq,
             next_seq: first_seq,
@@ -408,7 +412,7 @@ impl ChainView {
     /// Where a view of `summary` (an agent in range) starts: its newest
     /// [`MAX_SCAN_RECORDS`] records, and `(first seq, records not read)`.
     #[must_use]
-    pub fn start_of(summary: &AgentSummary) -> (u64, u64) {
+    pub(crate) fn start_of(summary: &AgentSummary) -> (u64, u64) {
         let end = summary.head.as_ref().map_or(0, |h| h.seq.get() + 1);
         let first = summary.first_seq.max(end.saturating_sub(MAX_SCAN_RECORDS));
         (first, first - summary.first_seq.min(first))
@@ -418,7 +422,7 @@ impl ChainView {
     /// read again: it starts where a new view would, or not too far before
     /// (a view holds at most 1.25 × [`MAX_SCAN_RECORDS`] records).
     #[must_use]
-    pub fn fits(&self, summary: &AgentSummary) -> bool {
+    pub(crate) fn fits(&self, summary: &AgentSummary) -> bool {
         let end = summary.head.as_ref().map_or(0, |h| h.seq.get() + 1);
         let (start, _) = Self::start_of(summary);
         self.first_seq <= start
@@ -431,7 +435,7 @@ impl ChainView {
     ///
     /// # Errors
     /// Storage failures.
-    pub fn extend(
+    pub(crate) fn extend(
         &mut self,
         w: &Witness,
         agent: &AgentName,
@@ -514,19 +518,19 @@ impl ChainView {
 
     /// Decision/outcome pairs, newest first (by their newest record).
     #[must_use]
-    pub fn calls(&self) -> Vec<&CallRow> {
+    pub(crate) fn calls(&self) -> Vec<&CallRow> {
         let mut calls: Vec<&CallRow> = self.calls.iter().collect();
         calls.sort_by_key(|c| std::cmp::Reverse(c.newest_index()));
         calls
     }
 
     /// The newest tools records, newest first.
-    pub fn tool_lists(&self) -> impl ExactSizeIterator<Item = &ToolListRow> {
+    pub(crate) fn tool_lists(&self) -> impl ExactSizeIterator<Item = &ToolListRow> {
         self.tool_lists.iter().rev()
     }
 
     /// The newest notes and key rotations, newest first.
-    pub fn others(&self) -> impl ExactSizeIterator<Item = &OtherRow> {
+    pub(crate) fn others(&self) -> impl ExactSizeIterator<Item = &OtherRow> {
         self.others.iter().rev()
     }
 }
@@ -543,7 +547,7 @@ fn placed(seq: Seq, entry: &Entry, receipt_size: TreeSize) -> Placed {
 
 /// One record with its entry, proof and checkpoints.
 #[derive(Debug, Clone)]
-pub struct RecordDetail {
+pub(crate) struct RecordDetail {
     /// The entry (record, index, receive time).
     pub entry: Entry,
     /// Size of the checkpoint the receipt was issued under.
@@ -566,7 +570,7 @@ impl RecordDetail {
     /// that ends on a decision without its outcome fails check 10
     /// (`outcomes`) once the grace window has passed.
     #[must_use]
-    pub fn pack_range(&self) -> (Seq, Seq) {
+    pub(crate) fn pack_range(&self) -> (Seq, Seq) {
         let seq = self.entry.record().seq;
         (seq, self.outcome.map_or(seq, |(s, _)| s))
     }
@@ -576,7 +580,10 @@ impl RecordDetail {
 ///
 /// # Errors
 /// Storage failures.
-pub fn record_detail(w: &Witness, index: LeafIndex) -> Result<Option<RecordDetail>, WitnessError> {
+pub(crate) fn record_detail(
+    w: &Witness,
+    index: LeafIndex,
+) -> Result<Option<RecordDetail>, WitnessError> {
     let cp = w.log().latest_checkpoint();
     let Some(entry) = w.log().entry(index)? else {
         return Ok(None);
@@ -625,7 +632,7 @@ pub fn record_detail(w: &Witness, index: LeafIndex) -> Result<Option<RecordDetai
 }
 
 /// Reads bytes that arrive as chunks from another thread.
-pub struct ChunkReader<F> {
+pub(crate) struct ChunkReader<F> {
     next: F,
     chunk: Vec<u8>,
     pos: usize,
@@ -633,7 +640,7 @@ pub struct ChunkReader<F> {
 
 impl<F: FnMut() -> Option<std::io::Result<Vec<u8>>>> ChunkReader<F> {
     /// A reader over the chunks `next` yields (`None` is the end).
-    pub fn new(next: F) -> Self {
+    pub(crate) fn new(next: F) -> Self {
         Self {
             next,
             chunk: Vec::new(),
@@ -667,7 +674,7 @@ impl<F: FnMut() -> Option<std::io::Result<Vec<u8>>>> Read for ChunkReader<F> {
 /// # Errors
 /// [`VerifyError`] when the input is not a pack at all (what `tally
 /// verify` exits 2 for).
-pub fn run_verify(
+pub(crate) fn run_verify(
     pack: impl Read,
     keys: &AgentKeys,
     log_key: &tally_schemas::NoteVerifier,
@@ -697,7 +704,7 @@ pub fn run_verify(
 /// # Errors
 /// `NoRecords` when an agent has nothing in range; storage failures; a
 /// verifier that refuses the pack (which would be a bug in the export).
-pub fn verify_export(
+pub(crate) fn verify_export(
     w: &Witness,
     project: &str,
     agents: &[AgentName],

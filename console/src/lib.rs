@@ -7,9 +7,9 @@
 //! docs/api.md "Console" lists the routes, docs/operations.md "Console" how
 //! to run it. `tally serve` merges [`router`] into the witness's router.
 //!
-//! - [`handlers`]: the routes; [`pages`]: the HTML (auto-escaped);
-//! - [`data`]: what the pages read from the log, and the verifier runs;
-//! - [`auth`]: sessions and CSRF; [`throttle`]: the login throttle;
+//! - `handlers`: the routes; `pages`: the HTML (auto-escaped);
+//! - `data`: what the pages read from the log, and the verifier runs;
+//! - `auth`: sessions and CSRF; `throttle`: the login throttle;
 //!   [`store`]: auditor links (`console.redb`).
 //! - [`ConsoleLimits`]: every limit the console keeps, with its default.
 //!
@@ -18,14 +18,14 @@
 //! Content-Security-Policy (no inline script or style, nothing from other
 //! origins) and is not cached.
 
-pub mod auth;
-pub mod data;
+mod auth;
+mod data;
 mod handlers;
-pub mod pages;
+mod pages;
 pub mod store;
 #[cfg(test)]
 mod tests;
-pub mod throttle;
+mod throttle;
 
 use std::collections::HashMap;
 use std::path::Path;
@@ -39,6 +39,9 @@ use axum::routing::{get, post};
 use axum::Router;
 use tally_schemas::{AgentName, Seq};
 use tally_verifier::Verification;
+
+pub use auth::SessionLimits;
+pub use throttle::Rate;
 
 use data::{AgentSummary, ChainView, HourCounts, TimeRange};
 use store::{LinkStore, LinkStoreError};
@@ -93,14 +96,14 @@ pub const LOGIN_GLOBAL: throttle::Rate = throttle::Rate {
 /// The console's limits. `tally serve` uses the defaults; tests lower them.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct ConsoleLimits {
-    /// Sessions per project and in all ([`auth::SessionLimits`]).
+    /// Sessions per project and in all ([`SessionLimits`]).
     pub sessions: auth::SessionLimits,
     /// Login attempts per client address ([`LOGIN_PER_ADDRESS`]).
     pub login_per_address: throttle::Rate,
     /// Login attempts over all addresses ([`LOGIN_GLOBAL`]).
     pub login_global: throttle::Rate,
     /// Uploads the operators' verify page checks at once (each on
-    /// [`data::VERIFY_THREADS`] threads); more get 503 and a pointer to
+    /// `VERIFY_THREADS` (module `data`) threads); more get 503 and a pointer to
     /// `tally verify`.
     pub operator_uploads: usize,
     /// The same for all auditor links together: slots of their own, so
@@ -130,7 +133,7 @@ type ViewKey = (AgentName, TimeRange);
 
 /// The verifier's report for an agent page.
 #[derive(Debug, Clone)]
-pub enum Report {
+pub(crate) enum Report {
     /// Over the agent's records in range, through the head shown.
     Current(Arc<Verification>),
     /// Over its records through seq `as_of`; a newer one is being computed.
@@ -284,7 +287,7 @@ impl Console {
     ///
     /// # Errors
     /// Storage failures.
-    pub fn with_chain_view<R>(
+    pub(crate) fn with_chain_view<R>(
         &self,
         summary: &AgentSummary,
         range: TimeRange,
@@ -321,7 +324,7 @@ impl Console {
     ///
     /// # Errors
     /// Storage failures, or a verifier that refuses the export (a bug).
-    pub fn report(
+    pub(crate) fn report(
         self: &Arc<Self>,
         summary: &AgentSummary,
         range: TimeRange,
@@ -463,7 +466,7 @@ impl Console {
     ///
     /// # Errors
     /// Storage failures.
-    pub fn records_per_hour(
+    pub(crate) fn records_per_hour(
         &self,
         agents: &std::collections::HashSet<AgentName>,
     ) -> Result<(Vec<u64>, bool), WitnessError> {

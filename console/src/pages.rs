@@ -17,11 +17,11 @@ use crate::store::AuditorLink;
 use crate::Report;
 
 /// Rows per page of the calls table.
-pub const PAGE_ROWS: usize = 50;
+pub(crate) const PAGE_ROWS: usize = 50;
 
 /// Who is looking, and where the links of a page point.
 #[derive(Debug, Clone)]
-pub struct View {
+pub(crate) struct View {
     /// The project.
     pub project: String,
     /// URL prefix: `/console` or `/console/a/<token>`.
@@ -34,7 +34,7 @@ pub struct View {
 
 /// What an auditor link shows.
 #[derive(Debug, Clone)]
-pub struct AuditorScope {
+pub(crate) struct AuditorScope {
     /// The agents.
     pub agents: Vec<AgentName>,
     /// The time range.
@@ -140,7 +140,7 @@ fn range_text(r: &TimeRange) -> String {
 }
 
 /// The page frame: head, navigation, main.
-pub fn layout(view: Option<&View>, title: &str, body: Markup) -> Markup {
+pub(crate) fn layout(view: Option<&View>, title: &str, body: Markup) -> Markup {
     html! {
         (DOCTYPE)
         html lang="en" {
@@ -185,7 +185,7 @@ pub fn layout(view: Option<&View>, title: &str, body: Markup) -> Markup {
 
 /// The login form, carrying `token` (which must come back with the
 /// matching cookie).
-pub fn login(token: &str, message: Option<&str>) -> Markup {
+pub(crate) fn login(token: &str, message: Option<&str>) -> Markup {
     layout(
         None,
         "Log in",
@@ -204,7 +204,7 @@ pub fn login(token: &str, message: Option<&str>) -> Markup {
 }
 
 /// An error page.
-pub fn error(view: Option<&View>, status: u16, message: &str) -> Markup {
+pub(crate) fn error(view: Option<&View>, status: u16, message: &str) -> Markup {
     layout(
         view,
         "Error",
@@ -239,7 +239,7 @@ fn chart(counts: &[u64], now: UnixMillis) -> Markup {
 }
 
 /// What the overview shows of the log itself.
-pub struct LogState<'a> {
+pub(crate) struct LogState<'a> {
     /// The latest checkpoint.
     pub checkpoint: &'a tally_log::SignedCheckpoint,
     /// The sequencer's counters.
@@ -249,7 +249,7 @@ pub struct LogState<'a> {
 }
 
 /// The overview of the operator's project.
-pub fn overview(
+pub(crate) fn overview(
     view: &View,
     agents: &[AgentSummary],
     counts: &[u64],
@@ -341,7 +341,7 @@ fn checkpoint_section(checkpoint: &tally_log::SignedCheckpoint) -> Markup {
 /// range, the downloads, and the log's latest checkpoint. The overview's
 /// records-per-hour chart is left out: it counts the last day, not the
 /// link's range.
-pub fn auditor_home(
+pub(crate) fn auditor_home(
     view: &View,
     agents: &[AgentSummary],
     checkpoint: &tally_log::SignedCheckpoint,
@@ -406,7 +406,7 @@ fn status_word(s: CheckStatus) -> &'static str {
 
 /// The twelve checks, coverage and result of a verification, and the exact
 /// text `tally verify` prints (folded away unless `text_open`).
-pub fn report(v: &Verification, text_open: bool) -> Markup {
+pub(crate) fn report(v: &Verification, text_open: bool) -> Markup {
     let text = v.to_text();
     let result = text.lines().last().unwrap_or("");
     html! {
@@ -437,7 +437,7 @@ pub fn report(v: &Verification, text_open: bool) -> Markup {
 
 /// Query of the calls table.
 #[derive(Debug, Clone, Default)]
-pub struct CallFilter {
+pub(crate) struct CallFilter {
     /// Text searched in tool names and call ids.
     pub q: String,
     /// `all`, `open`, `error` or `ok`.
@@ -449,7 +449,7 @@ pub struct CallFilter {
 impl CallFilter {
     /// Whether `row` passes the filter.
     #[must_use]
-    pub fn matches(&self, row: &CallRow) -> bool {
+    pub(crate) fn matches(&self, row: &CallRow) -> bool {
         let status_ok = match self.status.as_str() {
             "open" => row.is_open(),
             "error" => row.is_error(),
@@ -485,7 +485,7 @@ impl CallFilter {
 
 /// Inputs of an agent page.
 #[derive(Debug)]
-pub struct AgentPage<'a> {
+pub(crate) struct AgentPage<'a> {
     /// The agent.
     pub summary: &'a AgentSummary,
     /// Its registered keys.
@@ -502,7 +502,7 @@ pub struct AgentPage<'a> {
 }
 
 /// The agent page.
-pub fn agent(view: &View, p: &AgentPage<'_>) -> Markup {
+pub(crate) fn agent(view: &View, p: &AgentPage<'_>) -> Markup {
     let a = p.summary;
     let base = &view.base;
     let calls = p.chain.calls();
@@ -673,7 +673,7 @@ pub fn agent(view: &View, p: &AgentPage<'_>) -> Markup {
 }
 
 /// The record page.
-pub fn record(view: &View, d: &RecordDetail) -> Markup {
+pub(crate) fn record(view: &View, d: &RecordDetail) -> Markup {
     let r = d.entry.record();
     let base = &view.base;
     let record_json = json_text(r.canonical_bytes());
@@ -719,11 +719,11 @@ pub fn record(view: &View, d: &RecordDetail) -> Markup {
 
 /// Largest `--max-skew` or `--grace` the verify page takes, in seconds
 /// (ten years).
-pub const MAX_VERIFY_WINDOW_SECS: u64 = 10 * 366 * 86_400;
+pub(crate) const MAX_VERIFY_WINDOW_SECS: u64 = 10 * 366 * 86_400;
 
 /// The verify page's settings: `tally verify`'s options and defaults.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct VerifySettings {
+pub(crate) struct VerifySettings {
     /// `--max-skew`, seconds.
     pub max_skew_secs: u64,
     /// `--grace`, seconds.
@@ -744,7 +744,7 @@ impl Default for VerifySettings {
 }
 
 /// The verify page, with the result of an upload if there was one.
-pub fn verify(
+pub(crate) fn verify(
     view: &View,
     vkey: &str,
     settings: &VerifySettings,
@@ -795,7 +795,7 @@ pub fn verify(
 }
 
 /// The auditor-link page: the form and the project's links.
-pub fn links(
+pub(crate) fn links(
     view: &View,
     agents: &[AgentName],
     links: &[(String, AuditorLink)],

@@ -20,7 +20,7 @@ use tally_schemas::UnixMillis;
 /// Most client addresses tracked at once. Past it, a login from a new
 /// address waits until buckets refill (only a flood from this many
 /// addresses gets there, and the global bucket is empty by then anyway).
-pub const MAX_TRACKED_ADDRESSES: usize = 65_536;
+pub(crate) const MAX_TRACKED_ADDRESSES: usize = 65_536;
 
 /// A token bucket's shape: `burst` tokens, refilled at `per_minute`.
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -74,7 +74,7 @@ struct State {
 }
 
 /// The throttle. See the module docs.
-pub struct LoginThrottle {
+pub(crate) struct LoginThrottle {
     per_address: Rate,
     global: Rate,
     state: Mutex<State>,
@@ -92,7 +92,7 @@ impl std::fmt::Debug for LoginThrottle {
 /// The bucket key of a client address: IPv4 as is (also when mapped into
 /// IPv6), IPv6 cut to its /64.
 #[must_use]
-pub fn address_key(ip: IpAddr) -> IpAddr {
+pub(crate) fn address_key(ip: IpAddr) -> IpAddr {
     match ip {
         IpAddr::V4(_) => ip,
         IpAddr::V6(v6) => match v6.to_ipv4_mapped() {
@@ -108,7 +108,7 @@ pub fn address_key(ip: IpAddr) -> IpAddr {
 impl LoginThrottle {
     /// A throttle with these rates; both buckets start full.
     #[must_use]
-    pub fn new(per_address: Rate, global: Rate) -> Self {
+    pub(crate) fn new(per_address: Rate, global: Rate) -> Self {
         Self {
             per_address,
             global,
@@ -126,7 +126,7 @@ impl LoginThrottle {
     ///
     /// # Errors
     /// The milliseconds to wait (at least 1) when either bucket is empty.
-    pub fn take(&self, client: Option<IpAddr>, now: UnixMillis) -> Result<(), u64> {
+    pub(crate) fn take(&self, client: Option<IpAddr>, now: UnixMillis) -> Result<(), u64> {
         let now = now.as_millis();
         let key = client.map_or(IpAddr::V6(Ipv6Addr::UNSPECIFIED), address_key);
         let mut state = self

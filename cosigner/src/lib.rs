@@ -19,7 +19,7 @@
 //! - [`cosigner`]: the add-checkpoint rules without HTTP.
 //! - [`http`], [`server`]: the routes (docs/api.md) and bounded serving.
 //! - [`client`]: what a log uses to ask a cosigner for a cosignature.
-//! - [`metrics`]: `tally_cosigner_*` Prometheus metrics.
+//! - `metrics`: `tally_cosigner_*` Prometheus metrics.
 //!
 //! The wire formats (the cosignature/v1 message, the request body) are in
 //! `tally_schemas::cosignature`, shared with the verifier.
@@ -28,7 +28,7 @@ pub mod client;
 pub mod config;
 pub mod cosigner;
 pub mod http;
-pub mod metrics;
+mod metrics;
 pub mod server;
 pub mod state;
 
@@ -43,6 +43,8 @@ use tally_schemas::time::Clock;
 use crate::config::{ConfigError, Logs};
 use crate::cosigner::Cosigner;
 use crate::state::{State, StateError};
+
+pub use crate::metrics::Metrics;
 
 /// The files of a cosigner's data folder.
 pub mod files {

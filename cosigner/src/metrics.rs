@@ -9,7 +9,7 @@ use std::sync::Mutex;
 use crate::state::Cosigned;
 
 /// Results an add-checkpoint request can have, in the order they are shown.
-pub const RESULTS: [&str; 9] = [
+pub(crate) const RESULTS: [&str; 9] = [
     "ok",
     "malformed",
     "unknown_origin",

@@ -11,10 +11,10 @@
 //! - [`journal`]: the append-only record journal replayed into the store on open.
 //! - [`acceptance`]: receipt acceptance, docs/protocol.md §8, shared by the gateway and `tally record`.
 //! - [`witness`]: the witness HTTP client; [`sync`]: background sync with backoff and resync.
-//! - [`toollist`]: `tools` records from MCP tool lists (§5.3, §6.2).
+//! - `toollist`: `tools` records from MCP tool lists (§5.3, §6.2).
 //! - [`calls`]: the recording core both transports share: decision, strict receipt, outcome, tool lists.
 //! - [`proxy`], [`process`]: the MCP stdio proxy and the child process behind it.
-//! - [`http`], [`sse`]: the MCP Streamable HTTP proxy (`tally gateway --upstream URL`).
+//! - [`http`], `sse`: the MCP Streamable HTTP proxy (`tally gateway --upstream URL`).
 //!
 //! It depends on tally-schemas for every wire type and never on tally-log.
 
@@ -25,11 +25,11 @@ pub mod journal;
 pub mod process;
 pub mod proxy;
 pub mod recorder;
-pub mod sse;
+mod sse;
 pub mod state;
 pub mod store;
 pub mod sync;
-pub mod toollist;
+mod toollist;
 pub mod witness;
 
 use std::sync::Arc;

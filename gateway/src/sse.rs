@@ -10,7 +10,7 @@
 
 /// One dispatched event.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Event {
+pub(crate) struct Event {
     /// The `event` field (`message` when absent).
     pub event: String,
     /// The `data` lines joined with LF.
@@ -25,11 +25,11 @@ pub struct Event {
 /// The stream broke the reader's bound.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[error("an event stream line or event is larger than {0} bytes")]
-pub struct TooLarge(pub usize);
+pub(crate) struct TooLarge(pub usize);
 
 /// The incremental reader.
 #[derive(Debug)]
-pub struct SseReader {
+pub(crate) struct SseReader {
     max_event_bytes: usize,
     line: Vec<u8>,
     /// The previous chunk ended with CR: an LF starting the next one is
@@ -47,7 +47,7 @@ impl SseReader {
     /// A reader that refuses events (all their lines together) over
     /// `max_event_bytes`.
     #[must_use]
-    pub fn new(max_event_bytes: usize) -> Self {
+    pub(crate) fn new(max_event_bytes: usize) -> Self {
         Self {
             max_event_bytes,
             line: Vec::new(),
@@ -61,17 +61,11 @@ impl SseReader {
         }
     }
 
-    /// The last event id seen so far.
-    #[must_use]
-    pub fn last_event_id(&self) -> Option<&str> {
-        self.last_id.as_deref()
-    }
-
     /// Feeds `chunk`; returns the events it completes.
     ///
     /// # Errors
     /// [`TooLarge`] when an event grows past the bound.
-    pub fn feed(&mut self, chunk: &[u8]) -> Result<Vec<Event>, TooLarge> {
+    pub(crate) fn feed(&mut self, chunk: &[u8]) -> Result<Vec<Event>, TooLarge> {
         let mut out = Vec::new();
         let mut rest = chunk;
         if self.after_cr {

@@ -16,7 +16,7 @@ const TOOLS_BYTES_BUDGET: usize = MAX_RECORD_BYTES - 2048;
 
 /// Why a tool list could not be recorded.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-pub enum ToolListError {
+pub(crate) enum ToolListError {
     /// A definition could not be digested.
     #[error("tool definition {index}: {reason}")]
     Definition {
@@ -35,7 +35,7 @@ pub enum ToolListError {
 
 /// A digested tool list, ready to be recorded.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct DigestedList {
+pub(crate) struct DigestedList {
     /// The entries, in the server's order.
     pub entries: Vec<ToolEntry>,
     /// A digest of names, definitions and recorded flags: equal lists have
@@ -48,7 +48,7 @@ pub struct DigestedList {
 ///
 /// # Errors
 /// [`ToolListError`] for undigestable or duplicate definitions.
-pub fn digest_list(
+pub(crate) fn digest_list(
     tools: &[Value],
     recorded: impl Fn(&str) -> bool,
 ) -> Result<DigestedList, ToolListError> {
@@ -82,7 +82,7 @@ impl DigestedList {
     ///
     /// # Errors
     /// [`ToolListError::TooManyParts`] when it does not fit 64 records.
-    pub fn bodies(&self) -> Result<Vec<Body>, ToolListError> {
+    pub(crate) fn bodies(&self) -> Result<Vec<Body>, ToolListError> {
         let mut chunks: Vec<Vec<ToolEntry>> = Vec::new();
         let mut current: Vec<ToolEntry> = Vec::new();
         let mut bytes = 0usize;

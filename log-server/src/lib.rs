@@ -2,8 +2,8 @@
 //!
 //! The durable Merkle log of tally (docs/storage.md is its contract,
 //! docs/protocol.md §7–§8 the wire it produces): storage behind the
-//! [`store::LogStore`] trait (redb by default, in-memory and fault-injecting
-//! for tests), one sequencer with group commit ([`Log`]), single records or
+//! [`store::LogStore`] trait (redb by default, in-memory for tests and
+//! baselines; the fault-injecting one is in the dev-only tally-testkit), one sequencer with group commit ([`Log`]), single records or
 //! batches of many, C2SP checkpoints signed only over durable state, crash
 //! recovery, RFC 9162 proofs, and the C2SP tlog-tiles read routes
 //! ([`http::router`]).
@@ -12,24 +12,26 @@
 //! schema, signature, key and time, then calls [`Log::append`] (or
 //! [`Log::append_batch`] for many).
 //!
-//! - [`log`]: [`Log`], its append API and the Rust read API.
+//! - `log`: [`Log`], its append API and the Rust read API.
 //! - `sequencer`: the writer thread and group commit.
 //! - `rules`: the pure admission rules (retry, nonce replay, chain conflict).
 //! - `checkpoint`: checkpoint signing and recovery.
 //! - [`store`]: the storage contract and its backends.
 //! - [`tree`]: roots, proofs and tiles over stored hashes.
-//! - [`http`]: the read routes; [`tile_path`]: the C2SP tile path grammar.
-//! - [`error`]: typed errors.
+//! - [`http`]: the read routes; `tile_path`: the C2SP tile path grammar
+//!   ([`http::parse_tile_path`]).
+//! - `error`: typed errors ([`AppendError`], [`OpenError`], [`ReadError`],
+//!   [`ProofRequestError`]).
 
 mod checkpoint;
-pub mod error;
+mod error;
 pub mod http;
-pub mod log;
+mod log;
 mod receipt;
 mod rules;
 mod sequencer;
 pub mod store;
-pub mod tile_path;
+mod tile_path;
 pub mod tree;
 
 pub use error::{AppendError, OpenError, ProofRequestError, ReadError};

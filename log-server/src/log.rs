@@ -45,7 +45,7 @@ pub struct LogConfig {
 }
 
 /// The default [`LogConfig::cache_bytes`]: 64 MiB.
-pub const DEFAULT_CACHE_BYTES: usize = 64 * 1024 * 1024;
+pub(crate) const DEFAULT_CACHE_BYTES: usize = 64 * 1024 * 1024;
 
 impl Default for LogConfig {
     fn default() -> Self {

@@ -11,13 +11,13 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use common::{now, signer, Agent};
-use tally_log::store::faulty::{Fault, FaultyStore, WriteKind};
 use tally_log::store::memory::MemoryStore;
 use tally_log::store::{BatchWrite, ChainHead};
 use tally_log::{AppendError, Log, LogConfig, LogStore, OpenError, SignedCheckpoint, StoreError};
 use tally_schemas::note::open_checkpoint;
 use tally_schemas::tree::verify_consistency;
 use tally_schemas::{AgentName, Hash, LeafIndex, Nonce, Record, Seq, TreeSize};
+use tally_testkit::faulty_store::{Fault, FaultyStore, WriteKind};
 
 fn rt() -> tokio::runtime::Runtime {
     tokio::runtime::Builder::new_current_thread()

@@ -13,12 +13,12 @@ use std::sync::Arc;
 
 use common::{futures_join_all, now, signer, Agent};
 use proptest::prelude::*;
-use tally_log::store::faulty::{Fault, FaultyStore};
 use tally_log::store::memory::MemoryStore;
 use tally_log::store::redb::RedbStore;
 use tally_log::{AppendError, Log, LogConfig, LogStore};
 use tally_schemas::tree::{reference, verify_consistency};
 use tally_schemas::{Checkpoint, Hash, LeafIndex, Receipt, Record, Seq, TreeSize};
+use tally_testkit::faulty_store::{Fault, FaultyStore};
 
 #[derive(Debug, Clone)]
 enum Op {

@@ -23,7 +23,7 @@ use tally_schemas::{AgentName, SecretKey};
 
 /// Where the agent's local state lives; shared by every agent-side command.
 #[derive(Debug, Clone, clap::Args)]
-pub struct StateArgs {
+pub(crate) struct StateArgs {
     /// The local state directory (keys, chain stores, witness config)
     /// [default: $TALLY_STATE_DIR, else .tally in the current folder].
     #[arg(long, value_name = "DIR")]
@@ -31,13 +31,13 @@ pub struct StateArgs {
 }
 
 /// The environment variable that names the state directory.
-pub const STATE_DIR_ENV: &str = "TALLY_STATE_DIR";
+pub(crate) const STATE_DIR_ENV: &str = "TALLY_STATE_DIR";
 
 impl StateArgs {
     /// The state directory, and how it was chosen (quoted when an agent is
     /// not found in it).
     #[must_use]
-    pub fn dir(&self) -> StateDir {
+    pub(crate) fn dir(&self) -> StateDir {
         if let Some(dir) = &self.state_dir {
             return StateDir::with_lookup(dir, "given with --state-dir");
         }
@@ -55,14 +55,14 @@ impl StateArgs {
 ///
 /// # Errors
 /// The protocol's rule for agent names, as text.
-pub fn parse_agent(s: &str) -> Result<AgentName, String> {
+pub(crate) fn parse_agent(s: &str) -> Result<AgentName, String> {
     AgentName::new(s).map_err(|e| e.to_string())
 }
 
 /// The agent of an `agent` subcommand: a word (`tally agent sync NAME`) or
 /// `--agent NAME`, as every other command takes it.
 #[derive(Debug, Clone, clap::Args)]
-pub struct AgentArg {
+pub(crate) struct AgentArg {
     /// The agent's name (or give it with --agent).
     #[arg(
         value_name = "AGENT",
@@ -81,7 +81,7 @@ impl AgentArg {
     ///
     /// # Errors
     /// When neither form was given (clap refuses that first).
-    pub fn get(&self) -> anyhow::Result<&AgentName> {
+    pub(crate) fn get(&self) -> anyhow::Result<&AgentName> {
         self.name
             .as_ref()
             .or(self.flag.as_ref())
@@ -91,14 +91,14 @@ impl AgentArg {
 
 /// Arguments of `tally agent`.
 #[derive(Debug, clap::Args)]
-pub struct Args {
+pub(crate) struct Args {
     #[command(subcommand)]
     pub command: AgentCommand,
 }
 
 /// The `tally agent` subcommands.
 #[derive(Debug, clap::Subcommand)]
-pub enum AgentCommand {
+pub(crate) enum AgentCommand {
     /// Make an agent's signing key (mode 0600) in the local state directory,
     /// print its public key and the command that registers it with a
     /// witness, and with --witness pin the witness's log key (trust on first
@@ -124,7 +124,7 @@ pub enum AgentCommand {
 
 /// Arguments of `tally agent init`.
 #[derive(Debug, clap::Args)]
-pub struct InitArgs {
+pub(crate) struct InitArgs {
     /// The agent's name (its chain's name).
     #[command(flatten)]
     pub agent: AgentArg,
@@ -143,7 +143,7 @@ pub struct InitArgs {
 
 /// Arguments of `tally agent sync`.
 #[derive(Debug, clap::Args)]
-pub struct SyncArgs {
+pub(crate) struct SyncArgs {
     /// The agent.
     #[command(flatten)]
     pub agent: AgentArg,
@@ -162,7 +162,7 @@ pub struct SyncArgs {
 ///
 /// # Errors
 /// I/O, state and witness errors (exit 2).
-pub fn run(args: &Args) -> anyhow::Result<ExitCode> {
+pub(crate) fn run(args: &Args) -> anyhow::Result<ExitCode> {
     match &args.command {
         AgentCommand::Init(a) => init(a),
         AgentCommand::Sync(a) => sync(a),

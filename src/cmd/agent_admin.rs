@@ -26,7 +26,7 @@ fn parse_time(s: &str) -> Result<UnixMillis, String> {
 
 /// Arguments of `tally agent add`.
 #[derive(Debug, clap::Args)]
-pub struct AddArgs {
+pub(crate) struct AddArgs {
     /// The agent's name (unique on the witness).
     #[command(flatten)]
     pub agent: AgentArg,
@@ -44,7 +44,7 @@ pub struct AddArgs {
 
 /// Arguments of `tally agent rotate`.
 #[derive(Debug, clap::Args)]
-pub struct RotateArgs {
+pub(crate) struct RotateArgs {
     /// The agent.
     #[command(flatten)]
     pub agent: AgentArg,
@@ -64,7 +64,7 @@ pub struct RotateArgs {
 
 /// Arguments of `tally agent retire`.
 #[derive(Debug, clap::Args)]
-pub struct RetireArgs {
+pub(crate) struct RetireArgs {
     /// The agent.
     #[command(flatten)]
     pub agent: AgentArg,
@@ -93,7 +93,7 @@ fn print_keys(agent: &RegisteredAgent) -> std::io::Result<()> {
 ///
 /// # Errors
 /// Transport errors and refusals (exit 2).
-pub fn add(a: &AddArgs) -> anyhow::Result<ExitCode> {
+pub(crate) fn add(a: &AddArgs) -> anyhow::Result<ExitCode> {
     let agent = a.agent.get()?;
     let request = AddAgentRequest {
         agent: agent.clone(),
@@ -117,7 +117,7 @@ pub fn add(a: &AddArgs) -> anyhow::Result<ExitCode> {
 ///
 /// # Errors
 /// Transport errors and refusals (exit 2).
-pub fn rotate(a: &RotateArgs) -> anyhow::Result<ExitCode> {
+pub(crate) fn rotate(a: &RotateArgs) -> anyhow::Result<ExitCode> {
     let agent = a.agent.get()?;
     let request = RotateKeyRequest {
         public_key: a.public_key.to_base64(),
@@ -137,7 +137,7 @@ pub fn rotate(a: &RotateArgs) -> anyhow::Result<ExitCode> {
 ///
 /// # Errors
 /// Transport errors and refusals (exit 2).
-pub fn retire(a: &RetireArgs) -> anyhow::Result<ExitCode> {
+pub(crate) fn retire(a: &RetireArgs) -> anyhow::Result<ExitCode> {
     let agent = a.agent.get()?;
     let registered: RegisteredAgent = a
         .remote

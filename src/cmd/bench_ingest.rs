@@ -24,7 +24,7 @@ use tally_schemas::{AgentName, Body, Nonce, Record, SecretKey, Seq, UnixMillis, 
 
 /// Arguments of `tally bench ingest`.
 #[derive(Debug, clap::Args)]
-pub struct IngestArgs {
+pub(crate) struct IngestArgs {
     /// Records to post in all.
     #[arg(long, default_value_t = 40_000)]
     pub records: usize,
@@ -176,7 +176,7 @@ fn percentile(sorted: &[Duration], p: f64) -> Duration {
 ///
 /// # Errors
 /// When the witness cannot be started or reached (exit 2).
-pub fn ingest(a: &IngestArgs) -> anyhow::Result<ExitCode> {
+pub(crate) fn ingest(a: &IngestArgs) -> anyhow::Result<ExitCode> {
     let agents = a.agents.max(1);
     let concurrency = a.concurrency.clamp(1, agents);
     let per_agent = a.records.div_ceil(agents);

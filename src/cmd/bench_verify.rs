@@ -27,14 +27,14 @@ use tally_verifier::{verify, VerifyOptions};
 
 /// Arguments of `tally bench`.
 #[derive(Debug, clap::Args)]
-pub struct Args {
+pub(crate) struct Args {
     #[command(subcommand)]
     pub what: What,
 }
 
 /// What to benchmark.
 #[derive(Debug, clap::Subcommand)]
-pub enum What {
+pub(crate) enum What {
     /// The offline verifier: records/s, peak RSS, ratio to raw Ed25519.
     Verify(VerifyArgs),
     /// Ingest over HTTP into a witness: records/s, latency, ratio to raw Ed25519.
@@ -43,7 +43,7 @@ pub enum What {
 
 /// Arguments of `tally bench verify`.
 #[derive(Debug, clap::Args)]
-pub struct VerifyArgs {
+pub(crate) struct VerifyArgs {
     /// Pack sizes in records.
     #[arg(long, value_delimiter = ',', default_values_t = [10_000u64, 100_000, 1_000_000])]
     pub sizes: Vec<u64>,
@@ -66,7 +66,7 @@ pub struct VerifyArgs {
 ///
 /// # Errors
 /// I/O errors, a child that fails, a generated pack that does not pass.
-pub fn run(args: &Args) -> anyhow::Result<ExitCode> {
+pub(crate) fn run(args: &Args) -> anyhow::Result<ExitCode> {
     match &args.what {
         What::Verify(v) => match &v.one {
             Some(dir) => verify_one(dir, v.threads),

@@ -10,7 +10,7 @@ use tally_schemas::limits::MAX_TOOL_DEFINITION_BYTES;
 
 /// Arguments of `tally canon`.
 #[derive(Debug, clap::Args)]
-pub struct Args {
+pub(crate) struct Args {
     /// The JSON file, or - for standard input.
     pub file: PathBuf,
     /// Also print the SHA-256 of the canonical bytes on a second line.
@@ -22,7 +22,7 @@ pub struct Args {
 ///
 /// # Errors
 /// I/O errors and refused documents (exit 2).
-pub fn run(args: &Args) -> anyhow::Result<ExitCode> {
+pub(crate) fn run(args: &Args) -> anyhow::Result<ExitCode> {
     let mut bytes = Vec::new();
     if args.file.as_os_str() == "-" {
         std::io::stdin()

@@ -22,7 +22,7 @@ use tally_schemas::time::SystemClock;
 
 /// The cosigner's data folder; shared by every subcommand.
 #[derive(Debug, Clone, clap::Args)]
-pub struct DirArgs {
+pub(crate) struct DirArgs {
     /// The cosigner's data folder (its key, its state, logs.toml).
     #[arg(long, env = "TALLY_COSIGNER_DIR", default_value = "tally-cosigner")]
     pub data_dir: PathBuf,
@@ -30,14 +30,14 @@ pub struct DirArgs {
 
 /// Arguments of `tally cosigner`.
 #[derive(Debug, clap::Args)]
-pub struct Args {
+pub(crate) struct Args {
     #[command(subcommand)]
     pub command: CosignerCommand,
 }
 
 /// The `tally cosigner` subcommands.
 #[derive(Debug, clap::Subcommand)]
-pub enum CosignerCommand {
+pub(crate) enum CosignerCommand {
     /// Make a new cosigner: its Ed25519 key (cosignature/v1, mode 0600),
     /// its state file and an empty logs.toml, together, in the data folder;
     /// print its public key (the vkey logs and auditors pin). Refuses a
@@ -60,7 +60,7 @@ pub enum CosignerCommand {
 
 /// Arguments of `tally cosigner init`.
 #[derive(Debug, clap::Args)]
-pub struct InitArgs {
+pub(crate) struct InitArgs {
     #[command(flatten)]
     pub dir: DirArgs,
     /// The cosigner's name, a schema-less URL that identifies it (for
@@ -72,7 +72,7 @@ pub struct InitArgs {
 
 /// Arguments of `tally cosigner add-log`.
 #[derive(Debug, clap::Args)]
-pub struct AddLogArgs {
+pub(crate) struct AddLogArgs {
     #[command(flatten)]
     pub dir: DirArgs,
     /// The log's checkpoint key as a vkey (Ed25519, name+id+base64); repeat
@@ -88,7 +88,7 @@ pub struct AddLogArgs {
 
 /// Arguments of `tally cosigner remove-log`.
 #[derive(Debug, clap::Args)]
-pub struct RemoveLogArgs {
+pub(crate) struct RemoveLogArgs {
     #[command(flatten)]
     pub dir: DirArgs,
     /// The log's checkpoint origin.
@@ -98,7 +98,7 @@ pub struct RemoveLogArgs {
 
 /// Arguments of `tally cosigner serve`.
 #[derive(Debug, clap::Args)]
-pub struct ServeArgs {
+pub(crate) struct ServeArgs {
     #[command(flatten)]
     pub dir: DirArgs,
     /// Address to listen on (port 0 picks a free port, printed at start).
@@ -123,7 +123,7 @@ pub struct ServeArgs {
 ///
 /// # Errors
 /// Usage, key, state and file errors (exit 2).
-pub fn run(args: &Args) -> anyhow::Result<ExitCode> {
+pub(crate) fn run(args: &Args) -> anyhow::Result<ExitCode> {
     match &args.command {
         CosignerCommand::Init(a) => init(a),
         CosignerCommand::AddLog(a) => add_log(a),

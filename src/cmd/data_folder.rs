@@ -23,13 +23,13 @@ use nix::errno::Errno;
 use nix::fcntl::{Flock, FlockArg};
 
 /// The lock file, holding the pid of the `serve` that uses the folder.
-pub const LOCK_FILE: &str = "serve.lock";
+pub(crate) const LOCK_FILE: &str = "serve.lock";
 /// Present while a first start has not yet shown the API key.
-pub const FIRST_START_MARKER: &str = "first-start.incomplete";
+pub(crate) const FIRST_START_MARKER: &str = "first-start.incomplete";
 
 /// A claimed data folder: locked for this process until it ends.
 #[derive(Debug)]
-pub struct DataFolder {
+pub(crate) struct DataFolder {
     dir: PathBuf,
     _lock: Flock<File>,
     /// Set during a first start, until [`DataFolder::first_start_done`].
@@ -51,7 +51,7 @@ impl DataFolder {
     /// # Errors
     /// Another `serve` holds the folder (naming its pid), or the folder or
     /// its lock file cannot be made.
-    pub fn claim(dir: &Path) -> anyhow::Result<Self> {
+    pub(crate) fn claim(dir: &Path) -> anyhow::Result<Self> {
         let created_dir = !dir.exists();
         if created_dir {
             fs::DirBuilder::new()
@@ -121,7 +121,7 @@ impl DataFolder {
 
     /// What to tell the operator about the folder before starting, if anything.
     #[must_use]
-    pub fn notice(&self) -> Option<&str> {
+    pub(crate) fn notice(&self) -> Option<&str> {
         self.notice.as_deref()
     }
 
@@ -130,7 +130,7 @@ impl DataFolder {
     /// # Errors
     /// When the marker cannot be removed (the start must not go on: the
     /// next one would empty a folder that served requests).
-    pub fn first_start_done(&mut self) -> anyhow::Result<()> {
+    pub(crate) fn first_start_done(&mut self) -> anyhow::Result<()> {
         if self.first_start.is_some() {
             let marker = self.dir.join(FIRST_START_MARKER);
             fs::remove_file(&marker)

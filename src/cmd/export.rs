@@ -15,7 +15,7 @@ use super::project::RemoteArgs;
 
 /// Arguments of `tally export`.
 #[derive(Debug, clap::Args)]
-pub struct Args {
+pub(crate) struct Args {
     /// The agents (repeatable, at least one).
     #[arg(long = "agent", required = true, value_parser = parse_agent)]
     pub agents: Vec<AgentName>,
@@ -51,7 +51,7 @@ pub struct Args {
 ///
 /// # Errors
 /// Transport errors, refusals, a pack cut short, I/O (exit 2).
-pub fn run(args: &Args) -> anyhow::Result<ExitCode> {
+pub(crate) fn run(args: &Args) -> anyhow::Result<ExitCode> {
     // Checked before asking the witness; download checks again at the end.
     if !args.force && args.output.as_os_str() != "-" && args.output.exists() {
         return Err(super::project::exists(&args.output));

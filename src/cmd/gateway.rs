@@ -67,7 +67,7 @@ the upstream.
 Examples:
   tally gateway --agent claims-bot -- npx @modelcontextprotocol/server-everything stdio
   tally gateway --agent claims-bot --upstream https://tools.example.com/mcp --listen 127.0.0.1:7879")]
-pub struct Args {
+pub(crate) struct Args {
     /// The agent whose chain records the calls (see `tally agent init`).
     #[arg(long, value_parser = parse_agent)]
     pub agent: AgentName,
@@ -114,7 +114,7 @@ const DEFAULT_LISTEN: SocketAddr = SocketAddr::V4(std::net::SocketAddrV4::new(
 
 /// Arguments of the Streamable HTTP mode.
 #[derive(Debug, clap::Args)]
-pub struct HttpArgs {
+pub(crate) struct HttpArgs {
     /// A remote MCP server's Streamable HTTP endpoint (e.g. https://host/mcp):
     /// serve HTTP in front of it instead of running a server over stdio.
     #[arg(long, value_name = "URL")]
@@ -165,7 +165,7 @@ pub struct HttpArgs {
 /// # Errors
 /// A missing agent, a server that cannot be started, or an upstream that is
 /// not an MCP endpoint (exit 2).
-pub fn run(args: &Args) -> anyhow::Result<ExitCode> {
+pub(crate) fn run(args: &Args) -> anyhow::Result<ExitCode> {
     let state = args.state.dir();
     let key = state.load_key(&args.agent)?;
     state.load_config(&args.agent)?;

@@ -17,7 +17,7 @@ use super::project::RemoteArgs;
 
 /// Arguments of `tally head`.
 #[derive(Debug, clap::Args)]
-pub struct Args {
+pub(crate) struct Args {
     /// The pack checkpoint's tree size (the proof starts there).
     #[arg(long, required_unless_present = "pack", conflicts_with = "pack")]
     pub from_size: Option<u64>,
@@ -43,7 +43,7 @@ pub struct Args {
 ///
 /// # Errors
 /// Transport errors, refusals, an unreadable pack, I/O (exit 2).
-pub fn run(args: &Args) -> anyhow::Result<ExitCode> {
+pub(crate) fn run(args: &Args) -> anyhow::Result<ExitCode> {
     let mut agents = args.agents.clone();
     let from_size = match (args.from_size, &args.pack) {
         (Some(n), _) => n,

@@ -12,14 +12,14 @@ use super::project::RemoteArgs;
 
 /// Arguments of `tally keys`.
 #[derive(Debug, clap::Args)]
-pub struct Args {
+pub(crate) struct Args {
     #[command(subcommand)]
     pub command: KeysCommand,
 }
 
 /// The `tally keys` subcommands.
 #[derive(Debug, clap::Subcommand)]
-pub enum KeysCommand {
+pub(crate) enum KeysCommand {
     /// Write agent-keys.json: every key of the project's agents (or of the
     /// agents named) with its validity range, for auditors' `tally verify`.
     Export(ExportArgs),
@@ -27,7 +27,7 @@ pub enum KeysCommand {
 
 /// Arguments of `tally keys export`.
 #[derive(Debug, clap::Args)]
-pub struct ExportArgs {
+pub(crate) struct ExportArgs {
     /// Only these agents (repeatable); default: all of the project's.
     #[arg(long = "agent", value_parser = parse_agent)]
     pub agents: Vec<AgentName>,
@@ -42,7 +42,7 @@ pub struct ExportArgs {
 ///
 /// # Errors
 /// Transport errors, refusals, I/O (exit 2).
-pub fn run(args: &Args) -> anyhow::Result<ExitCode> {
+pub(crate) fn run(args: &Args) -> anyhow::Result<ExitCode> {
     match &args.command {
         KeysCommand::Export(a) => {
             let query: Vec<(&str, String)> =

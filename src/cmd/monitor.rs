@@ -19,7 +19,7 @@ use tally_verifier::trust::TrustFile;
 
 /// Arguments of `tally monitor`.
 #[derive(Debug, clap::Args)]
-pub struct Args {
+pub(crate) struct Args {
     /// The log's base URL (serving /checkpoint).
     #[arg(long, value_name = "URL")]
     pub log: String,
@@ -76,7 +76,7 @@ fn key(text: &str) -> anyhow::Result<NoteVerifier> {
 ///
 /// # Errors
 /// A bad key, and under `--once` any failed round (exit 2).
-pub fn run(args: &Args) -> anyhow::Result<ExitCode> {
+pub(crate) fn run(args: &Args) -> anyhow::Result<ExitCode> {
     let source = if args.from_tiles {
         ProofSource::Tiles
     } else {

@@ -17,11 +17,11 @@ use std::fmt;
 use std::io::{self, Write};
 
 /// Exit status when standard output was closed: 128 + SIGPIPE (13).
-pub const STDOUT_CLOSED_EXIT: u8 = 141;
+pub(crate) const STDOUT_CLOSED_EXIT: u8 = 141;
 
 /// The reader of standard output has gone.
 #[derive(Debug)]
-pub struct StdoutClosed;
+pub(crate) struct StdoutClosed;
 
 impl fmt::Display for StdoutClosed {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
@@ -42,7 +42,7 @@ fn mark(e: io::Error) -> io::Error {
 
 /// Whether `e` (or an error it wraps) is a closed standard output.
 #[must_use]
-pub fn is_stdout_closed(e: &anyhow::Error) -> bool {
+pub(crate) fn is_stdout_closed(e: &anyhow::Error) -> bool {
     e.chain().any(|c| {
         c.is::<StdoutClosed>()
             || c.downcast_ref::<io::Error>()
@@ -53,11 +53,11 @@ pub fn is_stdout_closed(e: &anyhow::Error) -> bool {
 
 /// Standard output as a writer whose broken-pipe errors are [`StdoutClosed`].
 #[derive(Debug)]
-pub struct Stdout(io::StdoutLock<'static>);
+pub(crate) struct Stdout(io::StdoutLock<'static>);
 
 /// Locks standard output for a run of writes.
 #[must_use]
-pub fn stdout() -> Stdout {
+pub(crate) fn stdout() -> Stdout {
     Stdout(io::stdout().lock())
 }
 
@@ -76,7 +76,7 @@ impl Write for Stdout {
 /// # Errors
 /// [`StdoutClosed`] (inside an [`io::Error`]) when the reader has gone;
 /// other I/O errors as they are.
-pub fn line(args: fmt::Arguments<'_>) -> io::Result<()> {
+pub(crate) fn line(args: fmt::Arguments<'_>) -> io::Result<()> {
     let mut out = stdout();
     out.write_fmt(args)?;
     out.write_all(b"\n")?;
@@ -85,7 +85,7 @@ pub fn line(args: fmt::Arguments<'_>) -> io::Result<()> {
 
 /// Writes one line to standard error, ignoring failure (what [`errln!`]
 /// expands to).
-pub fn err_line(args: fmt::Arguments<'_>) {
+pub(crate) fn err_line(args: fmt::Arguments<'_>) {
     let mut err = io::stderr().lock();
     let _ = err.write_fmt(args);
     let _ = err.write_all(b"\n");

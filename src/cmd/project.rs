@@ -17,7 +17,7 @@ use tally_schemas::limits::MAX_WIRE_OBJECT_BYTES;
 
 /// Where the witness is and how to authenticate with a project's API key.
 #[derive(Debug, Clone, clap::Args)]
-pub struct RemoteArgs {
+pub(crate) struct RemoteArgs {
     /// The witness's base URL.
     #[arg(
         long = "witness",
@@ -35,7 +35,7 @@ impl RemoteArgs {
     ///
     /// # Errors
     /// When no API key is given.
-    pub fn remote(&self) -> anyhow::Result<Remote> {
+    pub(crate) fn remote(&self) -> anyhow::Result<Remote> {
         let key = self
             .api_key
             .clone()
@@ -48,7 +48,7 @@ impl RemoteArgs {
     ///
     /// # Errors
     /// When neither is given.
-    pub fn reader(&self, read_token: Option<&str>) -> anyhow::Result<Remote> {
+    pub(crate) fn reader(&self, read_token: Option<&str>) -> anyhow::Result<Remote> {
         match read_token {
             Some(t) => Remote::new(&self.witness, Some(t.trim().to_owned())),
             None => self.remote().map_err(|_| {
@@ -60,7 +60,7 @@ impl RemoteArgs {
 
 /// Where the admin token is.
 #[derive(Debug, Clone, clap::Args)]
-pub struct AdminArgs {
+pub(crate) struct AdminArgs {
     /// The witness's base URL.
     #[arg(
         long = "witness",
@@ -81,7 +81,7 @@ impl AdminArgs {
     ///
     /// # Errors
     /// When the token is not given and cannot be read from the data folder.
-    pub fn remote(&self) -> anyhow::Result<Remote> {
+    pub(crate) fn remote(&self) -> anyhow::Result<Remote> {
         let token = match &self.admin_token {
             Some(t) => t.clone(),
             None => {
@@ -105,7 +105,7 @@ impl AdminArgs {
 
 /// A blocking HTTP client for the witness's routes.
 #[derive(Debug)]
-pub struct Remote {
+pub(crate) struct Remote {
     base: String,
     bearer: Option<String>,
     http: reqwest::Client,
@@ -117,7 +117,7 @@ impl Remote {
     ///
     /// # Errors
     /// When the runtime or client cannot be built.
-    pub fn new(base: &str, bearer: Option<String>) -> anyhow::Result<Self> {
+    pub(crate) fn new(base: &str, bearer: Option<String>) -> anyhow::Result<Self> {
         let rt = tokio::runtime::Builder::new_current_thread()
             .enable_all()
             .build()
@@ -186,7 +186,11 @@ impl Remote {
     /// # Errors
     /// Transport errors, refusals (with the witness's code and message), an
     /// answer that is not a `T`.
-    pub fn get<T: ApiBody>(&self, path: &str, query: &[(&str, String)]) -> anyhow::Result<T> {
+    pub(crate) fn get<T: ApiBody>(
+        &self,
+        path: &str,
+        query: &[(&str, String)],
+    ) -> anyhow::Result<T> {
         self.rt.block_on(self.answer(
             self.request(reqwest::Method::GET, path, query),
             &format!("GET {path}"),
@@ -197,7 +201,7 @@ impl Remote {
     ///
     /// # Errors
     /// As [`Remote::get`].
-    pub fn post<B: ApiBody, T: ApiBody>(&self, path: &str, body: &B) -> anyhow::Result<T> {
+    pub(crate) fn post<B: ApiBody, T: ApiBody>(&self, path: &str, body: &B) -> anyhow::Result<T> {
         self.rt.block_on(self.answer(
             self.request(reqwest::Method::POST, path, &[]).json(body),
             &format!("POST {path}"),
@@ -208,7 +212,7 @@ impl Remote {
     ///
     /// # Errors
     /// As [`Remote::get`].
-    pub fn post_empty<T: ApiBody>(&self, path: &str) -> anyhow::Result<T> {
+    pub(crate) fn post_empty<T: ApiBody>(&self, path: &str) -> anyhow::Result<T> {
         self.rt.block_on(self.answer(
             self.request(reqwest::Method::POST, path, &[]),
             &format!("POST {path}"),
@@ -223,7 +227,7 @@ impl Remote {
     /// # Errors
     /// Transport errors (including a body cut short), refusals, I/O, an
     /// existing file.
-    pub fn download(
+    pub(crate) fn download(
         &self,
         path: &str,
         query: &[(&str, String)],
@@ -290,7 +294,10 @@ impl Remote {
 ///
 /// # Errors
 /// Transport errors, a body over `max`.
-pub async fn read_bounded(mut resp: reqwest::Response, max: usize) -> anyhow::Result<Vec<u8>> {
+pub(crate) async fn read_bounded(
+    mut resp: reqwest::Response,
+    max: usize,
+) -> anyhow::Result<Vec<u8>> {
     let mut body = Vec::new();
     while let Some(chunk) = resp.chunk().await? {
         if body.len() + chunk.len() > max {
@@ -305,7 +312,7 @@ pub async fn read_bounded(mut resp: reqwest::Response, max: usize) -> anyhow::Re
 /// code and message (escaped for the terminal, protocol.md §11.2), or the
 /// status and the start of the body when it is not an error body.
 #[must_use]
-pub fn refusal(status: u16, body: &[u8]) -> anyhow::Error {
+pub(crate) fn refusal(status: u16, body: &[u8]) -> anyhow::Error {
     let (code, message) = match ErrorBody::from_json(body) {
         Ok(ErrorBody { error }) => (error.code, error.message),
         Err(ErrorBodyError::Malformed {
@@ -330,7 +337,7 @@ pub fn refusal(status: u16, body: &[u8]) -> anyhow::Error {
 
 /// The refusal to overwrite `out`.
 #[must_use]
-pub fn exists(out: &Path) -> anyhow::Error {
+pub(crate) fn exists(out: &Path) -> anyhow::Error {
     anyhow!(
         "{} exists; give --force to overwrite it, or -o another file",
         out.display()
@@ -339,14 +346,14 @@ pub fn exists(out: &Path) -> anyhow::Error {
 
 /// Arguments of `tally project`.
 #[derive(Debug, clap::Args)]
-pub struct Args {
+pub(crate) struct Args {
     #[command(subcommand)]
     pub command: ProjectCommand,
 }
 
 /// The `tally project` subcommands (admin token).
 #[derive(Debug, clap::Subcommand)]
-pub enum ProjectCommand {
+pub(crate) enum ProjectCommand {
     /// Create a project and print its first API key (shown once).
     Create {
         /// The project's name (a-z 0-9 . _ -).
@@ -379,7 +386,7 @@ pub enum ProjectCommand {
 ///
 /// # Errors
 /// Transport errors and refusals (exit 2).
-pub fn run(args: &Args) -> anyhow::Result<ExitCode> {
+pub(crate) fn run(args: &Args) -> anyhow::Result<ExitCode> {
     match &args.command {
         ProjectCommand::Create { name, admin } => {
             let key: NewApiKey = admin

@@ -15,14 +15,14 @@ use tally_schemas::display::escape;
 
 /// Arguments of `tally read-token`.
 #[derive(Debug, clap::Args)]
-pub struct Args {
+pub(crate) struct Args {
     #[command(subcommand)]
     pub command: ReadTokenCommand,
 }
 
 /// The `tally read-token` subcommands (admin token).
 #[derive(Debug, clap::Subcommand)]
-pub enum ReadTokenCommand {
+pub(crate) enum ReadTokenCommand {
     /// Make a read token and print it (shown once: it is stored as a hash).
     Create {
         /// Who it is for, shown by `list` (at most 128 bytes).
@@ -50,7 +50,7 @@ pub enum ReadTokenCommand {
 ///
 /// # Errors
 /// Transport errors and refusals (exit 2).
-pub fn run(args: &Args) -> anyhow::Result<ExitCode> {
+pub(crate) fn run(args: &Args) -> anyhow::Result<ExitCode> {
     match &args.command {
         ReadTokenCommand::Create { label, admin } => {
             let token: NewReadToken = admin.remote()?.post(

@@ -34,7 +34,7 @@ use super::agent::{parse_agent, runtime, StateArgs};
 
 /// Arguments shared by every `tally record` kind.
 #[derive(Debug, clap::Args)]
-pub struct Common {
+pub(crate) struct Common {
     /// The agent whose chain gets the record.
     #[arg(long, value_parser = parse_agent)]
     pub agent: AgentName,
@@ -60,14 +60,14 @@ pub struct Common {
 
 /// Arguments of `tally record`.
 #[derive(Debug, clap::Args)]
-pub struct Args {
+pub(crate) struct Args {
     #[command(subcommand)]
     pub kind: Kind,
 }
 
 /// The record kinds.
 #[derive(Debug, clap::Subcommand)]
-pub enum Kind {
+pub(crate) enum Kind {
     /// Record that the agent decided to call a tool (before calling it).
     Decision {
         /// The tool's name.
@@ -115,7 +115,7 @@ pub enum Kind {
 }
 
 /// Without `--wait-receipt`: the bound of the one sync try.
-pub const ONE_TRY: Duration = Duration::from_secs(2);
+pub(crate) const ONE_TRY: Duration = Duration::from_secs(2);
 
 fn parse_status(s: &str) -> Result<OutcomeStatus, String> {
     serde_json::from_value(Value::String(s.to_owned())).map_err(|_| {
@@ -146,7 +146,7 @@ fn read_json(inline: Option<&String>, file: Option<&PathBuf>) -> anyhow::Result<
 ///
 /// # Errors
 /// Bad input, missing agent, store failures (exit 2).
-pub fn run(args: &Args) -> anyhow::Result<ExitCode> {
+pub(crate) fn run(args: &Args) -> anyhow::Result<ExitCode> {
     let common = match &args.kind {
         Kind::Decision { common, .. }
         | Kind::Outcome { common, .. }

@@ -22,7 +22,7 @@ use tally_witness::server::{self, files, ServeOptions};
 
 /// Arguments of `tally serve`.
 #[derive(Debug, clap::Args)]
-pub struct Args {
+pub(crate) struct Args {
     /// A TOML config file (keys as in docs/operations.md); flags override it.
     #[arg(long, env = "TALLY_CONFIG")]
     pub config: Option<PathBuf>,
@@ -110,7 +110,7 @@ pub struct Args {
 /// config file `[[cosigner]]` and `[cosigning]`).
 #[derive(Debug, clap::Args)]
 #[command(next_help_heading = "Cosigners (docs/operations.md \"Cosigners for the log\")")]
-pub struct CosignArgs {
+pub(crate) struct CosignArgs {
     /// A C2SP tlog-witness to ask for a cosignature of each new checkpoint,
     /// as name=NAME,vkey=VKEY,url=URL (VKEY: the cosigner's cosignature/v1
     /// key, as `tally cosigner` prints it; URL: its submission prefix).
@@ -155,7 +155,7 @@ impl CosignArgs {
 /// "Connections"; config file table `[connections]`).
 #[derive(Debug, clap::Args)]
 #[command(next_help_heading = "Connections (docs/operations.md \"Connections\")")]
-pub struct ConnArgs {
+pub(crate) struct ConnArgs {
     /// Most open connections; at the cap a new one closes the connection
     /// that has waited longest for a request. Lowered to fit the open-file
     /// limit, which is raised to its hard limit at start [default: 10000].
@@ -314,7 +314,7 @@ impl Args {
 ///
 /// # Errors
 /// Configuration, data folder, bind or TLS errors (exit 2).
-pub fn run(args: &Args) -> anyhow::Result<ExitCode> {
+pub(crate) fn run(args: &Args) -> anyhow::Result<ExitCode> {
     let _ = tracing_subscriber::fmt()
         .with_env_filter(
             tracing_subscriber::EnvFilter::try_from_default_env()

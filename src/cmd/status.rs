@@ -17,7 +17,7 @@ use super::out::outln;
 
 /// Arguments of `tally status`.
 #[derive(Debug, clap::Args)]
-pub struct Args {
+pub(crate) struct Args {
     /// Only this agent (default: every agent in the state directory).
     #[arg(long, value_parser = parse_agent)]
     pub agent: Option<AgentName>,
@@ -191,7 +191,7 @@ fn status_text(s: &Value) -> String {
 ///
 /// # Errors
 /// Unreadable state (exit 2).
-pub fn run(args: &Args) -> anyhow::Result<ExitCode> {
+pub(crate) fn run(args: &Args) -> anyhow::Result<ExitCode> {
     let state = args.state.dir();
     let agents = match &args.agent {
         Some(a) => vec![a.clone()],

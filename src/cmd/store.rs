@@ -25,14 +25,14 @@ use super::out::{errln, outln};
 
 /// Arguments of `tally store`.
 #[derive(Debug, clap::Args)]
-pub struct Args {
+pub(crate) struct Args {
     #[command(subcommand)]
     pub command: StoreCommand,
 }
 
 /// `tally store` subcommands.
 #[derive(Debug, clap::Subcommand)]
-pub enum StoreCommand {
+pub(crate) enum StoreCommand {
     /// Copy a data folder's log (log.redb) into a PostgreSQL database and
     /// check the copy: same size, root, entries, receipt sizes, stored
     /// hashes and checkpoint notes. Stop `tally serve` on the folder first.
@@ -57,7 +57,7 @@ pub enum StoreCommand {
 /// # Errors
 /// A source that cannot be opened (missing, held by `tally serve`), an
 /// unreachable or non-empty destination, or a copy that does not check.
-pub fn run(args: &Args) -> anyhow::Result<ExitCode> {
+pub(crate) fn run(args: &Args) -> anyhow::Result<ExitCode> {
     match &args.command {
         StoreCommand::Copy { from, to, chunk } => copy(from, to, (*chunk).max(1)),
     }

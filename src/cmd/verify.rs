@@ -21,7 +21,7 @@ use tally_verifier::{verify, VerifyError, VerifyOptions};
 
 /// Output format.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
-pub enum Format {
+pub(crate) enum Format {
     /// One line per check, coverage, result.
     Text,
     /// The report as JSON (schemas/json/report.schema.json).
@@ -30,7 +30,7 @@ pub enum Format {
 
 /// Arguments of `tally verify`.
 #[derive(Debug, clap::Args)]
-pub struct Args {
+pub(crate) struct Args {
     /// The pack (JSON Lines).
     pub pack: PathBuf,
     /// The agents' public keys (agent-keys.json), from the operator, never
@@ -236,7 +236,7 @@ fn log_key(text: &str) -> anyhow::Result<NoteVerifier> {
 /// # Errors
 /// Usage and I/O errors (exit 2): unreadable files, a bad key, an
 /// unsupported pack version, input that is not a pack.
-pub fn run(args: &Args) -> anyhow::Result<ExitCode> {
+pub(crate) fn run(args: &Args) -> anyhow::Result<ExitCode> {
     check_pack_argument(args)?;
     let keys = AgentKeys::from_json(&read(&args.agent_keys, "agent keys")?)
         .with_context(|| format!("{}", args.agent_keys.display()))

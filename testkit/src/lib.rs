@@ -7,15 +7,21 @@
 //! - [`clock`]: a fixed clock and one the test moves.
 //! - [`fixture`]: a simulated agent, witness and log that make valid packs
 //!   from scratch, deterministically.
+//! - `faulty_store` (feature `log-store`, for tally-log's tests): a
+//!   tally-log `LogStore` that fails writes on demand,
+//!   including a write that fails but lands.
 //! - [`golden`]: the golden vectors of testdata/golden/.
 //! - [`conformance`]: the conformance corpus of testdata/conformance/.
 //! - [`postgres`]: a real PostgreSQL server in a temporary folder, for the
 //!   tests of the PostgreSQL backend.
 //!
-//! It depends on tally-schemas only, so every crate's tests may use it.
+//! It depends on tally-schemas only (on tally-log too with `log-store`),
+//! so every crate's tests may use it.
 
 pub mod clock;
 pub mod conformance;
+#[cfg(feature = "log-store")]
+pub mod faulty_store;
 pub mod fixture;
 pub mod golden;
 pub mod postgres;

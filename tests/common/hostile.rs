@@ -31,7 +31,7 @@ use tokio::task::JoinHandle;
 /// # Errors
 /// When the hard limit is below `need`: the machine cannot hold the attack,
 /// and the caller must fail loudly rather than measure something smaller.
-pub fn raise_nofile(need: u64) -> Result<u64, String> {
+pub(crate) fn raise_nofile(need: u64) -> Result<u64, String> {
     use nix::sys::resource::{getrlimit, setrlimit, Resource};
     let (soft, hard) = getrlimit(Resource::RLIMIT_NOFILE).map_err(|e| format!("getrlimit: {e}"))?;
     if soft < hard {
@@ -46,7 +46,7 @@ pub fn raise_nofile(need: u64) -> Result<u64, String> {
 }
 
 /// Resident memory of process `pid` in KiB (Linux `/proc/<pid>/status`).
-pub fn rss_kib(pid: u32) -> u64 {
+pub(crate) fn rss_kib(pid: u32) -> u64 {
     let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
     status
         .lines()
@@ -57,7 +57,7 @@ pub fn rss_kib(pid: u32) -> u64 {
 
 /// What a hostile connection sends.
 #[derive(Debug, Clone)]
-pub enum Attack {
+pub(crate) enum Attack {
     /// The head of `POST /v1/records` announcing 1,000 body bytes, then one
     /// byte of body, then nothing (about 1 KB per connection).
     /// `key`: the bearer token sent, if any.
@@ -75,7 +75,7 @@ pub enum Attack {
 
 impl Attack {
     /// A short name for reports.
-    pub fn name(&self) -> &'static str {
+    pub(crate) fn name(&self) -> &'static str {
         match self {
             Self::SlowBody { key: Some(_) } => "slow body (with an API key)",
             Self::SlowBody { key: None } => "slow body (no key)",
@@ -115,7 +115,7 @@ impl Attack {
 
 /// How one hostile connection ended.
 #[derive(Debug, Clone)]
-pub struct Held {
+pub(crate) struct Held {
     /// Time from the connection's last write of its opening bytes until the
     /// server closed it; `None` when the server had not closed it when the
     /// client gave up.
@@ -129,7 +129,7 @@ pub struct Held {
 /// if it is a slowloris, and waits until the server closes it or
 /// `give_up` passes. Returns once every connection is open (or failed to
 /// connect, which panics: the server must keep accepting).
-pub async fn open_held(
+pub(crate) async fn open_held(
     addr: SocketAddr,
     attack: &Attack,
     n: usize,
@@ -165,7 +165,7 @@ pub async fn open_held(
 
 /// One connection of `attack`, in this task: sends its opening bytes, then
 /// waits until the server closes it or `give_up` passes.
-pub async fn hold_one(addr: SocketAddr, attack: &Attack, give_up: Duration) -> Held {
+pub(crate) async fn hold_one(addr: SocketAddr, attack: &Attack, give_up: Duration) -> Held {
     hold(addr, attack, give_up, || {}).await
 }
 
@@ -234,7 +234,7 @@ async fn hold(addr: SocketAddr, attack: &Attack, give_up: Duration, opened: impl
 }
 
 /// Awaits every connection of an attack.
-pub async fn join(handles: Vec<JoinHandle<Held>>) -> Vec<Held> {
+pub(crate) async fn join(handles: Vec<JoinHandle<Held>>) -> Vec<Held> {
     let mut out = Vec::with_capacity(handles.len());
     for h in handles {
         out.push(h.await.expect("attack task"));
@@ -244,7 +244,7 @@ pub async fn join(handles: Vec<JoinHandle<Held>>) -> Vec<Held> {
 
 /// A summary of how an attack's connections ended.
 #[derive(Debug, Default)]
-pub struct Closures {
+pub(crate) struct Closures {
     /// Connections.
     pub total: usize,
     /// Closed by the server before the client gave up.
@@ -257,7 +257,7 @@ pub struct Closures {
 }
 
 /// Summarises `held`.
-pub fn closures(held: &[Held]) -> Closures {
+pub(crate) fn closures(held: &[Held]) -> Closures {
     let mut c = Closures {
         total: held.len(),
         ..Closures::default()
@@ -273,7 +273,7 @@ pub fn closures(held: &[Held]) -> Closures {
 }
 
 /// An agent that signs records of its chain, for valid posts during an attack.
-pub struct ValidAgent {
+pub(crate) struct ValidAgent {
     pub name: AgentName,
     pub key: SecretKey,
     pub seq: u64,
@@ -281,7 +281,7 @@ pub struct ValidAgent {
 }
 
 impl ValidAgent {
-    pub fn new(name: &str) -> Self {
+    pub(crate) fn new(name: &str) -> Self {
         Self {
             name: AgentName::new(name).unwrap(),
             key: SecretKey::generate(&mut OsRng),
@@ -291,7 +291,7 @@ impl ValidAgent {
     }
 
     /// The next record of the chain, signed now.
-    pub fn draft(&self, text: &str) -> Record {
+    pub(crate) fn draft(&self, text: &str) -> Record {
         UnsignedRecord {
             agent: self.name.clone(),
             key_id: self.key.public_key().key_id(),
@@ -305,13 +305,13 @@ impl ValidAgent {
         .unwrap()
     }
 
-    pub fn accept(&mut self, r: &Record) {
+    pub(crate) fn accept(&mut self, r: &Record) {
         self.seq = r.seq.get() + 1;
         self.prev = Some(r.hash());
     }
 
     /// Registers the agent with the project of `api_key`.
-    pub async fn register(&self, http: &reqwest::Client, url: &str, api_key: &str) {
+    pub(crate) async fn register(&self, http: &reqwest::Client, url: &str, api_key: &str) {
         let r = http
             .post(format!("{url}/v1/agents"))
             .bearer_auth(api_key)
@@ -325,7 +325,7 @@ impl ValidAgent {
 
 /// Valid posts of one agent, one after another, each with its latency.
 #[derive(Debug, Default)]
-pub struct Probe {
+pub(crate) struct Probe {
     /// Latency of each post that got a receipt.
     pub receipts: Vec<Duration>,
     /// What went wrong with the others.
@@ -337,7 +337,7 @@ pub struct Probe {
 
 impl Probe {
     /// The `p`-th percentile (0–100) of the receipt latencies.
-    pub fn percentile(&self, p: f64) -> Duration {
+    pub(crate) fn percentile(&self, p: f64) -> Duration {
         let mut v = self.receipts.clone();
         v.sort();
         if v.is_empty() {
@@ -351,7 +351,7 @@ impl Probe {
 /// Posts `count` records of `agent`, one after another (each a new record
 /// of its chain), and asks `/healthz` after each; every receipt is checked
 /// against `log_key`.
-pub async fn probe(
+pub(crate) async fn probe(
     http: &reqwest::Client,
     url: &str,
     api_key: &str,
@@ -420,7 +420,7 @@ pub async fn probe(
 }
 
 /// The `host:port` of an `http://` URL.
-pub fn addr_of(url: &str) -> SocketAddr {
+pub(crate) fn addr_of(url: &str) -> SocketAddr {
     url.strip_prefix("http://")
         .and_then(|a| a.parse().ok())
         .unwrap_or_else(|| panic!("not a plain-HTTP loopback URL: {url}"))

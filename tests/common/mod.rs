@@ -10,10 +10,10 @@ use std::path::Path;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-pub const TALLY: &str = env!("CARGO_BIN_EXE_tally");
+pub(crate) const TALLY: &str = env!("CARGO_BIN_EXE_tally");
 
 /// `POST /v1/records` of `record`, as an agent posts it.
-pub async fn post_record(
+pub(crate) async fn post_record(
     http: &reqwest::Client,
     url: &str,
     api_key: &str,
@@ -27,7 +27,7 @@ pub async fn post_record(
 }
 
 /// A running `tally serve`, killed on drop.
-pub struct Server {
+pub(crate) struct Server {
     pub child: Child,
     pub url: String,
     pub banner: String,
@@ -43,14 +43,14 @@ impl Drop for Server {
 impl Server {
     // The child is returned inside `Self`, which reaps it (Drop, kill9, sigterm).
     #[allow(clippy::zombie_processes)]
-    pub fn start(data: &Path, extra: &[&str]) -> Self {
+    pub(crate) fn start(data: &Path, extra: &[&str]) -> Self {
         Self::start_at(data, "127.0.0.1:0", extra)
     }
 
     /// [`Server::start`] on a given listen address (a restart on the port
     /// the agents' state names).
     #[allow(clippy::zombie_processes)]
-    pub fn start_at(data: &Path, listen: &str, extra: &[&str]) -> Self {
+    pub(crate) fn start_at(data: &Path, listen: &str, extra: &[&str]) -> Self {
         let mut child = Command::new(TALLY)
             .arg("serve")
             .arg("--data-dir")
@@ -92,7 +92,7 @@ impl Server {
         }
     }
 
-    pub fn banner_value(&self, label: &str) -> String {
+    pub(crate) fn banner_value(&self, label: &str) -> String {
         self.banner
             .lines()
             .find_map(|l| {
@@ -104,12 +104,12 @@ impl Server {
     }
 
     /// SIGKILL, as a crash would.
-    pub fn kill9(mut self) {
+    pub(crate) fn kill9(mut self) {
         self.child.kill().unwrap();
         self.child.wait().unwrap();
     }
 
-    pub fn sigterm(mut self) -> std::process::ExitStatus {
+    pub(crate) fn sigterm(mut self) -> std::process::ExitStatus {
         let pid = self.child.id().to_string();
         assert!(Command::new("kill")
             .args(["-TERM", &pid])
@@ -122,7 +122,7 @@ impl Server {
     }
 }
 
-pub fn tally(args: &[&str], env: &[(&str, &str)]) -> (bool, String, String) {
+pub(crate) fn tally(args: &[&str], env: &[(&str, &str)]) -> (bool, String, String) {
     let out = Command::new(TALLY)
         .args(args)
         .envs(env.iter().copied())
@@ -140,7 +140,7 @@ pub fn tally(args: &[&str], env: &[(&str, &str)]) -> (bool, String, String) {
 
 /// Registers `agent` (its key kept in `state`) with the witness at `server`
 /// using the project API key `key`.
-pub fn add_agent(server: &Server, key: &str, state: &Path, agent: &str) {
+pub(crate) fn add_agent(server: &Server, key: &str, state: &Path, agent: &str) {
     let env = [("TALLY_STATE_DIR", state.to_str().unwrap())];
     let (ok, out, err) = tally(
         &[
@@ -179,7 +179,7 @@ pub fn add_agent(server: &Server, key: &str, state: &Path, agent: &str) {
 }
 
 /// Records `n` notes for `agent` (state in `state`), waiting for each receipt.
-pub fn record_notes(state: &Path, agent: &str, n: usize) {
+pub(crate) fn record_notes(state: &Path, agent: &str, n: usize) {
     let env = [("TALLY_STATE_DIR", state.to_str().unwrap())];
     for i in 0..n {
         let (ok, _, err) = tally(
@@ -199,7 +199,7 @@ pub fn record_notes(state: &Path, agent: &str, n: usize) {
 
 /// Copies the files of folder `from` into `to` (a data folder copied while
 /// its server is stopped).
-pub fn copy_dir(from: &Path, to: &Path) {
+pub(crate) fn copy_dir(from: &Path, to: &Path) {
     std::fs::create_dir_all(to).unwrap();
     for e in std::fs::read_dir(from).unwrap() {
         let e = e.unwrap();

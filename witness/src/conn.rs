@@ -50,7 +50,7 @@ use crate::config::ConnLimits;
 
 /// How often at most the server logs about the connection cap or about
 /// failed accepts (with the counts since the last line).
-pub const LOG_INTERVAL: Duration = Duration::from_secs(10);
+pub(crate) const LOG_INTERVAL: Duration = Duration::from_secs(10);
 
 /// Why the server closed a connection.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -177,7 +177,7 @@ struct LogWindow {
 /// The open-connection cap, and the queue of connections waiting for a
 /// request, oldest first (the ones to close for room).
 #[derive(Debug)]
-pub struct Tracker {
+pub(crate) struct Tracker {
     limits: ConnLimits,
     slots: Arc<Semaphore>,
     waiting: Mutex<VecDeque<(Weak<ConnState>, u64)>>,
@@ -188,7 +188,7 @@ pub struct Tracker {
 impl Tracker {
     /// A tracker for `limits`, counting into `stats`.
     #[must_use]
-    pub fn new(limits: ConnLimits, stats: Arc<ConnectionStats>) -> Arc<Self> {
+    pub(crate) fn new(limits: ConnLimits, stats: Arc<ConnectionStats>) -> Arc<Self> {
         Arc::new(Self {
             slots: Arc::new(Semaphore::new(limits.max_connections.max(1))),
             limits,
@@ -204,22 +204,10 @@ impl Tracker {
         })
     }
 
-    /// The limits.
-    #[must_use]
-    pub fn limits(&self) -> &ConnLimits {
-        &self.limits
-    }
-
-    /// The counters.
-    #[must_use]
-    pub fn stats(&self) -> &Arc<ConnectionStats> {
-        &self.stats
-    }
-
     /// A slot for one more connection. At the cap, first closes the
     /// connection that has waited longest for a request, then waits for a
     /// slot to free up.
-    pub async fn slot(&self) -> OwnedSemaphorePermit {
+    pub(crate) async fn slot(&self) -> OwnedSemaphorePermit {
         if let Ok(p) = Arc::clone(&self.slots).try_acquire_owned() {
             return p;
         }
@@ -242,7 +230,7 @@ impl Tracker {
     }
 
     /// Counts a failed accept for the rate-limited log line.
-    pub fn accept_failed(&self, e: &io::Error) {
+    pub(crate) fn accept_failed(&self, e: &io::Error) {
         self.stats.accept_errors.fetch_add(1, Ordering::Relaxed);
         self.note(|w| {
             w.accept_errors += 1;
@@ -317,7 +305,7 @@ impl Tracker {
 
     /// Registers a connection accepted now, holding `slot`.
     #[must_use]
-    pub fn register(self: &Arc<Self>, slot: OwnedSemaphorePermit) -> Arc<ConnState> {
+    pub(crate) fn register(self: &Arc<Self>, slot: OwnedSemaphorePermit) -> Arc<ConnState> {
         self.stats.accepted.fetch_add(1, Ordering::Relaxed);
         self.stats.open.fetch_add(1, Ordering::Relaxed);
         let conn = Arc::new(ConnState {
@@ -369,7 +357,7 @@ struct Phase {
 
 /// One connection's requests in flight and deadline.
 #[derive(Debug)]
-pub struct ConnState {
+pub(crate) struct ConnState {
     tracker: Arc<Tracker>,
     phase: Mutex<Phase>,
     notify: Notify,
@@ -392,7 +380,7 @@ impl Drop for ConnState {
 impl ConnState {
     /// The limits this connection is held to.
     #[must_use]
-    pub fn limits(&self) -> &ConnLimits {
+    pub(crate) fn limits(&self) -> &ConnLimits {
         &self.tracker.limits
     }
 
@@ -404,7 +392,7 @@ impl ConnState {
 
     /// A request started; the guard ends it when dropped.
     #[must_use]
-    pub fn begin(self: &Arc<Self>) -> RequestGuard {
+    pub(crate) fn begin(self: &Arc<Self>) -> RequestGuard {
         self.watch_first_byte.store(false, Ordering::Relaxed);
         let mut p = self.lock();
         p.in_flight += 1;
@@ -537,7 +525,7 @@ impl ConnState {
 
 /// Ends a request when dropped (its response sent, or abandoned).
 #[derive(Debug)]
-pub struct RequestGuard(Arc<ConnState>);
+pub(crate) struct RequestGuard(Arc<ConnState>);
 
 impl Drop for RequestGuard {
     fn drop(&mut self) {
@@ -550,7 +538,7 @@ impl Drop for RequestGuard {
 /// with no request in flight, when it is evicted for room, or at shutdown
 /// while no request is in flight. A connection with requests in flight is
 /// left to finish them (hyper's graceful shutdown closes it after).
-pub async fn watch_connection<F: Future>(
+pub(crate) async fn watch_connection<F: Future>(
     state: Arc<ConnState>,
     connection: F,
     mut shutdown: watch::Receiver<bool>,
@@ -591,7 +579,7 @@ pub async fn watch_connection<F: Future>(
 }
 
 /// Counts a TLS handshake that timed out.
-pub fn tls_handshake_timed_out(state: &ConnState) {
+pub(crate) fn tls_handshake_timed_out(state: &ConnState) {
     state
         .tracker
         .stats
@@ -602,7 +590,7 @@ pub fn tls_handshake_timed_out(state: &ConnState) {
 /// deadline that a request has begun; a write that makes no progress for
 /// the write timeout fails, which closes the connection.
 #[derive(Debug)]
-pub struct ConnIo<T> {
+pub(crate) struct ConnIo<T> {
     io: T,
     state: Arc<ConnState>,
     write_timeout: Duration,
@@ -611,7 +599,7 @@ pub struct ConnIo<T> {
 
 impl<T> ConnIo<T> {
     /// Wraps `io` of the connection `state`.
-    pub fn new(io: T, state: Arc<ConnState>) -> Self {
+    pub(crate) fn new(io: T, state: Arc<ConnState>) -> Self {
         let write_timeout = state.tracker.limits.write_timeout;
         Self {
             io,
@@ -698,7 +686,7 @@ impl<T: AsyncWrite + Unpin> AsyncWrite for ConnIo<T> {
 /// it with `408 body_timeout` (docs/api.md).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
 #[error("the request body did not arrive in time: {received} bytes in {} s", elapsed.as_secs())]
-pub struct BodyTimeout {
+pub(crate) struct BodyTimeout {
     /// Bytes that did arrive.
     pub received: u64,
     /// Time from the request head to the cut-off.
@@ -707,7 +695,7 @@ pub struct BodyTimeout {
 
 /// When a request body must be complete.
 #[derive(Debug, Clone)]
-pub struct BodyLimits {
+pub(crate) struct BodyLimits {
     /// The deadline for a body, from its head.
     pub timeout: Duration,
     /// One more second per this many bytes received; 0: none.
@@ -717,7 +705,7 @@ pub struct BodyLimits {
 }
 
 /// A request body with a deadline (see [`BodyLimits`]).
-pub struct DeadlineBody<B> {
+pub(crate) struct DeadlineBody<B> {
     inner: B,
     started: Instant,
     limits: BodyLimits,
@@ -728,7 +716,7 @@ pub struct DeadlineBody<B> {
 
 impl<B> DeadlineBody<B> {
     /// `inner`, whose head arrived now.
-    pub fn new(inner: B, limits: BodyLimits) -> Self {
+    pub(crate) fn new(inner: B, limits: BodyLimits) -> Self {
         Self {
             inner,
             started: Instant::now(),
@@ -811,7 +799,7 @@ where
 
 /// The [`BodyTimeout`] that `e` is or wraps, if any.
 #[must_use]
-pub fn body_timeout(e: &(dyn std::error::Error + 'static)) -> Option<BodyTimeout> {
+pub(crate) fn body_timeout(e: &(dyn std::error::Error + 'static)) -> Option<BodyTimeout> {
     std::iter::successors(Some(e), |e| e.source())
         .find_map(|e| e.downcast_ref::<BodyTimeout>().copied())
 }
@@ -869,7 +857,7 @@ impl HttpBody for GuardedBody {
 /// request body its deadline, and tells handlers the client's address
 /// (axum's `ConnectInfo<SocketAddr>`).
 #[derive(Clone)]
-pub struct TrackedService {
+pub(crate) struct TrackedService {
     app: Router,
     state: Arc<ConnState>,
     body: BodyLimits,
@@ -878,7 +866,7 @@ pub struct TrackedService {
 
 impl TrackedService {
     /// `app` serving the connection `state` from `peer`.
-    pub fn new(app: Router, state: Arc<ConnState>, peer: std::net::SocketAddr) -> Self {
+    pub(crate) fn new(app: Router, state: Arc<ConnState>, peer: std::net::SocketAddr) -> Self {
         let limits = &state.tracker.limits;
         let body = BodyLimits {
             timeout: limits.body_timeout,

@@ -59,7 +59,7 @@ impl AgentTimes {
 }
 
 /// The fence of one agent, held by an admission or a key change.
-pub type Fence = OwnedMutexGuard<AgentTimes>;
+pub(crate) type Fence = OwnedMutexGuard<AgentTimes>;
 
 /// The per-agent fences. See the module docs.
 #[derive(Debug, Default)]
@@ -93,7 +93,7 @@ impl KeyChanges {
 
 /// A change of an agent's keys.
 #[derive(Debug, Clone, Copy)]
-pub enum KeyChange {
+pub(crate) enum KeyChange {
     /// A new key from `at` on; every key valid at `at` ends there.
     Rotate(PublicKey),
     /// Every key valid at `at` ends there.
@@ -168,7 +168,7 @@ fn effective_at(
 /// # Errors
 /// `AgentNotAllowed`, `UnusableKey` (rotate), `RetroactiveKeyChange`, and
 /// the registry's refusals (`Exists`, `bad_time`, `too_many_keys`).
-pub async fn change_keys(
+pub(crate) async fn change_keys(
     w: &Arc<Witness>,
     project: &str,
     agent: &AgentName,
@@ -199,7 +199,7 @@ pub async fn change_keys(
 ///
 /// # Errors
 /// `UnusableKey`, `Exists`, `NameUnavailable`, storage failures.
-pub async fn add_agent(
+pub(crate) async fn add_agent(
     w: &Arc<Witness>,
     project: &str,
     agent: &AgentName,

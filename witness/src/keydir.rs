@@ -10,7 +10,7 @@ use std::path::Path;
 use tally_schemas::note::NoteVerifier;
 use tally_schemas::UnixMillis;
 
-pub use tally_schemas::api::{DirectoryKey, KeyDirectory, KEY_DIRECTORY_VERSION};
+pub(crate) use tally_schemas::api::{DirectoryKey, KeyDirectory};
 
 /// Why the directory file could not be used.
 #[derive(Debug, thiserror::Error)]
@@ -35,7 +35,7 @@ pub enum KeyDirectoryError {
 
 /// The witness's `keys.json`: the directory's file (its format is the wire
 /// format, [`KeyDirectory`]).
-pub trait KeyDirectoryFile: Sized {
+pub(crate) trait KeyDirectoryFile: Sized {
     /// Loads `path` (or starts an empty directory) and makes sure `current`
     /// is listed as the open key from `now`; writes the file back if it
     /// changed.

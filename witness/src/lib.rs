@@ -10,29 +10,33 @@
 //! - [`export`]: packs, agent-keys.json, head.json (protocol.md §9).
 //! - [`http`]: the routes; [`error`]: the one error → status/code table.
 //! - [`server`]: data folder, TLS, graceful drain; [`config`]: settings.
-//! - [`key_changes`]: key changes never reach back before admitted records.
-//! - [`conn`]: the connection cap and the timeouts that bound every
+//! - `key_changes`: key changes never reach back before admitted records.
+//! - `conn`: the connection cap and the timeouts that bound every
 //!   connection, head and body.
-//! - [`keydir`], [`metrics`], [`ratelimit`], [`refusal_log`]: the smaller parts.
+//! - `keydir`, `metrics`, `ratelimit`, [`refusal_log`]: the smaller parts.
 //!
 //! The console at `/console` is its own crate, tally-console, on top of this
 //! one; `tally serve` merges its routes into [`http::router`].
 
 pub mod config;
-pub mod conn;
+mod conn;
 pub mod cosigning;
 pub mod error;
 pub mod export;
 pub mod http;
-pub mod key_changes;
-pub mod keydir;
-pub mod metrics;
-pub mod ratelimit;
+mod key_changes;
+mod keydir;
+mod metrics;
+mod ratelimit;
 pub mod refusal_log;
 pub mod registry;
 pub mod server;
 pub mod witness;
 
 pub use config::{ServeConfig, WitnessConfig};
+pub use conn::{CloseReason, ConnectionStats};
 pub use error::WitnessError;
+pub use key_changes::{AgentTimes, KeyChanges};
+pub use keydir::KeyDirectoryError;
+pub use metrics::Metrics;
 pub use witness::Witness;

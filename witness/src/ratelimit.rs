@@ -16,7 +16,7 @@ struct Bucket {
 
 /// The buckets, one per API key id.
 #[derive(Debug)]
-pub struct RateLimiter {
+pub(crate) struct RateLimiter {
     limit: Option<RateLimit>,
     buckets: Mutex<HashMap<String, Bucket>>,
 }
@@ -24,7 +24,7 @@ pub struct RateLimiter {
 impl RateLimiter {
     /// A limiter; `None` admits everything.
     #[must_use]
-    pub fn new(limit: Option<RateLimit>) -> Self {
+    pub(crate) fn new(limit: Option<RateLimit>) -> Self {
         Self {
             limit,
             buckets: Mutex::new(HashMap::new()),
@@ -35,7 +35,7 @@ impl RateLimiter {
     ///
     /// # Errors
     /// The milliseconds until a token is available, when the bucket is empty.
-    pub fn take(&self, key: &str, now: UnixMillis) -> Result<(), u64> {
+    pub(crate) fn take(&self, key: &str, now: UnixMillis) -> Result<(), u64> {
         self.take_n(key, 1, now)
     }
 
@@ -47,7 +47,7 @@ impl RateLimiter {
     ///
     /// # Errors
     /// The milliseconds until a token is available, when the bucket is empty.
-    pub fn take_n(&self, key: &str, n: usize, now: UnixMillis) -> Result<(), u64> {
+    pub(crate) fn take_n(&self, key: &str, n: usize, now: UnixMillis) -> Result<(), u64> {
         let Some(limit) = self.limit else {
             return Ok(());
         };

@@ -2,7 +2,7 @@
 //! "Connections", "TLS", "Shutdown, crashes, restarts"): the data
 //! folder (log key, key directory, log and registry files), the listener
 //! with optional TLS (rustls) and the connection limits of module
-//! [`crate::conn`], and graceful shutdown that drains in-flight requests
+//! `conn`, and graceful shutdown that drains in-flight requests
 //! before the log's sequencer is stopped.
 //!
 //! Data folder layout:
@@ -327,7 +327,7 @@ fn http_builder(limits: &ConnLimits) -> auto::Builder<TokioExecutor> {
 /// in-flight requests finish (at most `options.drain`), and returns.
 ///
 /// Every connection is bounded as docs/operations.md "Connections" says
-/// (module [`crate::conn`]): at most `max_connections` are open (at the
+/// (module `conn`): at most `max_connections` are open (at the
 /// cap, the one that has waited longest for a request is closed for
 /// room); heads, bodies, idle time, writes and TLS handshakes have
 /// timeouts; heads have a size limit. A failed accept (the open-file limit)

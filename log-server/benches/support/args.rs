@@ -4,7 +4,7 @@
 use std::time::Duration;
 
 /// The comma-separated numbers in `name`, or in `default` when it is unset.
-pub fn env_list(name: &str, default: &str) -> Vec<u64> {
+pub(crate) fn env_list(name: &str, default: &str) -> Vec<u64> {
     std::env::var(name)
         .unwrap_or_else(|_| default.to_owned())
         .split(',')
@@ -13,7 +13,7 @@ pub fn env_list(name: &str, default: &str) -> Vec<u64> {
 }
 
 /// The `p` quantile (nearest rank) of `sorted`; zero when it is empty.
-pub fn percentile(sorted: &[Duration], p: f64) -> Duration {
+pub(crate) fn percentile(sorted: &[Duration], p: f64) -> Duration {
     if sorted.is_empty() {
         return Duration::ZERO;
     }

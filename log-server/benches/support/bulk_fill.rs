@@ -18,12 +18,12 @@ const CHUNK: u64 = 100_000;
 const AGENTS: u64 = 1000;
 
 /// The leaf data of synthetic entry `i`.
-pub fn synthetic_canonical(i: u64) -> Vec<u8> {
+pub(crate) fn synthetic_canonical(i: u64) -> Vec<u8> {
     format!("{{\"bench\":{i}}}").into_bytes()
 }
 
 /// Grows `store` from `from` to `to` entries.
-pub fn fill(store: &RedbStore, from: u64, to: u64) {
+pub(crate) fn fill(store: &RedbStore, from: u64, to: u64) {
     let mut size = from;
     while size < to {
         let end = (size + CHUNK).min(to);

@@ -23,7 +23,8 @@
 //! 5. **An error says nothing about landing.** A write that returns `Err` may or
 //!    may not have landed (a lost acknowledgement); callers re-read state after
 //!    an error instead of assuming either. The fault-injecting backend
-//!    ([`faulty::FaultyStore`]) exercises both outcomes.
+//!    (`tally_testkit::faulty_store::FaultyStore`, dev-only) exercises both
+//!    outcomes.
 //!
 //! 6. **Indexes follow the entries.** Everything a lookup answers (chain
 //!    heads, an agent's `(seq, index)` rows, the nonce, record-hash and
@@ -46,7 +47,6 @@
 //! implements the same methods; how a backend lays out its rows is its own
 //! (docs/storage.md has the redb layout).
 
-pub mod faulty;
 pub mod memory;
 pub mod postgres;
 pub mod redb;

@@ -4,7 +4,6 @@
 
 use std::sync::Arc;
 
-use tally_log::store::faulty::FaultyStore;
 use tally_log::store::memory::MemoryStore;
 use tally_log::store::postgres::PostgresStore;
 use tally_log::store::redb::RedbStore;
@@ -13,15 +12,16 @@ use tally_schemas::record::NoteBody;
 use tally_schemas::{
     AgentName, Body, Hash, Nonce, NoteSigner, Record, SecretKey, Seq, UnixMillis, UnsignedRecord,
 };
+use tally_testkit::faulty_store::FaultyStore;
 
-pub const ORIGIN: &str = "log.example/test";
+pub(crate) const ORIGIN: &str = "log.example/test";
 
-pub fn signer() -> NoteSigner {
+pub(crate) fn signer() -> NoteSigner {
     NoteSigner::from_secret(ORIGIN, SecretKey::from_seed(&[7; 32])).unwrap()
 }
 
 /// An agent that signs the next record of its chain on demand.
-pub struct Agent {
+pub(crate) struct Agent {
     pub name: AgentName,
     key: SecretKey,
     pub next_seq: u64,
@@ -30,7 +30,7 @@ pub struct Agent {
 }
 
 impl Agent {
-    pub fn new(name: &str) -> Self {
+    pub(crate) fn new(name: &str) -> Self {
         let mut seed = [0u8; 32];
         for (i, b) in name.bytes().enumerate().take(32) {
             seed[i] = b;
@@ -45,7 +45,7 @@ impl Agent {
     }
 
     /// A record at an explicit position, with a nonce derived from `salt`.
-    pub fn record_at(&self, seq: u64, prev: Option<Hash>, salt: u64, text: &str) -> Record {
+    pub(crate) fn record_at(&self, seq: u64, prev: Option<Hash>, salt: u64, text: &str) -> Record {
         let mut nonce = vec![0u8; 16];
         nonce[..8].copy_from_slice(&salt.to_be_bytes());
         nonce[8..16].copy_from_slice(&seq.to_be_bytes());
@@ -72,7 +72,7 @@ impl Agent {
     }
 
     /// The next record of the chain; the chain advances.
-    pub fn next(&mut self) -> Record {
+    pub(crate) fn next(&mut self) -> Record {
         self.counter += 1;
         let r = self.record_at(
             self.next_seq,
@@ -87,7 +87,7 @@ impl Agent {
 
     /// The next record of the chain with another record's nonce; the chain
     /// does not advance.
-    pub fn next_with_nonce(&self, nonce: Nonce) -> Record {
+    pub(crate) fn next_with_nonce(&self, nonce: Nonce) -> Record {
         let mut u = self
             .record_at(self.next_seq, self.prev, u64::MAX, "replay")
             .unsigned()
@@ -97,18 +97,18 @@ impl Agent {
     }
 
     /// Moves the chain to a known head.
-    pub fn resync(&mut self, seq: Seq, hash: Hash) {
+    pub(crate) fn resync(&mut self, seq: Seq, hash: Hash) {
         self.next_seq = seq.get() + 1;
         self.prev = Some(hash);
     }
 }
 
-pub fn now() -> UnixMillis {
+pub(crate) fn now() -> UnixMillis {
     UnixMillis::new(1_796_025_600_500)
 }
 
 /// The backends every suite runs over. The tempdir must outlive the store.
-pub enum Backend {
+pub(crate) enum Backend {
     Memory,
     Redb,
     Faulty,
@@ -117,7 +117,7 @@ pub enum Backend {
     Postgres,
 }
 
-pub const BACKENDS: [Backend; 4] = [
+pub(crate) const BACKENDS: [Backend; 4] = [
     Backend::Memory,
     Backend::Redb,
     Backend::Faulty,
@@ -125,7 +125,7 @@ pub const BACKENDS: [Backend; 4] = [
 ];
 
 /// [`BACKENDS`] less the ones this run skips (said on stderr).
-pub fn backends() -> impl Iterator<Item = Backend> {
+pub(crate) fn backends() -> impl Iterator<Item = Backend> {
     BACKENDS.into_iter().filter(|b| {
         let skip = matches!(b, Backend::Postgres) && tally_testkit::postgres::skipped();
         if skip {
@@ -136,7 +136,7 @@ pub fn backends() -> impl Iterator<Item = Backend> {
 }
 
 impl Backend {
-    pub fn name(&self) -> &'static str {
+    pub(crate) fn name(&self) -> &'static str {
         match self {
             Self::Memory => "memory",
             Self::Redb => "redb",
@@ -145,7 +145,7 @@ impl Backend {
         }
     }
 
-    pub fn make(&self, dir: &tempfile::TempDir) -> Arc<dyn LogStore> {
+    pub(crate) fn make(&self, dir: &tempfile::TempDir) -> Arc<dyn LogStore> {
         match self {
             Self::Memory => Arc::new(MemoryStore::new()),
             Self::Redb => Arc::new(RedbStore::open(&dir.path().join("log.redb")).unwrap()),
@@ -159,7 +159,7 @@ impl Backend {
 }
 
 /// `join_all` without the futures crate: polls every future on one task.
-pub async fn futures_join_all<F: std::future::Future>(
+pub(crate) async fn futures_join_all<F: std::future::Future>(
     futs: impl Iterator<Item = F>,
 ) -> Vec<F::Output> {
     let mut handles: Vec<std::pin::Pin<Box<F>>> = futs.map(Box::pin).collect();

@@ -16,26 +16,26 @@ use super::{Case, Expected, Inputs, LogKey};
 use crate::fixture::{self, note, tool, tools, Fixture, PackSpec};
 
 /// The log's origin in every case.
-pub const ORIGIN: &str = "tally.local/log";
+pub(super) const ORIGIN: &str = "tally.local/log";
 
 /// The base pack's coverage (§11): claims-bot declared send_notification
 /// as not recorded and changed lookup_claim's description in its second
 /// list (completed at seq 6); mail-bot records both of its tools.
-pub const BASE_COVERAGE: [&str; 3] = [
+pub(super) const BASE_COVERAGE: [&str; 3] = [
     "claims-bot: 1 declared tool is not recorded: send_notification",
     "claims-bot: tool lookup_claim changed at seq 6: description",
     "mail-bot: all 2 declared tools are recorded",
 ];
 
 /// Records in the base pack: claims-bot 0..=8, mail-bot 0..=5.
-pub const BASE_RECORDS: u64 = 15;
+pub(super) const BASE_RECORDS: u64 = 15;
 
 /// The coverage of a [`small`] scenario whose decisions all call
 /// `lookup_claim`, the one tool it declared.
-pub const SMALL_COVERAGE: [&str; 1] = ["claims-bot: all 1 declared tool is recorded"];
+pub(super) const SMALL_COVERAGE: [&str; 1] = ["claims-bot: all 1 declared tool is recorded"];
 
 /// The base scenario.
-pub struct Base {
+pub(super) struct Base {
     /// The whole history, including records made after the pack.
     pub fx: Fixture,
     /// What the pack covers.
@@ -55,7 +55,7 @@ impl Base {
     /// calls, a note, a key rotation; three commits; records after the pack
     /// for head.json.
     #[must_use]
-    pub fn new() -> Self {
+    pub(super) fn new() -> Self {
         let mut fx = Fixture::new(ORIGIN, "log");
         fx.add_agent("claims-bot", "claims-bot/1");
         fx.add_agent("mail-bot", "mail-bot/1");
@@ -126,20 +126,20 @@ impl Base {
 
     /// The valid pack's lines, to edit.
     #[must_use]
-    pub fn lines(&self) -> Lines {
+    pub(super) fn lines(&self) -> Lines {
         Lines(self.valid.clone())
     }
 
     /// The log key.
     #[must_use]
-    pub fn vkey(&self) -> String {
+    pub(super) fn vkey(&self) -> String {
         self.fx.log.verifier().vkey()
     }
 
     /// The inputs with this pack and the base's keys, head and log key, at
     /// the default skew and grace.
     #[must_use]
-    pub fn inputs(&self, pack: Vec<u8>) -> Inputs {
+    pub(super) fn inputs(&self, pack: Vec<u8>) -> Inputs {
         Inputs {
             pack,
             agent_keys: fixture::to_json(&self.keys),
@@ -152,7 +152,7 @@ impl Base {
 
     /// The base's expectation: everything passes (head when given).
     #[must_use]
-    pub fn passing(&self) -> Expected {
+    pub(super) fn passing(&self) -> Expected {
         Expected::passing(true, &BASE_COVERAGE, BASE_RECORDS)
     }
 }
@@ -165,11 +165,11 @@ impl Default for Base {
 
 /// A pack's lines, canonical, without their newlines.
 #[derive(Debug, Clone)]
-pub struct Lines(pub Vec<Vec<u8>>);
+pub(super) struct Lines(pub Vec<Vec<u8>>);
 
 impl Lines {
     /// Edits line `i` as a JSON value (written back canonical).
-    pub fn edit(&mut self, i: usize, f: impl FnOnce(&mut Value)) {
+    pub(super) fn edit(&mut self, i: usize, f: impl FnOnce(&mut Value)) {
         let mut v = value(&self.0[i]);
         f(&mut v);
         self.0[i] = canon(&v);
@@ -177,7 +177,7 @@ impl Lines {
 
     /// Line `i` as a JSON value.
     #[must_use]
-    pub fn value(&self, i: usize) -> Value {
+    pub(super) fn value(&self, i: usize) -> Value {
         value(&self.0[i])
     }
 
@@ -186,7 +186,7 @@ impl Lines {
     /// # Panics
     /// When there is none.
     #[must_use]
-    pub fn find(&self, agent: &str, seq: u64) -> usize {
+    pub(super) fn find(&self, agent: &str, seq: u64) -> usize {
         self.0
             .iter()
             .position(|l| {
@@ -204,7 +204,7 @@ impl Lines {
     /// # Panics
     /// When there is none.
     #[must_use]
-    pub fn last_of(&self, kind: &str) -> usize {
+    pub(super) fn last_of(&self, kind: &str) -> usize {
         self.0
             .iter()
             .rposition(|l| serde_json::from_slice::<Value>(l).is_ok_and(|v| v["type"] == kind))
@@ -212,7 +212,7 @@ impl Lines {
     }
 
     /// Adds to the end line's counts.
-    pub fn bump_end(&mut self, records: i64, checkpoints: i64) {
+    pub(super) fn bump_end(&mut self, records: i64, checkpoints: i64) {
         let last = self.0.len() - 1;
         self.edit(last, |v| {
             let r = v["records"].as_i64().expect("count") + records;
@@ -223,7 +223,7 @@ impl Lines {
     }
 
     /// Sets the header's `last_seq` of `agent`.
-    pub fn set_last_seq(&mut self, agent: &str, last: u64) {
+    pub(super) fn set_last_seq(&mut self, agent: &str, last: u64) {
         self.edit(0, |v| {
             for a in v["agents"].as_array_mut().expect("agents") {
                 if a["agent"] == agent {
@@ -234,20 +234,20 @@ impl Lines {
     }
 
     /// Removes line `i`.
-    pub fn remove(&mut self, i: usize) -> Vec<u8> {
+    pub(super) fn remove(&mut self, i: usize) -> Vec<u8> {
         self.0.remove(i)
     }
 
     /// The pack: every line followed by a newline.
     #[must_use]
-    pub fn join(&self) -> Vec<u8> {
+    pub(super) fn join(&self) -> Vec<u8> {
         join(&self.0)
     }
 }
 
 /// The canonical bytes of each line.
 #[must_use]
-pub fn bytes_of(lines: &[PackLine]) -> Vec<Vec<u8>> {
+pub(super) fn bytes_of(lines: &[PackLine]) -> Vec<Vec<u8>> {
     lines
         .iter()
         .map(|l| l.to_json().expect("canonical"))
@@ -256,7 +256,7 @@ pub fn bytes_of(lines: &[PackLine]) -> Vec<Vec<u8>> {
 
 /// Lines joined, each followed by a newline.
 #[must_use]
-pub fn join(lines: &[Vec<u8>]) -> Vec<u8> {
+pub(super) fn join(lines: &[Vec<u8>]) -> Vec<u8> {
     let mut out = Vec::new();
     for l in lines {
         out.extend_from_slice(l);
@@ -270,7 +270,7 @@ pub fn join(lines: &[Vec<u8>]) -> Vec<u8> {
 /// # Panics
 /// When it is not JSON (the scenarios' lines are).
 #[must_use]
-pub fn value(line: &[u8]) -> Value {
+pub(super) fn value(line: &[u8]) -> Value {
     serde_json::from_slice(line).expect("fixture lines are JSON")
 }
 
@@ -279,13 +279,13 @@ pub fn value(line: &[u8]) -> Value {
 /// # Panics
 /// For a value JCS cannot write (the scenarios' values can be).
 #[must_use]
-pub fn canon(v: &Value) -> Vec<u8> {
+pub(super) fn canon(v: &Value) -> Vec<u8> {
     tally_schemas::canonical::canonicalize(v).expect("canonical")
 }
 
 /// A case.
 #[must_use]
-pub fn case(
+pub(super) fn case(
     name: &str,
     section: &'static str,
     rule: &str,
@@ -306,7 +306,7 @@ pub fn case(
 /// A one-agent scenario: claims-bot declared `lookup_claim` (recorded) in
 /// its first record.
 #[must_use]
-pub fn small() -> Fixture {
+pub(super) fn small() -> Fixture {
     let mut fx = Fixture::new(ORIGIN, "log");
     fx.add_agent("claims-bot", "claims-bot/1");
     fx.log(
@@ -320,7 +320,7 @@ pub fn small() -> Fixture {
 /// and pending at the last commit, `created` now; agent-keys.json of every
 /// key used; head.json at that commit from the pack's size.
 #[must_use]
-pub fn finish(fx: &mut Fixture) -> Inputs {
+pub(super) fn finish(fx: &mut Fixture) -> Inputs {
     fx.commit();
     let spec = PackSpec {
         created: Some(fx.now),
@@ -331,7 +331,7 @@ pub fn finish(fx: &mut Fixture) -> Inputs {
 
 /// As [`finish`] without committing, with a given pack spec.
 #[must_use]
-pub fn finish_with(fx: &Fixture, spec: &PackSpec) -> Inputs {
+pub(super) fn finish_with(fx: &Fixture, spec: &PackSpec) -> Inputs {
     let size = spec
         .size
         .unwrap_or_else(|| *fx.commits.last().expect("commit"));
@@ -346,7 +346,7 @@ pub fn finish_with(fx: &Fixture, spec: &PackSpec) -> Inputs {
 }
 
 /// A call of `lookup_claim` whose outcome is `ok`, logged.
-pub fn call(fx: &mut Fixture, call_id: &str) {
+pub(super) fn call(fx: &mut Fixture, call_id: &str) {
     let d = fx.log("claims-bot", fixture::decision(call_id, "lookup_claim"));
     fx.log(
         "claims-bot",

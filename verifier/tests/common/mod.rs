@@ -13,12 +13,12 @@ use tally_schemas::pack::{AgentKeys, Head};
 use tally_verifier::trust::{TrustFile, WitnessPolicy};
 
 /// testdata/conformance.
-pub fn corpus_dir() -> PathBuf {
+pub(crate) fn corpus_dir() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../testdata/conformance")
 }
 
 /// Every case folder, in name order.
-pub fn case_dirs() -> Vec<PathBuf> {
+pub(crate) fn case_dirs() -> Vec<PathBuf> {
     let mut dirs: Vec<PathBuf> = std::fs::read_dir(corpus_dir())
         .unwrap()
         .map(|e| e.unwrap().path())
@@ -29,7 +29,7 @@ pub fn case_dirs() -> Vec<PathBuf> {
 }
 
 /// One case's inputs to the verifier, parsed.
-pub struct Case {
+pub(crate) struct Case {
     pub pack: Vec<u8>,
     pub keys: AgentKeys,
     pub log_key: NoteVerifier,
@@ -40,19 +40,19 @@ pub struct Case {
 }
 
 /// The file `name` in `dir`, if there is one.
-pub fn read(dir: &Path, name: &str) -> Option<Vec<u8>> {
+pub(crate) fn read(dir: &Path, name: &str) -> Option<Vec<u8>> {
     std::fs::read(dir.join(name)).ok()
 }
 
 /// A JSON file of the case.
-pub fn json(dir: &Path, name: &str) -> Value {
+pub(crate) fn json(dir: &Path, name: &str) -> Value {
     serde_json::from_slice(&read(dir, name).unwrap()).unwrap()
 }
 
 /// The case in `dir`, or `None` when one of its inputs is refused before
 /// the pack is read (agent-keys.json, head.json, the vkey or trust file:
 /// a usage error).
-pub fn load(dir: &Path) -> Option<Case> {
+pub(crate) fn load(dir: &Path) -> Option<Case> {
     let options = json(dir, "options.json");
     let file = |key: &str| options[key].as_str().map(|n| read(dir, n).unwrap());
     let keys = AgentKeys::from_json(&file("agent_keys").unwrap()).ok()?;

@@ -18,16 +18,16 @@ use tally_schemas::record::NoteBody;
 use tally_schemas::{
     AgentName, Body as RecordBody, Hash, Nonce, Record, SecretKey, Seq, UnixMillis, UnsignedRecord,
 };
-pub use tally_testkit::clock::TestClock;
+pub(crate) use tally_testkit::clock::TestClock;
 use tally_witness::config::{ServeConfig, WitnessConfig};
 use tally_witness::server;
 use tally_witness::Witness;
 use tower::ServiceExt;
 
 /// 2026-11-30T08:00:00.000Z.
-pub const T0: i64 = 1_796_025_600_000;
+pub(crate) const T0: i64 = 1_796_025_600_000;
 
-pub struct Harness {
+pub(crate) struct Harness {
     pub dir: tempfile::TempDir,
     pub witness: Arc<Witness>,
     pub app: Router,
@@ -39,7 +39,7 @@ pub struct Harness {
     pub admin: String,
 }
 
-pub fn open_witness(
+pub(crate) fn open_witness(
     dir: &Path,
     config: WitnessConfig,
     clock: Arc<TestClock>,
@@ -53,7 +53,7 @@ pub fn open_witness(
     (opened.witness, opened.first_start)
 }
 
-pub fn harness(config: WitnessConfig) -> Harness {
+pub(crate) fn harness(config: WitnessConfig) -> Harness {
     let dir = tempfile::tempdir().unwrap();
     let clock = Arc::new(TestClock(AtomicI64::new(T0)));
     let (witness, first) = open_witness(dir.path(), config, Arc::clone(&clock));
@@ -70,7 +70,7 @@ pub fn harness(config: WitnessConfig) -> Harness {
     }
 }
 
-pub async fn call(
+pub(crate) async fn call(
     app: &Router,
     method: &str,
     uri: &str,
@@ -97,13 +97,13 @@ pub async fn call(
     (status, bytes)
 }
 
-pub fn json(bytes: &[u8]) -> Value {
+pub(crate) fn json(bytes: &[u8]) -> Value {
     serde_json::from_slice(bytes)
         .unwrap_or_else(|e| panic!("not JSON ({e}): {}", String::from_utf8_lossy(bytes)))
 }
 
 /// The error code of an error body.
-pub fn code(bytes: &[u8]) -> String {
+pub(crate) fn code(bytes: &[u8]) -> String {
     json(bytes)["error"]["code"]
         .as_str()
         .unwrap_or_default()
@@ -111,7 +111,7 @@ pub fn code(bytes: &[u8]) -> String {
 }
 
 /// An agent that signs a chain.
-pub struct TestAgent {
+pub(crate) struct TestAgent {
     pub name: AgentName,
     pub key: SecretKey,
     pub seq: u64,
@@ -119,7 +119,7 @@ pub struct TestAgent {
 }
 
 impl TestAgent {
-    pub fn new(name: &str) -> Self {
+    pub(crate) fn new(name: &str) -> Self {
         Self {
             name: AgentName::new(name).unwrap(),
             key: SecretKey::generate(&mut OsRng),
@@ -129,7 +129,7 @@ impl TestAgent {
     }
 
     /// The next record of the chain (not yet counted as sent).
-    pub fn draft(&self, time: i64, text: &str) -> Record {
+    pub(crate) fn draft(&self, time: i64, text: &str) -> Record {
         UnsignedRecord {
             agent: self.name.clone(),
             key_id: self.key.public_key().key_id(),
@@ -144,13 +144,13 @@ impl TestAgent {
     }
 
     /// Marks `r` as the chain's new head.
-    pub fn accept(&mut self, r: &Record) {
+    pub(crate) fn accept(&mut self, r: &Record) {
         self.seq = r.seq.get() + 1;
         self.prev = Some(r.hash());
     }
 
     /// Registers this agent's key with `api_key`'s project.
-    pub async fn register(&self, app: &Router, api_key: &str) {
+    pub(crate) async fn register(&self, app: &Router, api_key: &str) {
         let body = serde_json::json!({"agent": self.name, "public_key": self.key.public_key(), "not_before": UnixMillis::new(T0 - 3_600_000)});
         let (s, b) = call(
             app,
@@ -164,11 +164,15 @@ impl TestAgent {
     }
 }
 
-pub fn bytes(r: &Record) -> Vec<u8> {
+pub(crate) fn bytes(r: &Record) -> Vec<u8> {
     r.canonical_bytes().to_vec()
 }
 
 /// Posts `r` and returns status and body.
-pub async fn post(app: &Router, api_key: Option<&str>, body: Vec<u8>) -> (StatusCode, Vec<u8>) {
+pub(crate) async fn post(
+    app: &Router,
+    api_key: Option<&str>,
+    body: Vec<u8>,
+) -> (StatusCode, Vec<u8>) {
     call(app, "POST", "/v1/records", api_key, body).await
 }

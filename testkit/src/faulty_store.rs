@@ -1,5 +1,5 @@
 //! A fault-injecting [`LogStore`] wrapper (docs/storage.md, "Testing the
-//! contract"): it fails writes on demand, including a write that returns an
+//! contract"), for tally-log's tests only (feature `log-store`): it fails writes on demand, including a write that returns an
 //! error but still lands, the lost-acknowledgement case a real disk or network
 //! filesystem can produce. Reads pass through.
 
@@ -8,7 +8,7 @@ use std::sync::{Arc, Mutex};
 
 use tally_schemas::{AgentName, Hash, LeafIndex, Nonce, Seq, TreeSize};
 
-use super::{BatchWrite, ChainHead, Found, LogStore, Lookup, StoreError};
+use tally_log::store::{BatchWrite, ChainHead, Found, LogStore, Lookup, StoreError};
 
 /// What happens to one write.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -18,6 +18,9 @@ use axum::response::{IntoResponse, Response};
 use axum::routing::get;
 use axum::{Json, Router};
 use serde::Serialize;
+use tally_schemas::api::{
+    ConsistencyProofAnswer, ErrorBody, ErrorDetail, InclusionProofAnswer, PROOF_JSON_VERSION,
+};
 use tally_schemas::{Hash, LeafIndex, TreeSize};
 
 use crate::error::ProofRequestError;
@@ -73,24 +76,12 @@ impl ApiError {
     }
 }
 
-#[derive(Serialize)]
-struct ErrorBody<'a> {
-    error: ErrorInner<'a>,
-}
-
-#[derive(Serialize)]
-struct ErrorInner<'a> {
-    code: &'a str,
-    message: &'a str,
-}
-
 impl IntoResponse for ApiError {
     fn into_response(self) -> Response {
+        // The error body of docs/api.md "Errors", defined once in
+        // tally-schemas.
         let body = ErrorBody {
-            error: ErrorInner {
-                code: self.code,
-                message: &self.message,
-            },
+            error: ErrorDetail::new(self.code, self.message),
         };
         let mut r = (self.status, Json(body)).into_response();
         r.headers_mut()
@@ -258,19 +249,6 @@ fn get_param<'a>(params: &[(&'static str, &'a str)], name: &str) -> Option<&'a s
     params.iter().find(|(k, _)| *k == name).map(|(_, v)| *v)
 }
 
-/// Version of the JSON proof answers (docs/protocol.md §7.5). The answers
-/// had no `v` before; readers refuse one without it.
-pub const PROOF_JSON_VERSION: u64 = 1;
-
-#[derive(Serialize)]
-struct InclusionBody {
-    v: u64,
-    index: LeafIndex,
-    size: TreeSize,
-    leaf_hash: Hash,
-    inclusion: Vec<Hash>,
-}
-
 async fn inclusion(
     State(log): State<Arc<Log>>,
     RawQuery(raw): RawQuery,
@@ -314,7 +292,8 @@ async fn inclusion(
             .ok_or_else(|| {
                 ApiError::internal(&StoreError::Corrupt(format!("entry {index} missing")))
             })?;
-        Ok(InclusionBody {
+        // The answer of docs/protocol.md §7.5, defined once in tally-schemas.
+        Ok(InclusionProofAnswer {
             v: PROOF_JSON_VERSION,
             index,
             size,
@@ -324,14 +303,6 @@ async fn inclusion(
     })
     .await?;
     Ok(json_ok(&body))
-}
-
-#[derive(Serialize)]
-struct ConsistencyBody {
-    v: u64,
-    from: TreeSize,
-    to: TreeSize,
-    consistency: Vec<Hash>,
 }
 
 async fn consistency(
@@ -351,12 +322,7 @@ async fn consistency(
         .map(TreeSize::new);
     let body = blocking(move || {
         let (to, proof) = log.consistency_proof(from, to)?;
-        Ok(ConsistencyBody {
-            v: PROOF_JSON_VERSION,
-            from,
-            to,
-            consistency: proof,
-        })
+        Ok(ConsistencyProofAnswer::new(from, to, proof))
     })
     .await?;
     Ok(json_ok(&body))

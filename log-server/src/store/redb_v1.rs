@@ -58,15 +58,22 @@ fn corrupt(what: String) -> StoreError {
 /// [`StoreError::Corrupt`] when the layout 1 tables are incomplete or
 /// disagree with each other (nothing is deleted then); [`StoreError::Backend`].
 pub(crate) fn migrate(db: &Database, chunk: u64) -> Result<(), StoreError> {
-    migrate_steps(db, chunk, usize::MAX).map(|_| ())
+    migrate_some(db, chunk, usize::MAX).map(|_| ())
 }
 
 /// At most `steps` durable steps of [`migrate`]; `Ok(true)` once the file
-/// is layout 2. Tests use it to stop a migration half-way.
+/// is layout 2. Tests use it (feature `testing`) to stop a migration
+/// half-way.
 ///
 /// # Errors
 /// As [`migrate`].
+#[cfg(feature = "testing")]
 pub fn migrate_steps(db: &Database, chunk: u64, steps: usize) -> Result<bool, StoreError> {
+    migrate_some(db, chunk, steps)
+}
+
+/// What [`migrate`] and the tests' `migrate_steps` run.
+fn migrate_some(db: &Database, chunk: u64, steps: usize) -> Result<bool, StoreError> {
     let chunk = chunk.max(1);
     let mut announced = false;
     for _ in 0..steps {
@@ -239,8 +246,9 @@ fn finish(tx: &redb::WriteTransaction, size: u64) -> Result<(), StoreError> {
 
 /// Writes a layout 1 file for tests: the same rows the layout 1 store
 /// wrote, for entries given as canonical bytes with their receipt sizes
-/// (which must be the sizes of the batches they were committed in).
-#[doc(hidden)]
+/// (which must be the sizes of the batches they were committed in). Only
+/// with the feature `testing`, which only dev-dependencies turn on.
+#[cfg(feature = "testing")]
 pub fn write_v1_for_tests(
     path: &std::path::Path,
     entries: &[(Vec<u8>, u64)],

@@ -10,65 +10,7 @@ mod common;
 use std::path::Path;
 use std::process::Command;
 
-use common::{tally, Server, TALLY};
-
-/// Registers `agent` (its key in `state`) with the witness at `server`.
-fn add_agent(server: &Server, key: &str, state: &Path, agent: &str) {
-    let env = [("TALLY_STATE_DIR", state.to_str().unwrap())];
-    let (ok, out, err) = tally(
-        &[
-            "agent",
-            "init",
-            agent,
-            "--witness",
-            &server.url,
-            "--api-key",
-            key,
-        ],
-        &env,
-    );
-    assert!(ok, "agent init: {err}");
-    let public = out
-        .lines()
-        .find_map(|l| l.strip_prefix("public key: "))
-        .unwrap_or_else(|| panic!("no public key in {out}"))
-        .trim()
-        .to_owned();
-    let (ok, _, err) = tally(
-        &[
-            "agent",
-            "add",
-            agent,
-            "--public-key",
-            &public,
-            "--witness",
-            &server.url,
-            "--api-key",
-            key,
-        ],
-        &[],
-    );
-    assert!(ok, "agent add: {err}");
-}
-
-/// Records `n` notes for `agent` and waits for each receipt.
-fn record_notes(state: &Path, agent: &str, n: usize) {
-    let env = [("TALLY_STATE_DIR", state.to_str().unwrap())];
-    for i in 0..n {
-        let (ok, _, err) = tally(
-            &[
-                "record",
-                "note",
-                "--agent",
-                agent,
-                &format!("note {i}"),
-                "--wait-receipt",
-            ],
-            &env,
-        );
-        assert!(ok, "record note: {err}");
-    }
-}
+use common::{add_agent, record_notes, Server, TALLY};
 
 /// One `tally monitor --once` round: (exit code, stdout + stderr).
 fn monitor(server: &Server, vkey: &str, state: &Path, tiles: bool) -> (i32, String) {

@@ -124,7 +124,7 @@ async fn a_change_before_an_admitted_record_or_the_skew_bound_is_refused() {
     let latest = post_chain(&h, &mut a, 3, |i| T0 + i * 10).await;
     let new_key = SecretKey::generate(&mut OsRng).public_key();
 
-    // The attack of the issue: the first key's not_before + 1 ms.
+    // The retroactive rotation (threat-model.md "Key changes and history"): the first key's not_before + 1 ms.
     for at in [T0 - 3_600_000 + 1, T0, latest - 1, latest] {
         let (s, b) = rotate(&h, "bot", &new_key, Some(at)).await;
         assert_err(s, &b, 409, "retroactive_key_change");

@@ -379,3 +379,71 @@ async fn batches_over_the_limits_and_bad_bodies_are_refused_whole() {
         .unwrap();
     assert_eq!(health["tree_size"], 256);
 }
+
+/// The witness keeps prepared tables for keys that sign many records
+/// (witness/src/sigcache.rs). Once an agent's key has one, a record carrying
+/// a valid signature by that key over another message is still refused, on
+/// the batch route and on the one-record route, and good records still pass.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_busy_key_still_refuses_a_signature_over_another_message() {
+    let tmp = tempfile::tempdir().unwrap();
+    let server = Server::start(&tmp.path().join("data"), &[]);
+    let url = server.url.clone();
+    let api_key = server.banner_value("API key");
+    let http = reqwest::Client::new();
+    let mut a = Agent::new("busy-bot");
+    a.register(&http, &url, &api_key).await;
+
+    // Enough records, in batches of 32, that the key is prepared.
+    let enough = tally_schemas::batch_sig::PREPARE_MIN_SIGNATURES + 32;
+    let records: Vec<Record> = (0..enough).map(|i| a.next(&format!("n{i}"))).collect();
+    for chunk in records.chunks(32) {
+        let (status, body) = post_batch(&http, &url, &api_key, BatchRequest::to_json(chunk)).await;
+        assert_eq!(status, 200);
+        let answer = BatchAnswer::from_json(&body).unwrap();
+        assert!(answer.results.iter().all(|r| r.code().is_none()));
+    }
+
+    // The next record with the signature of the one before it: the right
+    // key, another message.
+    let good = a.next("good");
+    let swapped = {
+        let mut v: Value = serde_json::from_slice(good.canonical_bytes()).unwrap();
+        let last: Value = serde_json::from_slice(records[enough - 1].canonical_bytes()).unwrap();
+        v["sig"] = last["sig"].clone();
+        Record::from_value(v).unwrap()
+    };
+    let (status, body) = post_batch(
+        &http,
+        &url,
+        &api_key,
+        BatchRequest::to_json([&swapped, &a.next("after")]),
+    )
+    .await;
+    assert_eq!(status, 200);
+    let answer = BatchAnswer::from_json(&body).unwrap();
+    let codes: Vec<Option<&str>> = answer.results.iter().map(BatchOutcome::code).collect();
+    assert_eq!(codes, [Some("bad_signature"), Some("prior_record_refused")]);
+
+    // The one-record route: the same refusal, then the good record passes.
+    let resp = http
+        .post(format!("{url}/v1/records"))
+        .bearer_auth(&api_key)
+        .body(swapped.canonical_bytes().to_vec())
+        .send()
+        .await
+        .unwrap();
+    let status = resp.status().as_u16();
+    assert_eq!(
+        (status, error_code(&resp.bytes().await.unwrap()).as_str()),
+        (422, "bad_signature")
+    );
+    let resp = http
+        .post(format!("{url}/v1/records"))
+        .bearer_auth(&api_key)
+        .body(good.canonical_bytes().to_vec())
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(resp.status().as_u16(), 200);
+}

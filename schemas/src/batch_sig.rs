@@ -32,9 +32,12 @@
 //! arithmetic results; only the way `[k]A` is multiplied differs. Two
 //! fixed-base multiplications (about 64 point additions each, no doublings)
 //! replace one double-scalar multiplication (about 250 doublings), and `R`
-//! is never decompressed. Preparing a key costs about one verification and
-//! 30 KiB, so [`verify_batch`] prepares only keys that sign several of the
-//! messages it is given. The edge-case corpus (testdata/sigs/), mixed-order
+//! is never decompressed. A prepared key verifies about 1.3–1.7 times as
+//! fast as `verify_strict`, but preparing it (256 table points, each
+//! normalised with a field inversion) costs about 20 verifications and
+//! 30 KiB: it pays for itself only after some 45–90 signatures
+//! (`examples/sig_rate.rs` prints the figures), so a key is prepared only
+//! once it signs [`PREPARE_MIN_SIGNATURES`] messages. The edge-case corpus (testdata/sigs/), mixed-order
 //! and small-order cases and random mutations are checked against
 //! `verify_strict` in `tests/batch_sig.rs`.
 
@@ -67,7 +70,8 @@ impl std::fmt::Debug for PreparedKey {
 }
 
 impl PreparedKey {
-    /// Precomputes the table for `key` (about the cost of one verification).
+    /// Precomputes the table for `key` (about the cost of 20 verifications:
+    /// see the module docs).
     #[must_use]
     pub fn new(key: &PublicKey) -> Self {
         let point = EdwardsPoint::from(*key.as_dalek());
@@ -144,8 +148,12 @@ pub struct SignedMessage<'a> {
 }
 
 /// A key signing at least this many messages of a [`verify_batch`] call is
-/// prepared; below it, preparing costs more than it saves.
-pub const PREPARE_MIN_SIGNATURES: usize = 3;
+/// prepared; below it, preparing costs more than it saves. The break-even
+/// measured by `examples/sig_rate.rs` on the 2-core machine of
+/// docs/benchmarks.md was 45–90 signatures (a lower threshold made batches
+/// with a few records per key several times slower: docs/benchmarks.md,
+/// "Batches").
+pub const PREPARE_MIN_SIGNATURES: usize = 64;
 
 /// Checks every signature strictly; item `i` of the answer is exactly
 /// `items[i].key.verify_raw(items[i].signed, items[i].signature).is_ok()`.

@@ -114,7 +114,7 @@ fn the_edge_case_corpus_is_accepted_and_refused_exactly_as_strict_verification_d
     let items: Vec<([u8; 32], Vec<u8>, [u8; 64])> = cases
         .iter()
         .cycle()
-        .take(cases.len() * 5)
+        .take(cases.len() * tally_schemas::batch_sig::PREPARE_MIN_SIGNATURES)
         .map(|c| (c.public_key, c.message.clone(), c.signature))
         .collect();
     for (i, got) in batch(&items).into_iter().enumerate() {

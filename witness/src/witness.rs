@@ -18,7 +18,6 @@ use std::time::Instant;
 use rand_core::CryptoRngCore;
 use tally_log::{BatchItem, ChainHead, Log};
 use tally_schemas::batch::BatchRequest;
-use tally_schemas::batch_sig::{verify_batch, SignedMessage};
 use tally_schemas::canonical;
 use tally_schemas::time::Clock;
 use tally_schemas::{AgentName, LeafIndex, Receipt, Record, UnixMillis};
@@ -31,6 +30,7 @@ use crate::keydir::KeyDirectory;
 use crate::metrics::Metrics;
 use crate::ratelimit::RateLimiter;
 use crate::registry::{Principal, Registry, Secret};
+use crate::sigcache::PreparedKeys;
 
 /// Randomness for API keys, injected.
 pub type Rng = Box<dyn CryptoRngCore + Send>;
@@ -54,6 +54,8 @@ pub struct Witness {
     last_received: Mutex<UnixMillis>,
     /// Asking cosigners, when `tally serve` has any (protocol.md §14.5).
     cosigning: std::sync::OnceLock<Arc<crate::cosigning::Cosigning>>,
+    /// Tables of the busiest agent keys, for strict signature checks.
+    prepared: PreparedKeys,
 }
 
 impl std::fmt::Debug for Witness {
@@ -120,6 +122,7 @@ impl Witness {
             keys,
             key_changes: KeyChanges::default(),
             cosigning: std::sync::OnceLock::new(),
+            prepared: PreparedKeys::default(),
         }
     }
 
@@ -276,12 +279,21 @@ impl Witness {
         record: &Record,
     ) -> Result<(), WitnessError> {
         let key = self.registered_key(principal, record)?;
-        record
-            .verify_signature(&key)
-            .map_err(|_| WitnessError::BadSignature {
+        // The registry answers the key registered under the record's key
+        // id, so the ids match; the signature is checked strictly, with the
+        // key's table when it has one (sigcache.rs).
+        if key.key_id() == record.key_id
+            && self
+                .prepared
+                .verify(&key, &record.signed_message(), record.signature())
+        {
+            Ok(())
+        } else {
+            Err(WitnessError::BadSignature {
                 agent: record.agent.clone(),
                 key_id: record.key_id,
             })
+        }
     }
 
     /// Steps 4–5: the public key registered for the record's agent and key
@@ -454,10 +466,9 @@ impl Witness {
     /// Admits a batch request body (docs/api.md "POST /v1/records/batch";
     /// docs/protocol.md §8.1) sent by `principal`: one answer per record, in
     /// the request's order. Each record goes through the checks of
-    /// [`Witness::admit_as`] in the same order; the signatures of the batch
-    /// are checked together ([`tally_schemas::batch_sig::verify_batch`]:
-    /// the accept set of `verify_strict`, with a prepared table for a key
-    /// that signs several of them), and the records that pass are handed to
+    /// [`Witness::admit_as`] in the same order (signatures strictly, with
+    /// the tables of busy keys kept across requests: sigcache.rs), and the
+    /// records that pass are handed to
     /// [`Log::enqueue_batch`] as one group commit, received at one instant.
     /// A record refused here keeps its place in its agent's seq order
     /// ([`BatchItem::Refused`]), so that the agent's later records in the
@@ -619,27 +630,15 @@ impl Witness {
                 Err(e) => records.push((i, Err((record.agent.clone(), record.seq, e)))),
             }
         }
-        let messages: Vec<Vec<u8>> = keys
+        let verdicts: Vec<bool> = keys
             .iter()
-            .map(|(k, _)| match &records[*k].1 {
-                Ok(r) => r.signed_message(),
-                Err(_) => Vec::new(),
+            .map(|(k, key)| match &records[*k].1 {
+                Ok(r) => self
+                    .prepared
+                    .verify(key, &r.signed_message(), r.signature()),
+                Err(_) => false,
             })
             .collect();
-        let verdicts = {
-            let items: Vec<SignedMessage<'_>> = keys
-                .iter()
-                .zip(&messages)
-                .filter_map(|((k, key), signed)| {
-                    records[*k].1.as_ref().ok().map(|r| SignedMessage {
-                        key,
-                        signed,
-                        signature: r.signature(),
-                    })
-                })
-                .collect();
-            verify_batch(&items)
-        };
         for ((k, _), ok) in keys.iter().zip(verdicts) {
             if ok {
                 continue;

@@ -1,0 +1,271 @@
+//! Two ACTIVE fronts on one PostgreSQL database, through the real binary
+//! (docs/operations.md, "Running on PostgreSQL"): both admit records and
+//! serve reads, the lease holder sequences, and the other hands its
+//! records over through the database.
+//! - a record admitted through one front and retried through the other
+//!   gets the same receipt, byte for byte, both ways;
+//! - races of the same (agent, seq) and of the same nonce, one post through
+//!   each front at once, have exactly one winner; the other gets a stable
+//!   refusal code (`chain_conflict`, `nonce_replayed`);
+//! - the follower serves the log's reads (checkpoint, proofs).
+
+use std::time::Duration;
+
+use rand_core::OsRng;
+use serde_json::{json, Value};
+use tally_schemas::note::{open_checkpoint, NoteVerifier};
+use tally_schemas::record::NoteBody;
+use tally_schemas::{
+    AgentName, Body, Hash, Nonce, Receipt, Record, SecretKey, Seq, UnixMillis, UnsignedRecord,
+};
+
+mod common;
+
+use common::Server;
+
+struct Agent {
+    name: AgentName,
+    key: SecretKey,
+    seq: u64,
+    prev: Option<Hash>,
+}
+
+impl Agent {
+    fn record(&self, text: &str, nonce: Nonce) -> Record {
+        UnsignedRecord {
+            agent: self.name.clone(),
+            key_id: self.key.public_key().key_id(),
+            seq: Seq::new(self.seq).unwrap(),
+            prev: self.prev,
+            time: UnixMillis::now(),
+            nonce,
+            body: Body::Note(NoteBody {
+                text: text.to_owned(),
+            }),
+        }
+        .sign(&self.key)
+        .unwrap()
+    }
+
+    fn accepted(&mut self, r: &Record) {
+        self.seq = r.seq.get() + 1;
+        self.prev = Some(r.hash());
+    }
+}
+
+async fn post(http: &reqwest::Client, url: &str, key: &str, r: &Record) -> (u16, Vec<u8>) {
+    let resp = common::post_record(http, url, key, r).await.unwrap();
+    let status = resp.status().as_u16();
+    (status, resp.bytes().await.unwrap().to_vec())
+}
+
+fn code(body: &[u8]) -> String {
+    serde_json::from_slice::<Value>(body).unwrap()["error"]["code"]
+        .as_str()
+        .unwrap_or("")
+        .to_owned()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn two_active_fronts_give_one_receipt_per_record_and_one_winner_per_race() {
+    let Some(db_url) = tally_testkit::postgres::database() else {
+        return;
+    };
+    let tmp = tempfile::tempdir().unwrap();
+    let (data_a, data_b) = (tmp.path().join("a"), tmp.path().join("b"));
+    let args = [
+        "--store",
+        db_url.as_str(),
+        "--lease-ttl",
+        "2",
+        "--rate-limit",
+        "0",
+    ];
+    let http = reqwest::Client::builder()
+        .timeout(Duration::from_secs(30))
+        .build()
+        .unwrap();
+
+    // Front a makes the data folder and registers the agents; b gets a
+    // copy (the registry is per front until it moves to PostgreSQL).
+    let a = Server::start(&data_a, &args);
+    let api_key = a.banner_value("API key");
+    let vkey = a.banner_value("witness key");
+    let log_key = NoteVerifier::from_vkey(&vkey).unwrap();
+    let mut agents: Vec<Agent> = (0..4)
+        .map(|i| Agent {
+            name: AgentName::new(&format!("front-{i}")).unwrap(),
+            key: SecretKey::generate(&mut OsRng),
+            seq: 0,
+            prev: None,
+        })
+        .collect();
+    for ag in &agents {
+        let r = http
+            .post(format!("{}/v1/agents", a.url))
+            .bearer_auth(&api_key)
+            .json(&json!({"agent": ag.name, "public_key": ag.key.public_key(), "not_before": UnixMillis::new(UnixMillis::now().as_millis() - 60_000)}))
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(r.status().as_u16(), 201);
+    }
+    let listen_a = a.url.trim_start_matches("http://").to_owned();
+    assert!(a.sigterm().success());
+    common::copy_dir(&data_a, &data_b);
+    let a = Server::start_at(&data_a, &listen_a, &args);
+    // The second front starts at once (it follows) and serves.
+    let b = Server::start(&data_b, &args);
+    let fronts = [a.url.clone(), b.url.clone()];
+
+    // 1. Admitted through one front, retried through the other: the same
+    // receipt, byte for byte, both ways.
+    for (first, second) in [(0usize, 1usize), (1, 0), (1, 1), (0, 0)] {
+        let ag = &mut agents[0];
+        let r = ag.record(&format!("via {first}"), Nonce::random(&mut OsRng));
+        let (s1, raw1) = post(&http, &fronts[first], &api_key, &r).await;
+        assert_eq!(s1, 200, "{}", String::from_utf8_lossy(&raw1));
+        Receipt::from_json(&raw1)
+            .unwrap()
+            .verify(&r, &log_key)
+            .expect("the receipt verifies");
+        let (s2, raw2) = post(&http, &fronts[second], &api_key, &r).await;
+        assert_eq!(s2, 200, "{}", String::from_utf8_lossy(&raw2));
+        assert_eq!(
+            raw1, raw2,
+            "a record admitted through front {first} got another receipt through front {second}"
+        );
+        ag.accepted(&r);
+    }
+
+    // 2. Races: the same (agent, seq), or the same nonce, through both
+    // fronts at once. Exactly one wins each.
+    let pairs = 20;
+    let (mut chain_refusals, mut nonce_refusals) = (0, 0);
+    for k in 0..pairs {
+        let (x, y) = if k % 2 == 0 { (0, 1) } else { (1, 0) };
+        // Same agent and seq, two different records.
+        let ag = &agents[1];
+        let r1 = ag.record(&format!("race {k} one"), Nonce::random(&mut OsRng));
+        let r2 = ag.record(&format!("race {k} two"), Nonce::random(&mut OsRng));
+        let (o1, o2) = tokio::join!(
+            post(&http, &fronts[x], &api_key, &r1),
+            post(&http, &fronts[y], &api_key, &r2)
+        );
+        let winner = match (o1.0, o2.0) {
+            (200, 409) => {
+                assert_eq!(code(&o2.1), "chain_conflict");
+                r1
+            }
+            (409, 200) => {
+                assert_eq!(code(&o1.1), "chain_conflict");
+                r2
+            }
+            other => panic!(
+                "pair {k}: {other:?}: {} / {}",
+                String::from_utf8_lossy(&o1.1),
+                String::from_utf8_lossy(&o2.1)
+            ),
+        };
+        chain_refusals += 1;
+        agents[1].accepted(&winner);
+
+        // One nonce, two agents' next records.
+        let nonce = Nonce::random(&mut OsRng);
+        let r1 = agents[2].record(&format!("nonce {k}"), nonce.clone());
+        let r2 = agents[3].record(&format!("nonce {k}"), nonce);
+        let (o1, o2) = tokio::join!(
+            post(&http, &fronts[x], &api_key, &r1),
+            post(&http, &fronts[y], &api_key, &r2)
+        );
+        match (o1.0, o2.0) {
+            (200, 409) => {
+                assert_eq!(code(&o2.1), "nonce_replayed");
+                agents[2].accepted(&r1);
+            }
+            (409, 200) => {
+                assert_eq!(code(&o1.1), "nonce_replayed");
+                agents[3].accepted(&r2);
+            }
+            other => panic!(
+                "nonce pair {k}: {other:?}: {} / {}",
+                String::from_utf8_lossy(&o1.1),
+                String::from_utf8_lossy(&o2.1)
+            ),
+        }
+        nonce_refusals += 1;
+    }
+    eprintln!(
+        "{pairs} seq races and {pairs} nonce races through two fronts: one winner each ({chain_refusals} chain_conflict, {nonce_refusals} nonce_replayed)"
+    );
+
+    // 3. The follower serves the log's reads: its checkpoint catches up
+    // with the sequencer's and is consistent with it.
+    let expected = 4 + pairs + pairs;
+    let mut caught_up = false;
+    for _ in 0..100 {
+        let note = http
+            .get(format!("{}/checkpoint", fronts[1]))
+            .send()
+            .await
+            .unwrap()
+            .text()
+            .await
+            .unwrap();
+        let cp = open_checkpoint(&note, &log_key).unwrap();
+        if cp.size.get() == expected {
+            caught_up = true;
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert!(caught_up, "the follower's checkpoint did not reach {expected}");
+    let a_note = http
+        .get(format!("{}/checkpoint", fronts[0]))
+        .send()
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    let b_note = http
+        .get(format!("{}/checkpoint", fronts[1]))
+        .send()
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    assert_eq!(a_note, b_note);
+    let v: Value = http
+        .get(format!(
+            "{}/v1/proof/consistency?from=1&to={expected}",
+            fronts[1]
+        ))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    assert!(v["consistency"].is_array(), "{v}");
+    let pg = tally_testkit::postgres::shared();
+    let db = db_url.rsplit('/').next().unwrap();
+    assert_eq!(
+        pg.psql(db, "SELECT count(*) FROM log_entries").trim(),
+        expected.to_string()
+    );
+    // Every answered hand-over is collected and deleted (just after its
+    // answer is sent, so give it a moment).
+    let mut left = String::new();
+    for _ in 0..50 {
+        left = pg.psql(db, "SELECT count(*) FROM tally_pending").trim().to_owned();
+        if left == "0" {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert_eq!(left, "0", "hand-over rows left in tally_pending");
+    assert!(a.sigterm().success());
+    assert!(b.sigterm().success());
+}

@@ -219,7 +219,10 @@ async fn two_active_fronts_give_one_receipt_per_record_and_one_winner_per_race()
         }
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
-    assert!(caught_up, "the follower's checkpoint did not reach {expected}");
+    assert!(
+        caught_up,
+        "the follower's checkpoint did not reach {expected}"
+    );
     let a_note = http
         .get(format!("{}/checkpoint", fronts[0]))
         .send()
@@ -259,7 +262,10 @@ async fn two_active_fronts_give_one_receipt_per_record_and_one_winner_per_race()
     // answer is sent, so give it a moment).
     let mut left = String::new();
     for _ in 0..50 {
-        left = pg.psql(db, "SELECT count(*) FROM tally_pending").trim().to_owned();
+        left = pg
+            .psql(db, "SELECT count(*) FROM tally_pending")
+            .trim()
+            .to_owned();
         if left == "0" {
             break;
         }

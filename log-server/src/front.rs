@@ -234,7 +234,10 @@ fn decode_answers(
                 head_hash,
             }),
             WireAnswer::PriorRecordRefused { agent, seq: s } => {
-                Err(AppendError::PriorRecordRefused { agent, seq: seq(s)? })
+                Err(AppendError::PriorRecordRefused {
+                    agent,
+                    seq: seq(s)?,
+                })
             }
             WireAnswer::RefusedByCaller => Err(AppendError::RefusedByCaller),
             WireAnswer::TooLarge { size, max } => {
@@ -390,11 +393,7 @@ fn lease_retry(pg: &PostgresStore) -> Duration {
 
 /// The front's thread: runs until the log's queue closes and every
 /// request it holds is answered.
-pub(crate) fn run(
-    front: Front,
-    rx: mpsc::UnboundedReceiver<Job>,
-    sequencing: Option<Sequencing>,
-) {
+pub(crate) fn run(front: Front, rx: mpsc::UnboundedReceiver<Job>, sequencing: Option<Sequencing>) {
     let rt = match tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
@@ -451,7 +450,9 @@ impl Front {
             // tries the lease now and then.
             if seq.is_some() && self.pg.lease_token() == 0 {
                 if let Some(s) = seq.take() {
-                    tracing::error!("this front lost the log's lease: it stops sequencing and follows");
+                    tracing::error!(
+                        "this front lost the log's lease: it stops sequencing and follows"
+                    );
                     drop(s.tx);
                     let _ = tokio::task::spawn_blocking(move || s.handle.join()).await;
                 }
@@ -460,19 +461,25 @@ impl Front {
             }
             if seq.is_none() && !closed && Instant::now() >= next_lease_try {
                 next_lease_try = Instant::now() + lease_retry(&self.pg);
-                let (shared, pg, mb) = (Arc::clone(&self.shared), Arc::clone(&self.pg), self.max_batch);
-                let got = tokio::task::spawn_blocking(move || -> Result<Option<Sequencing>, OpenError> {
-                    if !pg.try_lease()? {
-                        return Ok(None);
-                    }
-                    match start_sequencing(&shared, mb) {
-                        Ok(s) => Ok(Some(s)),
-                        Err(e) => {
-                            pg.release_lease();
-                            Err(e)
+                let (shared, pg, mb) = (
+                    Arc::clone(&self.shared),
+                    Arc::clone(&self.pg),
+                    self.max_batch,
+                );
+                let got = tokio::task::spawn_blocking(
+                    move || -> Result<Option<Sequencing>, OpenError> {
+                        if !pg.try_lease()? {
+                            return Ok(None);
                         }
-                    }
-                })
+                        match start_sequencing(&shared, mb) {
+                            Ok(s) => Ok(Some(s)),
+                            Err(e) => {
+                                pg.release_lease();
+                                Err(e)
+                            }
+                        }
+                    },
+                )
                 .await;
                 match got {
                     Ok(Ok(Some(s))) => {
@@ -484,7 +491,9 @@ impl Front {
                         pump_now = true;
                     }
                     Ok(Ok(None)) => {}
-                    Ok(Err(e)) => tracing::error!(error = %e, "took the log's lease but recovery failed; gave it back"),
+                    Ok(Err(e)) => {
+                        tracing::error!(error = %e, "took the log's lease but recovery failed; gave it back")
+                    }
                     Err(e) => tracing::error!("lease attempt panicked: {e}"),
                 }
             }
@@ -532,7 +541,10 @@ impl Front {
                                 let items = match decode_items(&items) {
                                     Ok(i) => i,
                                     Err(e) => {
-                                        tracing::error!(id, "tally_pending row does not decode: {e}");
+                                        tracing::error!(
+                                            id,
+                                            "tally_pending row does not decode: {e}"
+                                        );
                                         continue;
                                     }
                                 };
@@ -603,7 +615,9 @@ impl Front {
                     kept.push(job);
                 }
                 Err(e) => {
-                    let _ = job.reply.send(job.items.iter().map(|_| Err(e.clone())).collect());
+                    let _ = job
+                        .reply
+                        .send(job.items.iter().map(|_| Err(e.clone())).collect());
                 }
             }
         }
@@ -619,8 +633,11 @@ impl Front {
                 };
                 tracing::warn!("handing records to the sequencer failed: {why}");
                 for job in kept {
-                    let e = AppendError::Unavailable(format!("handing the record over failed: {why}"));
-                    let _ = job.reply.send(job.items.iter().map(|_| Err(e.clone())).collect());
+                    let e =
+                        AppendError::Unavailable(format!("handing the record over failed: {why}"));
+                    let _ = job
+                        .reply
+                        .send(job.items.iter().map(|_| Err(e.clone())).collect());
                 }
                 return;
             }
@@ -702,6 +719,8 @@ fn hand_over(s: &mut Sequencing, mut job: Job) {
     if let Err(mpsc::error::SendError(job)) = s.tx.send(job) {
         s.queued.fetch_sub(n, Ordering::AcqRel);
         let e = AppendError::Unavailable("this front stopped sequencing".into());
-        let _ = job.reply.send(job.items.iter().map(|_| Err(e.clone())).collect());
+        let _ = job
+            .reply
+            .send(job.items.iter().map(|_| Err(e.clone())).collect());
     }
 }

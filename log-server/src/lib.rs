@@ -37,8 +37,8 @@ pub mod store;
 mod tile_path;
 pub mod tree;
 
-pub use front::FrontOptions;
 pub use error::{AppendError, OpenError, ProofRequestError, ReadError};
+pub use front::FrontOptions;
 pub use log::{
     Appended, BatchItem, ChainEntries, ChainEntry, Log, LogConfig, LogStats, PendingAppend,
     PendingBatch, SignedCheckpoint,

@@ -383,10 +383,7 @@ impl PostgresStore {
             match self.acquire_once()? {
                 Ok(()) => {
                     if said {
-                        tracing::warn!(
-                            token = self.lease_token(),
-                            "took over the log's lease"
-                        );
+                        tracing::warn!(token = self.lease_token(), "took over the log's lease");
                     }
                     return Ok(self);
                 }
@@ -401,7 +398,7 @@ impl PostgresStore {
                         said = true;
                     }
                     std::thread::sleep(Duration::from_millis(
-                        (lease.ttl_ms / 4).clamp(100, 1000) as u64,
+                        (lease.ttl_ms / 4).clamp(100, 1000) as u64
                     ));
                 }
             }
@@ -469,9 +466,11 @@ impl PostgresStore {
     /// The lease's time to live (the default when opened without one).
     #[must_use]
     pub fn lease_ttl(&self) -> Duration {
-        self.lease.as_ref().map_or(LeaseOptions::default().ttl, |l| {
-            Duration::from_millis(u64::try_from(l.ttl_ms).unwrap_or(u64::MAX))
-        })
+        self.lease
+            .as_ref()
+            .map_or(LeaseOptions::default().ttl, |l| {
+                Duration::from_millis(u64::try_from(l.ttl_ms).unwrap_or(u64::MAX))
+            })
     }
 
     /// One attempt at the lease: `Ok(Ok(()))` when taken (renewal then

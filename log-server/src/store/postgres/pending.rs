@@ -73,7 +73,10 @@ impl PostgresStore {
                 )
                 .await
                 .map_err(|e| backend(&e))?;
-            Ok(rows.iter().map(|r| (r.get(0), r.get(1), r.get(2))).collect())
+            Ok(rows
+                .iter()
+                .map(|r| (r.get(0), r.get(1), r.get(2)))
+                .collect())
         })
     }
 
@@ -163,8 +166,7 @@ impl PostgresStore {
         let task = rt.spawn(async move {
             let (client, mut connection) = config.connect(tokio_postgres::NoTls).await?;
             let messages = tokio::spawn(async move {
-                let mut messages =
-                    futures::stream::poll_fn(move |cx| connection.poll_message(cx));
+                let mut messages = futures::stream::poll_fn(move |cx| connection.poll_message(cx));
                 while let Some(m) = futures::StreamExt::next(&mut messages).await {
                     match m {
                         Ok(AsyncMessage::Notification(_)) => wake.notify_one(),

@@ -275,3 +275,136 @@ async fn two_active_fronts_give_one_receipt_per_record_and_one_winner_per_race()
     assert!(a.sigterm().success());
     assert!(b.sigterm().success());
 }
+
+fn signal(server: &Server, sig: &str) {
+    assert!(std::process::Command::new("kill")
+        .args([sig, &server.child.id().to_string()])
+        .status()
+        .unwrap()
+        .success());
+}
+
+/// The waiting bound (docs/operations.md, "Running on PostgreSQL"): a
+/// follower whose sequencer is gone and whose lease cannot be taken
+/// answers 503 `sequencer_unavailable` with Retry-After once the bound
+/// (twice the lease ttl plus 2 s) is past, never 500; its request stays in
+/// `tally_pending`, and once a sequencer is back the same record, sent
+/// again, gets its receipt: the one issued for the queued request, the
+/// same bytes through either front.
+///
+/// The sequencer is paused (SIGSTOP), and its lease is kept from expiring
+/// by extending it in the database: a holder that renews but does not
+/// answer, as far as the follower can tell.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_follower_without_a_sequencer_answers_503_and_the_record_is_integrated_later() {
+    let Some(db_url) = tally_testkit::postgres::database() else {
+        return;
+    };
+    let tmp = tempfile::tempdir().unwrap();
+    let (data_a, data_b) = (tmp.path().join("a"), tmp.path().join("b"));
+    // ttl 1 s: a waiting bound of 4 s.
+    let args = [
+        "--store",
+        db_url.as_str(),
+        "--lease-ttl",
+        "1",
+        "--rate-limit",
+        "0",
+    ];
+    let http = reqwest::Client::builder()
+        .timeout(Duration::from_secs(60))
+        .build()
+        .unwrap();
+    let a = Server::start(&data_a, &args);
+    let api_key = a.banner_value("API key");
+    let log_key = NoteVerifier::from_vkey(&a.banner_value("witness key")).unwrap();
+    let mut agent = Agent {
+        name: AgentName::new("waiter").unwrap(),
+        key: SecretKey::generate(&mut OsRng),
+        seq: 0,
+        prev: None,
+    };
+    let r = http
+        .post(format!("{}/v1/agents", a.url))
+        .bearer_auth(&api_key)
+        .json(&json!({"agent": agent.name, "public_key": agent.key.public_key(), "not_before": UnixMillis::new(UnixMillis::now().as_millis() - 60_000)}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status().as_u16(), 201);
+    let listen_a = a.url.trim_start_matches("http://").to_owned();
+    assert!(a.sigterm().success());
+    common::copy_dir(&data_a, &data_b);
+    let a = Server::start_at(&data_a, &listen_a, &args);
+    let b = Server::start(&data_b, &args);
+    let pg = tally_testkit::postgres::shared();
+    let db = db_url.rsplit('/').next().unwrap();
+    let sql = |q: &str| pg.psql(db, q).trim().to_owned();
+
+    // A first record through the follower: the hand-over works.
+    let first = agent.record("before", Nonce::random(&mut OsRng));
+    let (s, raw) = post(&http, &b.url, &api_key, &first).await;
+    assert_eq!(s, 200, "{}", String::from_utf8_lossy(&raw));
+    agent.accepted(&first);
+
+    // The sequencer stops answering, and keeps its lease.
+    signal(&a, "-STOP");
+    sql("UPDATE log_lease SET expires_at = clock_timestamp() + interval '1 hour' WHERE id = 1");
+    let r = agent.record("while nobody sequences", Nonce::random(&mut OsRng));
+    let started = std::time::Instant::now();
+    let resp = common::post_record(&http, &b.url, &api_key, &r)
+        .await
+        .unwrap();
+    let waited = started.elapsed();
+    let status = resp.status().as_u16();
+    let retry_after = resp
+        .headers()
+        .get("retry-after")
+        .map(|v| v.to_str().unwrap().to_owned());
+    let body = resp.bytes().await.unwrap().to_vec();
+    assert_eq!(status, 503, "{}", String::from_utf8_lossy(&body));
+    assert_eq!(code(&body), "sequencer_unavailable");
+    let seconds: u64 = retry_after
+        .expect("a 503 sequencer_unavailable carries Retry-After")
+        .parse()
+        .expect("Retry-After in seconds");
+    assert!(seconds >= 1);
+    let v: Value = serde_json::from_slice(&body).unwrap();
+    assert!(v["error"]["retry_after_ms"].as_u64().is_some(), "{v}");
+    eprintln!("the follower answered 503 sequencer_unavailable after {waited:?} (lease ttl 1 s, bound 4 s)");
+    // Nothing was integrated meanwhile, and the request waits in the table.
+    assert_eq!(sql("SELECT count(*) FROM log_entries"), "1");
+    assert_eq!(
+        sql("SELECT count(*) FROM tally_pending WHERE answers IS NULL"),
+        "1"
+    );
+
+    // The lease is free again and the old sequencer resumes: one of the two
+    // fronts sequences, integrates the queued request, and the same record
+    // sent again gets its receipt.
+    sql("UPDATE log_lease SET expires_at = '-infinity' WHERE id = 1");
+    signal(&a, "-CONT");
+    let mut receipt = None;
+    for _ in 0..30 {
+        let (s, raw) = post(&http, &b.url, &api_key, &r).await;
+        match s {
+            200 => {
+                receipt = Some(raw);
+                break;
+            }
+            503 => assert_eq!(code(&raw), "sequencer_unavailable"),
+            other => panic!("{other}: {}", String::from_utf8_lossy(&raw)),
+        }
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
+    let receipt = receipt.expect("no receipt after the sequencer came back");
+    let parsed = Receipt::from_json(&receipt).unwrap();
+    parsed.verify(&r, &log_key).expect("the receipt verifies");
+    assert_eq!(parsed.index.get(), 1, "the record was integrated twice");
+    let (s, again) = post(&http, &a.url, &api_key, &r).await;
+    assert_eq!(s, 200, "{}", String::from_utf8_lossy(&again));
+    assert_eq!(again, receipt, "the two fronts give different receipts");
+    assert_eq!(sql("SELECT count(*) FROM log_entries"), "2");
+    assert!(a.sigterm().success());
+    assert!(b.sigterm().success());
+}

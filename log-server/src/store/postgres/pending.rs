@@ -5,8 +5,9 @@
 //! needs the lease: they are not the log.
 
 use std::sync::Arc;
+use std::time::Duration;
 
-use tokio_postgres::AsyncMessage;
+use tokio_postgres::{AsyncMessage, Client, Config};
 
 use super::{backend, PostgresStore};
 use crate::store::StoreError;
@@ -148,11 +149,13 @@ impl PostgresStore {
     }
 
     /// LISTENs on `channel` on a connection of its own and wakes the
-    /// returned `Notify` on each notification. When the connection ends it
-    /// is not reopened: callers poll as well.
+    /// returned `Notify` on each notification. When that connection ends it
+    /// is reopened, with a back-off from 100 ms doubling to 5 s, and the
+    /// `Notify` is woken once it listens again (notifications sent
+    /// meanwhile are lost); callers poll as well.
     ///
     /// # Errors
-    /// [`StoreError::Backend`] when the connection or LISTEN fails.
+    /// [`StoreError::Backend`] when the first connection or LISTEN fails.
     pub fn listen(&self, channel: &str) -> Result<Arc<tokio::sync::Notify>, StoreError> {
         let rt = self
             .rt
@@ -161,36 +164,79 @@ impl PostgresStore {
         let config = self.config.clone();
         let notify = Arc::new(tokio::sync::Notify::new());
         let wake = Arc::clone(&notify);
-        let sql = format!("LISTEN {channel}");
-        let name = channel.to_owned();
-        let task = rt.spawn(async move {
-            let (client, mut connection) = config.connect(tokio_postgres::NoTls).await?;
-            let messages = tokio::spawn(async move {
-                let mut messages = futures::stream::poll_fn(move |cx| connection.poll_message(cx));
-                while let Some(m) = futures::StreamExt::next(&mut messages).await {
-                    match m {
-                        Ok(AsyncMessage::Notification(_)) => wake.notify_one(),
-                        Ok(_) => {}
-                        Err(e) => {
-                            tracing::warn!("postgresql LISTEN {name} ended: {e}; polling only");
-                            return;
-                        }
-                    }
-                }
-            });
-            client.batch_execute(&sql).await?;
-            // The client lives as long as its connection.
-            tokio::spawn(async move {
-                let _client = client;
-                let _ = messages.await;
-            });
+        let channel = channel.to_owned();
+        let first = rt.spawn(async move {
+            let first = open_listener(&config, &channel, &wake).await?;
+            tokio::spawn(keep_listening(config, channel, wake, first));
             Ok::<_, tokio_postgres::Error>(())
         });
-        match futures::executor::block_on(task) {
-            Ok(Ok(())) => {}
-            Ok(Err(e)) => return Err(backend(&e)),
-            Err(e) => return Err(StoreError::Backend(format!("postgresql listen: {e}"))),
+        match futures::executor::block_on(first) {
+            Ok(Ok(())) => Ok(notify),
+            Ok(Err(e)) => Err(backend(&e)),
+            Err(e) => Err(StoreError::Backend(format!("postgresql listen: {e}"))),
         }
-        Ok(notify)
+    }
+}
+
+/// A LISTEN connection: its client, and the task that reads its messages
+/// (it ends when the connection does).
+type Listener = (Client, tokio::task::JoinHandle<()>);
+
+/// Connects, LISTENs on `channel`, and wakes `wake` on each notification.
+async fn open_listener(
+    config: &Config,
+    channel: &str,
+    wake: &Arc<tokio::sync::Notify>,
+) -> Result<Listener, tokio_postgres::Error> {
+    let (client, mut connection) = config.connect(tokio_postgres::NoTls).await?;
+    let (wake, name) = (Arc::clone(wake), channel.to_owned());
+    let messages = tokio::spawn(async move {
+        let mut messages = futures::stream::poll_fn(move |cx| connection.poll_message(cx));
+        while let Some(m) = futures::StreamExt::next(&mut messages).await {
+            match m {
+                Ok(AsyncMessage::Notification(_)) => wake.notify_one(),
+                Ok(_) => {}
+                Err(e) => {
+                    tracing::warn!("postgresql LISTEN {name} ended: {e}; reopening it");
+                    return;
+                }
+            }
+        }
+        tracing::warn!("postgresql LISTEN {name} ended; reopening it");
+    });
+    client.batch_execute(&format!("LISTEN {channel}")).await?;
+    Ok((client, messages))
+}
+
+/// Keeps a LISTEN on `channel` open for as long as the store's runtime
+/// runs: each time the connection ends it is reopened, with back-off.
+async fn keep_listening(
+    config: Config,
+    channel: String,
+    wake: Arc<tokio::sync::Notify>,
+    first: Listener,
+) {
+    const FIRST: Duration = Duration::from_millis(100);
+    const MOST: Duration = Duration::from_secs(5);
+    let (mut client, mut messages) = first;
+    loop {
+        let _ = (&mut messages).await;
+        drop(client);
+        let mut backoff = FIRST;
+        (client, messages) = loop {
+            tokio::time::sleep(backoff).await;
+            match open_listener(&config, &channel, &wake).await {
+                Ok(l) => break l,
+                Err(e) => {
+                    backoff = (backoff * 2).min(MOST);
+                    tracing::warn!(
+                        "reopening postgresql LISTEN {channel} failed: {e}; next try in {backoff:?}"
+                    );
+                }
+            }
+        };
+        tracing::info!("postgresql LISTEN {channel} reopened");
+        // Whatever was notified while it was closed is looked at now.
+        wake.notify_one();
     }
 }

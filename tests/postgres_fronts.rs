@@ -7,7 +7,10 @@
 //! - races of the same (agent, seq) and of the same nonce, one post through
 //!   each front at once, have exactly one winner; the other gets a stable
 //!   refusal code (`chain_conflict`, `nonce_replayed`);
-//! - the follower serves the log's reads (checkpoint, proofs).
+//! - the follower serves the log's reads (checkpoint, proofs);
+//! - a follower with no sequencer answers 503 `sequencer_unavailable` at
+//!   its waiting bound, and the record resent later gets its receipt;
+//! - `tally bench ingest` posts through both fronts.
 
 use std::time::Duration;
 
@@ -405,6 +408,75 @@ async fn a_follower_without_a_sequencer_answers_503_and_the_record_is_integrated
     assert_eq!(s, 200, "{}", String::from_utf8_lossy(&again));
     assert_eq!(again, receipt, "the two fronts give different receipts");
     assert_eq!(sql("SELECT count(*) FROM log_entries"), "2");
+    assert!(a.sigterm().success());
+    assert!(b.sigterm().success());
+}
+
+/// `tally bench ingest` through two fronts of one log (docs/benchmarks.md,
+/// "Ingest on PostgreSQL, beside redb"): it registers every agent on both
+/// (the registry is per front), splits the workers between them, and every
+/// record gets its receipt: the log holds them all, once.
+#[test]
+fn bench_ingest_posts_through_two_fronts() {
+    let Some(db_url) = tally_testkit::postgres::database() else {
+        return;
+    };
+    let tmp = tempfile::tempdir().unwrap();
+    let (data_a, data_b) = (tmp.path().join("a"), tmp.path().join("b"));
+    let args = [
+        "--store",
+        db_url.as_str(),
+        "--rate-limit",
+        "0",
+        "--max-skew",
+        "86400",
+    ];
+    let a = Server::start(&data_a, &args);
+    let api_key = a.banner_value("API key");
+    let listen_a = a.url.trim_start_matches("http://").to_owned();
+    assert!(a.sigterm().success());
+    common::copy_dir(&data_a, &data_b);
+    let a = Server::start_at(&data_a, &listen_a, &args);
+    let b = Server::start(&data_b, &args);
+    let (ok, out, err) = common::tally(
+        &[
+            "bench",
+            "ingest",
+            "--records",
+            "400",
+            "--agents",
+            "16",
+            "--concurrency",
+            "8",
+            "--verify-secs",
+            "0.2",
+            "--witness",
+            &a.url,
+            "--witness",
+            &b.url,
+            "--api-key",
+            &api_key,
+        ],
+        &[],
+    );
+    assert!(ok, "{out}{err}");
+    assert!(out.contains("fronts:   2"), "{out}");
+    assert!(out.contains("400 records in"), "{out}");
+    assert!(out.contains("(0 errors)"), "{out}");
+    let pg = tally_testkit::postgres::shared();
+    let db = db_url.rsplit('/').next().unwrap();
+    assert_eq!(
+        pg.psql(db, "SELECT count(*) FROM log_entries").trim(),
+        "400"
+    );
+    // Half of the workers posted through the follower: each of their 200
+    // single-record requests was one tally_pending row (deleted once
+    // answered, so count the ids handed out).
+    assert_eq!(
+        pg.psql(db, "SELECT last_value FROM tally_pending_id_seq")
+            .trim(),
+        "200"
+    );
     assert!(a.sigterm().success());
     assert!(b.sigterm().success());
 }

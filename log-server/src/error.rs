@@ -77,6 +77,13 @@ pub enum AppendError {
     /// The sequencer has shut down.
     #[error("the log is closed")]
     Closed,
+    /// On PostgreSQL with several fronts: no sequencer answered within the
+    /// front's waiting bound (a takeover is under way), or this front's
+    /// sequencer lost the lease. The record may still be integrated:
+    /// sending it again, to any front, is safe and returns its receipt if
+    /// it was (docs/operations.md, "Running on PostgreSQL").
+    #[error("no sequencer answered: {0}; retry")]
+    Unavailable(String),
 }
 
 /// Why a log could not be opened over a store.

@@ -16,6 +16,8 @@
 //! - `sequencer`: the writer thread and group commit.
 //! - `rules`: the pure admission rules (retry, nonce replay, chain conflict).
 //! - `checkpoint`: checkpoint signing and recovery.
+//! - `front`: several active fronts on one PostgreSQL database (the
+//!   sequencer's hand-over table, promotion and demotion).
 //! - [`store`]: the storage contract and its backends.
 //! - [`tree`]: roots, proofs and tiles over stored hashes.
 //! - [`http`]: the read routes; `tile_path`: the C2SP tile path grammar
@@ -25,6 +27,7 @@
 
 mod checkpoint;
 mod error;
+mod front;
 pub mod http;
 mod log;
 mod receipt;
@@ -35,6 +38,7 @@ mod tile_path;
 pub mod tree;
 
 pub use error::{AppendError, OpenError, ProofRequestError, ReadError};
+pub use front::FrontOptions;
 pub use log::{
     Appended, BatchItem, ChainEntries, ChainEntry, Log, LogConfig, LogStats, PendingAppend,
     PendingBatch, SignedCheckpoint,

@@ -226,6 +226,72 @@ impl Log {
         })
     }
 
+    /// Opens a front of a log in PostgreSQL (docs/operations.md, "Running
+    /// on PostgreSQL"): every front admits records and serves reads; the
+    /// one that takes the store's lease also sequences (recovering the log
+    /// first, as [`Log::open`] does), and the others hand their records to
+    /// it through the database and build the same receipts from it. A
+    /// front takes the lease when it falls free, and gives up sequencing
+    /// when it loses it, in-process. Waits while the database holds no
+    /// signed checkpoint yet and another process holds the lease.
+    ///
+    /// # Errors
+    /// [`OpenError`] when storage fails, or does not extend what was signed.
+    pub fn open_front(
+        store: Arc<crate::store::postgres::PostgresStore>,
+        signer: NoteSigner,
+        config: LogConfig,
+        options: crate::front::FrontOptions,
+    ) -> Result<Self, OpenError> {
+        let placeholder = SignedCheckpoint {
+            checkpoint: tally_schemas::Checkpoint::new(
+                signer.verifier().name(),
+                TreeSize::new(0),
+                Hash::from_bytes([0; 32]),
+            ),
+            note: String::new(),
+        };
+        let dyn_store: Arc<dyn LogStore> = store.clone();
+        let shared = Arc::new(Shared {
+            store: dyn_store,
+            signer,
+            latest: RwLock::new(Arc::new(placeholder)),
+            signed: tokio::sync::watch::Sender::new(TreeSize::new(0)),
+            published: RwLock::new(None),
+            stats: Stats::default(),
+        });
+        let max_batch = config.max_batch.max(1);
+        // Sets the latest checkpoint: recovered, or followed.
+        let sequencing = crate::front::open_role(&shared, &store, max_batch)?;
+        let capacity = config.queue_capacity.max(1);
+        let (tx, rx) = mpsc::unbounded_channel();
+        let queued = Arc::new(AtomicUsize::new(0));
+        let front = crate::front::Front {
+            shared: Arc::clone(&shared),
+            pg: store,
+            queued: Arc::clone(&queued),
+            max_batch,
+            options,
+            name: format!("{}:{}", std::process::id(), shared.signer.verifier().name()),
+        };
+        let handle = std::thread::Builder::new()
+            .name("tally-log-front".into())
+            .spawn(move || crate::front::run(front, rx, sequencing))
+            .map_err(|e| {
+                OpenError::Store(StoreError::Backend(format!(
+                    "cannot start the front's thread: {e}"
+                )))
+            })?;
+        Ok(Self {
+            shared,
+            queue: Mutex::new(Some(tx)),
+            queued,
+            writer: Mutex::new(Some(handle)),
+            capacity,
+            max_batch,
+        })
+    }
+
     /// Opens (or creates) a redb log file at `path`; see [`Log::open`]. A
     /// file of storage layout 1 is migrated to layout 2 first
     /// ([`RedbStore::open`]).

@@ -76,7 +76,7 @@ impl Shared {
         }
     }
 
-    fn set_latest(&self, cp: SignedCheckpoint) {
+    pub(crate) fn set_latest(&self, cp: SignedCheckpoint) {
         let size = cp.checkpoint.size;
         let cp = Arc::new(cp);
         match self.latest.write() {

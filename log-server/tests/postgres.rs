@@ -14,7 +14,7 @@ use tally_log::store::postgres::{
     redact_url, schema_version, LeaseOptions, PostgresStore, MIGRATIONS,
 };
 use tally_log::store::{BatchWrite, LogStore, StoreError};
-use tally_log::{Log, LogConfig};
+use tally_log::{AppendError, Log, LogConfig};
 use tally_schemas::TreeSize;
 
 fn database() -> Option<String> {
@@ -161,7 +161,10 @@ fn a_store_whose_lease_was_taken_over_cannot_write() {
     let _ = pg.psql(db, "UPDATE log_lease SET token = token + 1, holder = 'other', expires_at = clock_timestamp() + interval '1 minute'");
     let got = rt.block_on(async { log.append(agent.next(), now()).await });
     assert!(got.is_err(), "a deposed sequencer committed: {got:?}");
-    assert!(format!("{:?}", got.unwrap_err()).contains("fenced"));
+    assert!(
+        matches!(got, Err(AppendError::Storage(StoreError::Fenced(_)))),
+        "{got:?}"
+    );
     assert_eq!(pg.psql(db, "SELECT count(*) FROM log_entries").trim(), "1");
     assert_eq!(
         pg.psql(db, "SELECT max(size) FROM log_checkpoints").trim(),
@@ -212,4 +215,62 @@ fn a_standby_takes_the_lease_when_the_holder_releases_it_or_it_expires() {
     );
     assert_eq!(c.lease_token(), first + 3);
     drop(b);
+}
+
+/// A LISTEN connection that drops (the server restarted, a proxy cut it,
+/// an operator terminated it) is reopened, and notifications wake the
+/// listener again (docs/storage.md, "PostgreSQL layout": the hand-over's
+/// notifications).
+#[test]
+fn a_dropped_listen_connection_is_reopened() {
+    let Some(url) = database() else { return };
+    let pg = tally_testkit::postgres::shared();
+    let db = url.rsplit('/').next().unwrap();
+    let store = PostgresStore::open_with(&url, None).unwrap();
+    let woken = store.listen("tally_test_reopen").unwrap();
+    let listener = || {
+        pg.psql(
+            db,
+            "SELECT pid FROM pg_stat_activity WHERE datname = current_database() \
+             AND query = 'LISTEN tally_test_reopen' AND state = 'idle'",
+        )
+        .trim()
+        .to_owned()
+    };
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    let wait = |d: Duration| {
+        rt.block_on(async { tokio::time::timeout(d, woken.notified()).await.is_ok() })
+    };
+    // A notification wakes it.
+    let first = listener();
+    assert!(!first.is_empty(), "no LISTEN connection");
+    let _ = pg.psql(db, "NOTIFY tally_test_reopen");
+    assert!(wait(Duration::from_secs(10)), "not woken before the drop");
+
+    // Cut its connection: a new one LISTENs again.
+    let _ = pg.psql(db, &format!("SELECT pg_terminate_backend({first})"));
+    let deadline = Instant::now() + Duration::from_secs(20);
+    let second = loop {
+        let now = listener();
+        if !now.is_empty() && now != first {
+            break now;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the LISTEN connection was not reopened"
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    };
+    // The reopened listener wakes once by itself (notifications may have
+    // been missed meanwhile); take that, then a new notification wakes it.
+    std::thread::sleep(Duration::from_millis(200));
+    let _ = wait(Duration::from_millis(100));
+    let _ = pg.psql(db, "NOTIFY tally_test_reopen");
+    assert!(
+        wait(Duration::from_secs(10)),
+        "not woken after the reopen (connection {second})"
+    );
 }

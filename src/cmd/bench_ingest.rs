@@ -52,10 +52,13 @@ pub(crate) struct IngestArgs {
     /// Post to this witness instead of starting one (it needs --api-key, its
     /// rate limit should be off, and its --max-skew must cover the run: the
     /// records are all signed, with the time they were signed, before
-    /// posting starts).
-    #[arg(long, requires = "api_key")]
-    pub witness: Option<String>,
-    /// API key of --witness.
+    /// posting starts). Repeat it for several fronts of one log on
+    /// PostgreSQL: the workers, and so the agents, are split between them
+    /// evenly, and each agent is registered on every front (201, or 409
+    /// when the fronts share one registry).
+    #[arg(long = "witness", value_name = "URL", requires = "api_key")]
+    pub witness: Vec<String>,
+    /// API key of --witness (the same on every front).
     #[arg(long, env = "TALLY_API_KEY", hide_env_values = true)]
     pub api_key: Option<String>,
 }
@@ -199,13 +202,28 @@ pub(crate) fn ingest(a: &IngestArgs) -> anyhow::Result<ExitCode> {
     )?;
     let raw = raw_verify_rate(a.verify_secs);
 
-    let (_started, url, api_key) = match (&a.witness, &a.api_key) {
-        (Some(u), Some(k)) => (None, u.trim_end_matches('/').to_owned(), k.clone()),
+    let (_started, urls, api_key) = match (a.witness.is_empty(), &a.api_key) {
+        (false, Some(k)) => (
+            None,
+            a.witness
+                .iter()
+                .map(|u| u.trim_end_matches('/').to_owned())
+                .collect::<Vec<_>>(),
+            k.clone(),
+        ),
         _ => {
             let (s, u, k) = start_witness()?;
-            (Some(s), u, k)
+            (Some(s), vec![u], k)
         }
     };
+    if urls.len() > 1 {
+        outln!(
+            "fronts:   {} ({}); worker w posts to front w mod {}",
+            urls.len(),
+            urls.join(", "),
+            urls.len()
+        )?;
+    }
     let rt = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()?;
@@ -224,16 +242,22 @@ pub(crate) fn ingest(a: &IngestArgs) -> anyhow::Result<ExitCode> {
             ))
         })
         .collect::<anyhow::Result<_>>()?;
+    // On every front: until the registry is shared, each front has its own
+    // (a later front of a shared registry answers 409 exists).
     rt.block_on(async {
         for (name, key) in &keys {
-            let r = http
-                .post(format!("{url}/v1/agents"))
-                .bearer_auth(&api_key)
-                .json(&json!({"agent": name, "public_key": key.public_key(), "not_before": UnixMillis::new(UnixMillis::now().as_millis() - 60_000)}))
-                .send()
-                .await?;
-            if r.status().as_u16() != 201 {
-                bail!("registering {name}: {}", r.text().await.unwrap_or_default());
+            for (f, url) in urls.iter().enumerate() {
+                let r = http
+                    .post(format!("{url}/v1/agents"))
+                    .bearer_auth(&api_key)
+                    .json(&json!({"agent": name, "public_key": key.public_key(), "not_before": UnixMillis::new(UnixMillis::now().as_millis() - 60_000)}))
+                    .send()
+                    .await?;
+                let status = r.status().as_u16();
+                let body = r.bytes().await.unwrap_or_default();
+                if status != 201 && !(f > 0 && status == 409 && error_code(&body) == "exists") {
+                    bail!("registering {name} on {url}: {}", String::from_utf8_lossy(&body));
+                }
             }
         }
         anyhow::Ok(())
@@ -286,7 +310,7 @@ pub(crate) fn ingest(a: &IngestArgs) -> anyhow::Result<ExitCode> {
             .map(|w| {
                 let (http, url, key, chains, errors, requests) = (
                     http.clone(),
-                    url.clone(),
+                    urls[w % urls.len()].clone(),
                     api_key.clone(),
                     Arc::clone(&chains),
                     Arc::clone(&errors),
@@ -345,12 +369,17 @@ pub(crate) fn ingest(a: &IngestArgs) -> anyhow::Result<ExitCode> {
         all
     });
     let elapsed = started.elapsed().as_secs_f64();
-    let metrics = rt.block_on(async {
-        http.get(format!("{url}/metrics"))
-            .send()
-            .await?
-            .text()
-            .await
+    // Summed over the fronts (only the sequencer commits).
+    let metrics: Vec<String> = rt.block_on(async {
+        let mut all = Vec::new();
+        for url in &urls {
+            if let Ok(r) = http.get(format!("{url}/metrics")).send().await {
+                if let Ok(t) = r.text().await {
+                    all.push(t);
+                }
+            }
+        }
+        all
     });
     let mut latencies = latencies;
     latencies.sort_unstable();
@@ -365,10 +394,12 @@ pub(crate) fn ingest(a: &IngestArgs) -> anyhow::Result<ExitCode> {
     let ms = |d: Duration| d.as_secs_f64() * 1000.0;
     let metric = |name: &str| -> Option<f64> {
         metrics
-            .as_ref()
-            .ok()?
-            .lines()
-            .find_map(|l| l.strip_prefix(name)?.trim().parse().ok())
+            .iter()
+            .map(|m| {
+                m.lines()
+                    .find_map(|l| l.strip_prefix(name)?.trim().parse::<f64>().ok())
+            })
+            .sum()
     };
     outln!()?;
     outln!("ingest:   {ok} records in {elapsed:.2}s = {rate:.0} records/s ({error_count} errors)")?;

@@ -43,10 +43,12 @@ pub(crate) struct Args {
         value_name = "redb|postgres://..."
     )]
     pub store: Option<StoreChoice>,
-    /// PostgreSQL store: seconds the sequencer's lease lasts unrenewed. Only
-    /// the lease holder writes and signs; a second `tally serve` on the same
-    /// database stands by and takes over at most this long after the holder
-    /// dies (at once after a clean stop) [default: 10].
+    /// PostgreSQL store: seconds the sequencer's lease lasts unrenewed.
+    /// Every `tally serve` on the database admits records and serves reads;
+    /// only the lease holder sequences and signs, and another takes over at
+    /// most this long after it dies (at once after a clean stop). A front
+    /// waits at most twice this plus 2 s for the sequencer's answer, then
+    /// answers 503 sequencer_unavailable [default: 10].
     #[arg(long, value_name = "SECS")]
     pub lease_ttl: Option<u64>,
     /// The checkpoint origin (and log key name) of a new log

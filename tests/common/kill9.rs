@@ -80,15 +80,36 @@ pub(crate) async fn consistency(
 }
 
 /// One agent's load: append until the connection fails.
+#[allow(dead_code)]
 pub(crate) async fn load(
+    http: reqwest::Client,
+    url: String,
+    api_key: String,
+    agent: Agent,
+    log_key: Arc<NoteVerifier>,
+    book: Arc<Mutex<Book>>,
+) -> Agent {
+    let never = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    load_until(http, url, api_key, agent, log_key, book, never).await
+}
+
+/// [`load`], also stopping (between records) once `stop` is set. A record
+/// answered 503 is sent again unchanged (the answer says nothing of
+/// whether it will land: docs/api.md, "Errors").
+#[allow(dead_code)]
+pub(crate) async fn load_until(
     http: reqwest::Client,
     url: String,
     api_key: String,
     mut agent: Agent,
     log_key: Arc<NoteVerifier>,
     book: Arc<Mutex<Book>>,
+    stop: Arc<std::sync::atomic::AtomicBool>,
 ) -> Agent {
     loop {
+        if stop.load(std::sync::atomic::Ordering::SeqCst) {
+            return agent;
+        }
         let record = agent.next();
         let sent = common::post_record(&http, &url, &api_key, &record).await;
         let resp = match sent {
@@ -125,7 +146,10 @@ pub(crate) async fn load(
                     raw: raw.to_vec(),
                 });
             }
-            503 => tokio::time::sleep(Duration::from_millis(5)).await,
+            503 => {
+                agent.in_doubt = Some(record);
+                tokio::time::sleep(Duration::from_millis(5)).await;
+            }
             other => panic!("unexpected {other}: {}", String::from_utf8_lossy(&raw)),
         }
     }

@@ -159,6 +159,15 @@ pub enum WitnessError {
     /// The witness is shutting down.
     #[error("the witness is shutting down; retry later")]
     ShuttingDown,
+    /// PostgreSQL with several fronts: no sequencer answered within the
+    /// front's waiting bound (a takeover is under way), or this front lost
+    /// the lease mid-commit. The record may still be integrated; sending it
+    /// again, to any front, is safe.
+    #[error("no sequencer answered in time ({detail}); retry the same record")]
+    SequencerUnavailable {
+        /// Why, for the log.
+        detail: String,
+    },
     /// The agent has no records (in the range asked for).
     #[error("agent {agent} has no records{}", if *in_range { " in the requested range" } else { "" })]
     NoRecords {
@@ -251,6 +260,9 @@ impl WitnessError {
             Self::RateLimited { .. } => (StatusCode::TOO_MANY_REQUESTS, "rate_limited"),
             Self::Overloaded => (StatusCode::SERVICE_UNAVAILABLE, "overloaded"),
             Self::ShuttingDown => (StatusCode::SERVICE_UNAVAILABLE, "shutting_down"),
+            Self::SequencerUnavailable { .. } => {
+                (StatusCode::SERVICE_UNAVAILABLE, "sequencer_unavailable")
+            }
             Self::Internal(_) => (StatusCode::INTERNAL_SERVER_ERROR, "internal"),
         }
     }
@@ -334,6 +346,7 @@ impl WitnessError {
                 e.first_index = Some(*first_index);
             }
             Self::RateLimited { retry_after_ms } => e.retry_after_ms = Some(*retry_after_ms),
+            Self::SequencerUnavailable { .. } => e.retry_after_ms = Some(1000),
             Self::Exists { what, name } => {
                 e.what = Some((*what).to_owned());
                 e.name = Some(name.clone());
@@ -403,7 +416,7 @@ impl IntoResponse for WitnessError {
                 // The rest of the body is not read: the connection cannot be reused.
                 h.insert(header::CONNECTION, HeaderValue::from_static("close"));
             }
-            Self::Overloaded | Self::ShuttingDown => {
+            Self::Overloaded | Self::ShuttingDown | Self::SequencerUnavailable { .. } => {
                 h.insert(header::RETRY_AFTER, HeaderValue::from_static("1"));
             }
             _ => {}
@@ -482,6 +495,10 @@ impl From<AppendError> for WitnessError {
                 head: head_seq.zip(head_hash),
             },
             AppendError::Closed => Self::ShuttingDown,
+            AppendError::Unavailable(detail) => Self::SequencerUnavailable { detail },
+            AppendError::Storage(StoreError::Fenced(detail)) => {
+                Self::SequencerUnavailable { detail }
+            }
             AppendError::PriorRecordRefused { agent, seq } => {
                 Self::PriorRecordRefused { agent, seq }
             }

@@ -199,14 +199,17 @@ pub fn open(
     let log = match &config.store {
         StoreChoice::Redb => Log::open_redb(&dir.join(files::LOG_DB), signer, config.log)?,
         StoreChoice::Postgres(url) => {
-            // Waits as a standby while another front holds the lease.
-            let lease = tally_log::store::postgres::LeaseOptions {
-                ttl: config.lease_ttl,
-                wait: true,
-            };
-            let store = tally_log::store::postgres::PostgresStore::open_with(url, Some(lease))
-                .map_err(OpenError::from)?;
-            Log::open(Arc::new(store), signer, config.log)?
+            // Every front admits and serves reads; the lease holder also
+            // sequences (docs/operations.md, "Running on PostgreSQL").
+            let store =
+                tally_log::store::postgres::PostgresStore::open_front(url, config.lease_ttl)
+                    .map_err(OpenError::from)?;
+            Log::open_front(
+                Arc::new(store),
+                signer,
+                config.log,
+                tally_log::FrontOptions::for_ttl(config.lease_ttl),
+            )?
         }
     };
     let registry = Registry::open(&dir.join(files::WITNESS_DB))?;

@@ -69,6 +69,12 @@ pub enum StoreError {
     /// second, different checkpoint note for one size.
     #[error("storage write refused: {0}")]
     Conflict(String),
+    /// A write by a process that does not hold the log's lease (PostgreSQL:
+    /// docs/operations.md, "Running on PostgreSQL"): another process
+    /// sequences the log, or the lease expired. Nothing was written; the
+    /// record is safe to send again, to whichever front.
+    #[error("fenced: {0}")]
+    Fenced(String),
     /// A failure injected by the fault-injecting backend (tests only).
     #[error("injected storage fault ({landed})")]
     Injected {

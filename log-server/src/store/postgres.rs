@@ -30,6 +30,9 @@ use std::time::Duration;
 use tally_schemas::{AgentName, Hash, LeafIndex, Nonce, Seq, TreeSize};
 use tokio_postgres::{Client, Config, NoTls};
 
+mod pending;
+pub use pending::{OpenRow, ANSWERS_CHANNEL, PENDING_CHANNEL};
+
 use super::{
     check_put_checkpoint, check_put_cosignature, BatchWrite, ChainHead, Found, LogStore, Lookup,
     StoreError,
@@ -50,6 +53,10 @@ pub const MIGRATIONS: &[(&str, &str)] = &[
     (
         "0003_cosignatures.sql",
         include_str!("../../migrations/0003_cosignatures.sql"),
+    ),
+    (
+        "0004_pending.sql",
+        include_str!("../../migrations/0004_pending.sql"),
     ),
 ];
 
@@ -189,6 +196,58 @@ async fn lease_holder(c: &Client) -> Result<String, StoreError> {
     Ok(format!("{holder} (token {token}, {left:.1}s left)"))
 }
 
+/// A ttl as whole milliseconds, at least 300.
+fn ttl_ms(ttl: Duration) -> i64 {
+    i64::try_from(ttl.as_millis()).unwrap_or(i64::MAX).max(300)
+}
+
+/// Renews the lease `token` every third of its ttl on `client`, until this
+/// store gives it up or loses it. A lease that expired unrenewed (the
+/// process was paused, starved or cut off) is taken again with a new token
+/// if nobody else took it (the log re-reads the store before its next
+/// write, as after any failed write); one that another process took is
+/// lost: the token goes to 0 and every write is fenced from then on.
+async fn renew_lease(client: Client, lease: Arc<LeaseState>, mut token: i64) {
+    let period = Duration::from_millis((lease.ttl_ms / 3).max(100) as u64);
+    loop {
+        tokio::time::sleep(period).await;
+        if lease.token.load(Ordering::SeqCst) != token {
+            return;
+        }
+        match try_renew(&client, &lease, token).await {
+            Ok(true) => {}
+            Ok(false) => {
+                let _ = lease
+                    .token
+                    .compare_exchange(token, 0, Ordering::SeqCst, Ordering::SeqCst);
+                match try_acquire(&client, &lease).await {
+                    Ok(Some(t))
+                        if lease
+                            .token
+                            .compare_exchange(0, t, Ordering::SeqCst, Ordering::SeqCst)
+                            .is_ok() =>
+                    {
+                        tracing::warn!(
+                            old = token,
+                            new = t,
+                            "the log's lease expired before it was renewed; took it again"
+                        );
+                        token = t;
+                    }
+                    _ => {
+                        tracing::error!(
+                            token,
+                            "lost the log's lease to another process: this process no longer sequences"
+                        );
+                        return;
+                    }
+                }
+            }
+            Err(e) => tracing::warn!(error = %e, "renewing the log's lease failed; retrying"),
+        }
+    }
+}
+
 /// The fencing check of every write, inside its transaction.
 async fn check_lease(
     tx: &tokio_postgres::Transaction<'_>,
@@ -209,8 +268,8 @@ async fn check_lease(
         .map_err(|e| backend(&e))?;
     match row.map(|r| r.get::<_, i64>(0)) {
         Some(t) if mine != 0 && t == mine => Ok(()),
-        _ => Err(StoreError::Conflict(format!(
-            "fenced: this process no longer holds the log's lease (its token was {mine}); \
+        _ => Err(StoreError::Fenced(format!(
+            "this process no longer holds the log's lease (its token was {mine}); \
              another sequencer may have taken over"
         ))),
     }
@@ -250,19 +309,7 @@ impl std::fmt::Debug for PostgresStore {
 impl Drop for PostgresStore {
     fn drop(&mut self) {
         // Release the lease so that a standby takes over at once.
-        if let Some(lease) = &self.lease {
-            let token = lease.token.swap(0, Ordering::SeqCst);
-            if token != 0 {
-                let _ = self.write(async |c| {
-                    c.execute(
-                        "UPDATE log_lease SET expires_at = '-infinity' WHERE id = 1 AND token = $1",
-                        &[&token],
-                    )
-                    .await
-                    .map_err(|e| backend(&e))
-                });
-            }
-        }
+        self.release_lease();
         if let Some(rt) = self.rt.take() {
             rt.shutdown_background();
         }
@@ -325,27 +372,20 @@ impl PostgresStore {
     /// Takes the lease (waiting for it if asked), then keeps renewing it on
     /// a connection of its own.
     fn take_lease(mut self, options: LeaseOptions) -> Result<Self, StoreError> {
-        let ttl_ms = i64::try_from(options.ttl.as_millis())
-            .unwrap_or(i64::MAX)
-            .max(300);
         let lease = Arc::new(LeaseState {
             token: AtomicI64::new(0),
             holder: holder_name(),
-            ttl_ms,
+            ttl_ms: ttl_ms(options.ttl),
         });
+        self.lease = Some(Arc::clone(&lease));
         let mut said = false;
         loop {
-            let got = self.write(async |c| match try_acquire(c, &lease).await? {
-                Some(t) => Ok(Ok(t)),
-                None => Ok(Err(lease_holder(c).await?)),
-            })?;
-            match got {
-                Ok(token) => {
-                    lease.token.store(token, Ordering::SeqCst);
+            match self.acquire_once()? {
+                Ok(()) => {
                     if said {
-                        tracing::warn!(token, "took over the log's lease");
+                        tracing::warn!(token = self.lease_token(), "took over the log's lease");
                     }
-                    break;
+                    return Ok(self);
                 }
                 Err(holder) if !options.wait => {
                     return Err(StoreError::Conflict(format!(
@@ -357,53 +397,118 @@ impl PostgresStore {
                         tracing::warn!("standing by: the log's lease is held by {holder}");
                         said = true;
                     }
-                    std::thread::sleep(Duration::from_millis((ttl_ms / 4).clamp(100, 1000) as u64));
+                    std::thread::sleep(Duration::from_millis(
+                        (lease.ttl_ms / 4).clamp(100, 1000) as u64
+                    ));
                 }
             }
         }
-        let client = self.connect()?;
-        let renew = Arc::clone(&lease);
+    }
+
+    /// Gives the lease up, if this store holds it: writes are fenced from
+    /// now on, and another process may take it at once.
+    pub fn release_lease(&self) {
+        if let Some(lease) = &self.lease {
+            let token = lease.token.swap(0, Ordering::SeqCst);
+            if token != 0 {
+                let _ = self.write(async |c| {
+                    c.execute(
+                        "UPDATE log_lease SET expires_at = '-infinity' WHERE id = 1 AND token = $1",
+                        &[&token],
+                    )
+                    .await
+                    .map_err(|e| backend(&e))
+                });
+            }
+        }
+    }
+
+    /// Opens the store for a front (docs/operations.md, "Running on
+    /// PostgreSQL", "Several fronts"): it reads at once, and writes only
+    /// once [`PostgresStore::try_lease`] has taken the lease.
+    ///
+    /// # Errors
+    /// As [`PostgresStore::open`].
+    pub fn open_front(url: &str, ttl: Duration) -> Result<Self, StoreError> {
+        let mut store = Self::open_with(url, None)?;
+        store.lease = Some(Arc::new(LeaseState {
+            token: AtomicI64::new(0),
+            holder: holder_name(),
+            ttl_ms: ttl_ms(ttl),
+        }));
+        Ok(store)
+    }
+
+    /// Takes the lease if this store holds none and it is free or expired,
+    /// and then keeps renewing it; whether this store holds it now. A store
+    /// opened without a lease never holds one.
+    ///
+    /// # Errors
+    /// [`StoreError::Backend`] when the database cannot be reached.
+    pub fn try_lease(&self) -> Result<bool, StoreError> {
+        if self.lease.is_none() {
+            return Ok(false);
+        }
+        if self.lease_token() != 0 {
+            return Ok(true);
+        }
+        Ok(self.acquire_once()?.is_ok())
+    }
+
+    /// Who holds the lease, for messages.
+    ///
+    /// # Errors
+    /// [`StoreError::Backend`] when the database cannot be reached.
+    pub fn lease_holder(&self) -> Result<String, StoreError> {
+        self.read(async |c| lease_holder(c).await)
+    }
+
+    /// The lease's time to live (the default when opened without one).
+    #[must_use]
+    pub fn lease_ttl(&self) -> Duration {
+        self.lease
+            .as_ref()
+            .map_or(LeaseOptions::default().ttl, |l| {
+                Duration::from_millis(u64::try_from(l.ttl_ms).unwrap_or(u64::MAX))
+            })
+    }
+
+    /// One attempt at the lease: `Ok(Ok(()))` when taken (renewal then
+    /// runs until it is lost), `Ok(Err(holder))` when another holds it.
+    fn acquire_once(&self) -> Result<Result<(), String>, StoreError> {
+        let Some(lease) = self.lease.as_ref().map(Arc::clone) else {
+            return Ok(Err("nobody: this store was opened without a lease".into()));
+        };
+        let got = self.write(async |c| match try_acquire(c, &lease).await? {
+            Some(t) => Ok(Ok(t)),
+            None => Ok(Err(lease_holder(c).await?)),
+        })?;
+        let token = match got {
+            Ok(token) => token,
+            Err(holder) => return Ok(Err(holder)),
+        };
+        let client = match self.connect() {
+            Ok(c) => c,
+            Err(e) => {
+                // Give it back rather than hold it unrenewed.
+                let _ = self.write(async |c| {
+                    c.execute(
+                        "UPDATE log_lease SET expires_at = '-infinity' WHERE id = 1 AND token = $1",
+                        &[&token],
+                    )
+                    .await
+                    .map_err(|e| backend(&e))
+                });
+                return Err(e);
+            }
+        };
+        lease.token.store(token, Ordering::SeqCst);
         let rt = self
             .rt
             .as_ref()
             .ok_or_else(|| StoreError::Backend("postgresql store is closed".into()))?;
-        rt.spawn(async move {
-            let period = Duration::from_millis((renew.ttl_ms / 3).max(100) as u64);
-            loop {
-                tokio::time::sleep(period).await;
-                let token = renew.token.load(Ordering::SeqCst);
-                if token == 0 {
-                    return;
-                }
-                match try_renew(&client, &renew, token).await {
-                    Ok(true) => {}
-                    Ok(false) => {
-                        // Expired (this process was paused, starved or cut
-                        // off): every write is fenced from now on, unless
-                        // nobody took over and it can take the lease again
-                        // (a new token; the log re-reads the store before
-                        // its next write, as after any failed write).
-                        renew.token.store(0, Ordering::SeqCst);
-                        match try_acquire(&client, &renew).await {
-                            Ok(Some(t)) => {
-                                renew.token.store(t, Ordering::SeqCst);
-                                tracing::warn!(old = token, new = t, "the log's lease expired before it was renewed; took it again");
-                            }
-                            _ => {
-                                tracing::error!(
-                                    token,
-                                    "lost the log's lease to another process: this process no longer sequences; restart it to stand by"
-                                );
-                                return;
-                            }
-                        }
-                    }
-                    Err(e) => tracing::warn!(error = %e, "renewing the log's lease failed; retrying"),
-                }
-            }
-        });
-        self.lease = Some(lease);
-        Ok(self)
+        rt.spawn(renew_lease(client, lease, token));
+        Ok(Ok(()))
     }
 
     /// The fencing token of the lease this store holds (0: none).

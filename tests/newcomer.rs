@@ -61,15 +61,18 @@ fn run(dir: &Path, args: &[&str], env: &[(&str, &str)]) -> Run {
     }
 }
 
-/// `tally ARGS` with its standard output a pipe nobody reads: the read end
-/// is closed right after the start, as `| head` closes it.
+/// `tally ARGS` with its standard output a pipe nobody reads, as when
+/// `| head` has exited. The read end is closed before the start, so the
+/// first write fails whatever the scheduling (closed after the start, a
+/// fast command could fill the pipe's buffer and exit 0 before the close).
 fn run_into_closed_pipe(dir: &Path, args: &[&str], env: &[(&str, &str)]) -> Run {
-    let mut child = command(dir, args, env)
-        .stdout(Stdio::piped())
+    let (read, write) = nix::unistd::pipe().expect("pipe");
+    drop(read);
+    let child = command(dir, args, env)
+        .stdout(Stdio::from(write))
         .stderr(Stdio::piped())
         .spawn()
         .expect("run tally");
-    drop(child.stdout.take());
     let out = child.wait_with_output().expect("wait for tally");
     Run {
         code: out.status.code(),

@@ -184,7 +184,7 @@ impl KvStore {
 
 /// Runs `refresh` on the store behind `weak` every [`WATCH_PERIOD`] until
 /// the store is dropped, on a thread of its own.
-pub(crate) fn spawn_watcher<T: Send + Sync + 'static>(name: &str, weak: Weak<T>, refresh: fn(&T)) {
+pub fn spawn_watcher<T: Send + Sync + 'static>(name: &str, weak: Weak<T>, refresh: fn(&T)) {
     let spawned = std::thread::Builder::new()
         .name(name.to_owned())
         .spawn(move || loop {

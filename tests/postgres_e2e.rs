@@ -209,10 +209,55 @@ fn store_copy_carries_a_redb_log_into_postgres_and_serves_the_same_receipts() {
     assert!(ok, "store copy: {out}{err}");
     assert!(out.contains("copied 7 of 7 entries"), "{out}");
     assert!(out.contains("checked: size 7"), "{out}");
-    // Again: the destination already holds the whole log; nothing to add.
+    // The registry (project, its key, the admin token's hash, the agent)
+    // and the console's links came too, and were checked.
+    assert!(
+        out.contains("rows of the registry (0 already there); checked: the same"),
+        "{out}"
+    );
+    assert!(out.contains("of the console's auditor links"), "{out}");
+    let pg = tally_testkit::postgres::shared();
+    let db = db_url.rsplit('/').next().unwrap();
+    assert_eq!(
+        pg.psql(db, "SELECT key FROM registry_rows WHERE tbl = 'agents'")
+            .trim(),
+        "bot"
+    );
+    // Again: the destination already holds the whole log and registry;
+    // nothing to add.
     let (ok, out, err) = tally(&["store", "copy", "--from", from, "--to", &db_url], &[]);
     assert!(ok, "second copy: {out}{err}");
     assert!(out.contains("holds the first 7 entries"), "{out}");
+    assert!(out.contains("copied 0 rows of the registry"), "{out}");
+    // A registry copy that lacks rows (as a copy cut short before the
+    // registry's transaction would) is completed; one with a row changed
+    // is refused.
+    pg.psql(db, "DELETE FROM registry_rows WHERE tbl = 'agents'");
+    let (ok, out, err) = tally(&["store", "copy", "--from", from, "--to", &db_url], &[]);
+    assert!(ok, "third copy: {out}{err}");
+    assert!(out.contains("copied 1 rows of the registry"), "{out}");
+    let row = "tbl = 'projects' AND key = 'default'";
+    let original = pg.psql(
+        db,
+        &format!("SELECT encode(value, 'hex') FROM registry_rows WHERE {row}"),
+    );
+    pg.psql(
+        db,
+        &format!("UPDATE registry_rows SET value = 'x' WHERE {row}"),
+    );
+    let (ok, out, err) = tally(&["store", "copy", "--from", from, "--to", &db_url], &[]);
+    assert!(!ok, "{out}");
+    assert!(
+        err.contains("not a copy of") && err.contains("row projects/default has another value"),
+        "{err}"
+    );
+    pg.psql(
+        db,
+        &format!(
+            "UPDATE registry_rows SET value = decode('{}', 'hex') WHERE {row}",
+            original.trim()
+        ),
+    );
 
     // Served from PostgreSQL: the same checkpoint, and a pack with the
     // same receipts, byte for byte.

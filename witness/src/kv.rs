@@ -104,6 +104,20 @@ impl KvStore {
         RedbKv::open(path, tables).map(Self::Redb)
     }
 
+    /// Opens the existing redb file at `path` for reading its rows (a table
+    /// it lacks has none), without creating or changing anything.
+    ///
+    /// # Errors
+    /// [`KvError::Storage`] when the file is missing, held by another
+    /// process, or not a redb file.
+    pub fn open_redb_existing(
+        path: &Path,
+        tables: &'static [&'static str],
+    ) -> Result<Self, KvError> {
+        let db = Database::open(path).map_err(storage)?;
+        Ok(Self::Redb(RedbKv { db, tables }))
+    }
+
     /// Connects to the PostgreSQL database at `url`, applies the migrations
     /// under `witness/migrations/` it lacks, and serves the rows of
     /// `tables`, counted under `scope` (`registry` or `console`).
@@ -220,7 +234,11 @@ impl RedbKv {
         let rx = self.db.begin_read().map_err(storage)?;
         let mut rows = Vec::new();
         for t in self.tables {
-            let table = rx.open_table(def(t)).map_err(storage)?;
+            let table = match rx.open_table(def(t)) {
+                Ok(table) => table,
+                Err(redb::TableError::TableDoesNotExist(_)) => continue,
+                Err(e) => return Err(storage(e)),
+            };
             for row in table.iter().map_err(storage)? {
                 let (k, v) = row.map_err(storage)?;
                 rows.push(((*t).to_owned(), k.value().to_owned(), v.value().to_vec()));

@@ -232,7 +232,7 @@ fn store_copy_carries_a_redb_log_into_postgres_and_serves_the_same_receipts() {
     // A registry copy that lacks rows (as a copy cut short before the
     // registry's transaction would) is completed; one with a row changed
     // is refused.
-    pg.psql(db, "DELETE FROM registry_rows WHERE tbl = 'agents'");
+    let _ = pg.psql(db, "DELETE FROM registry_rows WHERE tbl = 'agents'");
     let (ok, out, err) = tally(&["store", "copy", "--from", from, "--to", &db_url], &[]);
     assert!(ok, "third copy: {out}{err}");
     assert!(out.contains("copied 1 rows of the registry"), "{out}");
@@ -241,7 +241,7 @@ fn store_copy_carries_a_redb_log_into_postgres_and_serves_the_same_receipts() {
         db,
         &format!("SELECT encode(value, 'hex') FROM registry_rows WHERE {row}"),
     );
-    pg.psql(
+    let _ = pg.psql(
         db,
         &format!("UPDATE registry_rows SET value = 'x' WHERE {row}"),
     );
@@ -251,7 +251,7 @@ fn store_copy_carries_a_redb_log_into_postgres_and_serves_the_same_receipts() {
         err.contains("not a copy of") && err.contains("row projects/default has another value"),
         "{err}"
     );
-    pg.psql(
+    let _ = pg.psql(
         db,
         &format!(
             "UPDATE registry_rows SET value = decode('{}', 'hex') WHERE {row}",

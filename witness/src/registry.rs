@@ -4,10 +4,16 @@
 //! agent-keys.json, docs/protocol.md §9.3).
 //!
 //! Stored in a redb file of its own (`witness.redb`, next to the log's
-//! `log.redb`), because the log engine owns its file. Rows are JSON values
-//! under string keys, so that an operator can read them with any redb tool.
-//! Everything is also held in memory: admission reads only the cache, and a
-//! write goes to disk (durably) before the cache changes.
+//! `log.redb`), because the log engine owns its file; or, with `--store
+//! postgres://…`, in the log's PostgreSQL database, shared by every front
+//! (module `kv`; docs/storage.md, "The registry and the console on
+//! PostgreSQL"). Rows are JSON values under string keys, so that an
+//! operator can read them with any redb tool or `psql`. Everything is also
+//! held in memory: admission reads only the cache, and a write goes to the
+//! store (durably) before the cache changes. Every write expects the rows
+//! it read to be unchanged, so of conflicting writes through two fronts the
+//! database lets one through; a front reloads its cache within
+//! [`crate::kv::WATCH_PERIOD`] of another front's write.
 //!
 //! API keys are `tally_<16 hex id>_<48 hex secret>`: 192 random bits of
 //! secret, shown once, stored as SHA-256 of the whole key, looked up by the

@@ -209,10 +209,55 @@ fn store_copy_carries_a_redb_log_into_postgres_and_serves_the_same_receipts() {
     assert!(ok, "store copy: {out}{err}");
     assert!(out.contains("copied 7 of 7 entries"), "{out}");
     assert!(out.contains("checked: size 7"), "{out}");
-    // Again: the destination already holds the whole log; nothing to add.
+    // The registry (project, its key, the admin token's hash, the agent)
+    // and the console's links came too, and were checked.
+    assert!(
+        out.contains("rows of the registry (0 already there); checked: the same"),
+        "{out}"
+    );
+    assert!(out.contains("of the console's auditor links"), "{out}");
+    let pg = tally_testkit::postgres::shared();
+    let db = db_url.rsplit('/').next().unwrap();
+    assert_eq!(
+        pg.psql(db, "SELECT key FROM registry_rows WHERE tbl = 'agents'")
+            .trim(),
+        "bot"
+    );
+    // Again: the destination already holds the whole log and registry;
+    // nothing to add.
     let (ok, out, err) = tally(&["store", "copy", "--from", from, "--to", &db_url], &[]);
     assert!(ok, "second copy: {out}{err}");
     assert!(out.contains("holds the first 7 entries"), "{out}");
+    assert!(out.contains("copied 0 rows of the registry"), "{out}");
+    // A registry copy that lacks rows (as a copy cut short before the
+    // registry's transaction would) is completed; one with a row changed
+    // is refused.
+    let _ = pg.psql(db, "DELETE FROM registry_rows WHERE tbl = 'agents'");
+    let (ok, out, err) = tally(&["store", "copy", "--from", from, "--to", &db_url], &[]);
+    assert!(ok, "third copy: {out}{err}");
+    assert!(out.contains("copied 1 rows of the registry"), "{out}");
+    let row = "tbl = 'projects' AND key = 'default'";
+    let original = pg.psql(
+        db,
+        &format!("SELECT encode(value, 'hex') FROM registry_rows WHERE {row}"),
+    );
+    let _ = pg.psql(
+        db,
+        &format!("UPDATE registry_rows SET value = 'x' WHERE {row}"),
+    );
+    let (ok, out, err) = tally(&["store", "copy", "--from", from, "--to", &db_url], &[]);
+    assert!(!ok, "{out}");
+    assert!(
+        err.contains("not a copy of") && err.contains("row projects/default has another value"),
+        "{err}"
+    );
+    let _ = pg.psql(
+        db,
+        &format!(
+            "UPDATE registry_rows SET value = decode('{}', 'hex') WHERE {row}",
+            original.trim()
+        ),
+    );
 
     // Served from PostgreSQL: the same checkpoint, and a pack with the
     // same receipts, byte for byte.
@@ -469,4 +514,143 @@ fn store_copy_keeps_group_commits_of_many_entries() {
     let server = Server::start_at(&data, &listen, &["--store", &db_url]);
     assert_eq!(checkpoint(&server.url), cp_redb);
     assert!(server.sigterm().success());
+}
+
+/// Two fronts on one database share the registry (docs/operations.md
+/// "Running on PostgreSQL", "What is where"): the second front's data
+/// folder gets the log key and key directory only, never witness.redb.
+/// A registration, a new API key and a revocation made through the first
+/// front hold on the second (served once the first stops cleanly and
+/// releases the lease), and the second says where the first start's key
+/// was shown instead of making another.
+#[test]
+fn a_second_front_serves_the_registry_made_through_the_first_without_witness_redb() {
+    let Some(db_url) = tally_testkit::postgres::database() else {
+        return;
+    };
+    let tmp = tempfile::tempdir().unwrap();
+    let (data_a, data_b) = (tmp.path().join("a"), tmp.path().join("b"));
+    let state = tmp.path().join("state");
+    let args = ["--store", db_url.as_str(), "--rate-limit", "0"];
+    let a = Server::start(&data_a, &args);
+    let api_key = a.banner_value("API key");
+    let vkey = a.banner_value("witness key");
+    add_agent(&a, &api_key, &state, "bot");
+    record_notes(&state, "bot", 2);
+    // An extra API key made, and then revoked, through the first front.
+    let admin = [
+        ("TALLY_WITNESS_URL", a.url.as_str()),
+        ("TALLY_DATA_DIR", data_a.to_str().unwrap()),
+    ];
+    let (ok, out, err) = tally(&["project", "new-key", "default"], &admin);
+    assert!(ok, "new-key: {out}{err}");
+    let extra = out
+        .lines()
+        .find_map(|l| l.strip_prefix("API key: "))
+        .unwrap()
+        .trim()
+        .to_owned();
+    let extra_id = extra.split('_').nth(1).unwrap().to_owned();
+    let (ok, out, err) = tally(&["project", "revoke-key", &extra_id], &admin);
+    assert!(ok, "revoke-key: {out}{err}");
+    // And one made and kept.
+    let (ok, out, err) = tally(&["project", "new-key", "default"], &admin);
+    assert!(ok, "new-key: {out}{err}");
+    let kept = out
+        .lines()
+        .find_map(|l| l.strip_prefix("API key: "))
+        .unwrap()
+        .trim()
+        .to_owned();
+    // Nothing of the registry or the console is in the data folder.
+    for file in ["witness.redb", "console.redb", "log.redb"] {
+        assert!(!data_a.join(file).exists(), "{file} in the data folder");
+    }
+    let pg = tally_testkit::postgres::shared();
+    let db = db_url.rsplit('/').next().unwrap();
+    assert_eq!(
+        pg.psql(
+            db,
+            "SELECT count(*) FROM registry_rows WHERE tbl = 'agents'"
+        )
+        .trim(),
+        "1"
+    );
+
+    // The second front: the log key and key directory, nothing else.
+    std::fs::create_dir_all(&data_b).unwrap();
+    for file in ["log.skey", "keys.json"] {
+        std::fs::copy(data_a.join(file), data_b.join(file)).unwrap();
+    }
+    // The first stops cleanly (releasing the lease); the second serves on
+    // its address, where the agent's state points.
+    let listen = a.url.trim_start_matches("http://").to_owned();
+    assert!(a.sigterm().success());
+    let b = Server::start_at(&data_b, &listen, &args);
+    assert!(
+        !b.banner.contains("API key   "),
+        "a second front made another key:\n{}",
+        b.banner
+    );
+    assert!(
+        b.banner.contains("was set up by the first start on")
+            && b.banner.contains(data_a.to_str().unwrap()),
+        "{}",
+        b.banner
+    );
+    assert!(!data_b.join("admin.token").exists());
+    // The agent registered through the first front posts through the second.
+    record_notes(&state, "bot", 2);
+    let report = export_and_verify(&b, &api_key, &vkey, tmp.path(), "bot");
+    assert!(report.contains("4 records"), "{report}");
+    // The kept key works here, the revoked one is refused.
+    let state2 = tmp.path().join("state2");
+    add_agent(&b, &kept, &state2, "bot2");
+    record_notes(&state2, "bot2", 1);
+    let env = [("TALLY_STATE_DIR", state2.to_str().unwrap())];
+    let (ok, _, err) = tally(
+        &[
+            "agent",
+            "init",
+            "bot3",
+            "--witness",
+            &b.url,
+            "--api-key",
+            &extra,
+        ],
+        &env,
+    );
+    assert!(!ok, "a key revoked through the first front was accepted");
+    assert!(err.contains("unauthorized") || err.contains("401"), "{err}");
+    // A registration through the second front of a name the first made
+    // is refused, as on one front.
+    let state3 = tmp.path().join("state3");
+    let (ok, out, err) = tally(
+        &["agent", "init", "dup"],
+        &[("TALLY_STATE_DIR", state3.to_str().unwrap())],
+    );
+    assert!(ok, "{err}");
+    let public = out
+        .lines()
+        .find_map(|l| l.strip_prefix("public key: "))
+        .unwrap()
+        .trim()
+        .to_owned();
+    let (ok, _, err) = tally(
+        &[
+            "agent",
+            "add",
+            "bot",
+            "--public-key",
+            &public,
+            "--witness",
+            &b.url,
+            "--api-key",
+            &kept,
+        ],
+        &[],
+    );
+    assert!(!ok);
+    assert!(err.contains("exists"), "{err}");
+    assert!(b.sigterm().success());
 }

@@ -179,7 +179,7 @@ struct Reports {
 /// what agent pages keep between requests.
 pub struct Console {
     witness: Arc<Witness>,
-    links: LinkStore,
+    links: Arc<LinkStore>,
     sessions: auth::Sessions,
     login_throttle: throttle::LoginThrottle,
     secure_cookies: bool,
@@ -250,9 +250,41 @@ impl Console {
         secure_cookies: bool,
         limits: ConsoleLimits,
     ) -> Result<Arc<Self>, LinkStoreError> {
-        Ok(Arc::new(Self {
+        let links = LinkStore::open(&data_dir.join(CONSOLE_DB))?;
+        Ok(Self::with_links(witness, links, secure_cookies, limits))
+    }
+
+    /// The console over `witness` with its auditor links where `store`
+    /// says: `data_dir/console.redb`, or the PostgreSQL database that also
+    /// holds the log and the registry (docs/operations.md "Running on
+    /// PostgreSQL").
+    ///
+    /// # Errors
+    /// [`LinkStoreError`] when the link store cannot be opened.
+    pub fn open_on(
+        witness: Arc<Witness>,
+        data_dir: &Path,
+        store: &tally_witness::config::StoreChoice,
+        secure_cookies: bool,
+    ) -> Result<Arc<Self>, LinkStoreError> {
+        let links = LinkStore::open_for(data_dir, store)?;
+        Ok(Self::with_links(
             witness,
-            links: LinkStore::open(&data_dir.join(CONSOLE_DB))?,
+            links,
+            secure_cookies,
+            ConsoleLimits::default(),
+        ))
+    }
+
+    fn with_links(
+        witness: Arc<Witness>,
+        links: Arc<LinkStore>,
+        secure_cookies: bool,
+        limits: ConsoleLimits,
+    ) -> Arc<Self> {
+        Arc::new(Self {
+            witness,
+            links,
             sessions: auth::Sessions::new(limits.sessions),
             login_throttle: throttle::LoginThrottle::new(
                 limits.login_per_address,
@@ -266,7 +298,7 @@ impl Console {
             limits,
             operator_uploads: Arc::new(tokio::sync::Semaphore::new(limits.operator_uploads)),
             auditor_uploads: Arc::new(tokio::sync::Semaphore::new(limits.auditor_uploads)),
-        }))
+        })
     }
 
     /// The witness.

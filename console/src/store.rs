@@ -4,7 +4,10 @@
 //!
 //! Stored in `console.redb` in the witness's data folder (the log and the
 //! registry own their files), table `auditor_links`: link id (16 hex) →
-//! JSON [`AuditorLink`]. The token is `<id>_<secret>`: a 64-bit public id
+//! JSON [`AuditorLink`]; with `--store postgres://…`, the same rows are in
+//! that database (tally_witness::kv; docs/storage.md), shared by every
+//! front, each of which sees another's new or revoked link within the
+//! watch period (docs/operations.md "Running on PostgreSQL"). The token is `<id>_<secret>`: a 64-bit public id
 //! and a 256-bit secret, shown once when the link is made; only SHA-256 of
 //! the whole token is stored, looked up by id and compared in constant time.
 //! Every row is also held in memory; a change is written (durably) before
@@ -13,17 +16,21 @@
 
 use std::collections::BTreeMap;
 use std::path::Path;
-use std::sync::{Mutex, RwLock};
+use std::sync::atomic::{AtomicI64, Ordering};
+use std::sync::{Arc, Mutex, RwLock};
 
 use rand_core::CryptoRngCore;
-use redb::{Database, ReadableDatabase, ReadableTable, TableDefinition};
 use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
 use subtle::ConstantTimeEq;
 use tally_schemas::{AgentName, UnixMillis};
+use tally_witness::config::StoreChoice;
+use tally_witness::kv::{Expect, KvError, KvOp, KvStore, Snapshot};
 
 /// `auditor_links`: link id → JSON [`AuditorLink`].
-const LINKS: TableDefinition<&str, &[u8]> = TableDefinition::new("auditor_links");
+const LINKS: &str = "auditor_links";
+/// The store's tables (docs/storage.md).
+pub const TABLES: &[&str] = &[LINKS];
 
 /// Most live links (neither revoked nor expired) per project; making one
 /// more refuses until one is revoked or expires.
@@ -35,7 +42,7 @@ pub const MAX_KEPT_LINKS_PER_PROJECT: usize = 10_000;
 /// Why the link store failed.
 #[derive(Debug, thiserror::Error)]
 pub enum LinkStoreError {
-    /// redb failed.
+    /// The storage (redb or PostgreSQL) failed.
     #[error("console link store: {0}")]
     Storage(String),
     /// A stored row does not decode.
@@ -109,12 +116,61 @@ pub struct NewLink {
 
 /// The auditor-link store. See the module docs.
 pub struct LinkStore {
-    db: Database,
-    links: RwLock<BTreeMap<String, AuditorLink>>,
+    kv: KvStore,
+    links: RwLock<Links>,
+    /// Serialises this process's writes (and reloads); between processes
+    /// the database's expectations decide.
     write: Mutex<()>,
     /// [`MAX_LINKS_PER_PROJECT`] and [`MAX_KEPT_LINKS_PER_PROJECT`] (tests
     /// lower them).
-    caps: (usize, usize),
+    caps: Mutex<(usize, usize)>,
+    /// The generation the memory copy was loaded at (PostgreSQL).
+    generation: AtomicI64,
+}
+
+/// The links in memory, with each row's stored bytes (which a write
+/// expects unchanged).
+#[derive(Default)]
+struct Links {
+    links: BTreeMap<String, AuditorLink>,
+    raw: BTreeMap<String, Vec<u8>>,
+}
+
+impl Links {
+    fn from_snapshot(snapshot: Snapshot) -> Result<Self, LinkStoreError> {
+        let mut l = Self::default();
+        for (table, key, value) in snapshot.rows {
+            if table == LINKS {
+                l.set(&key, Some(&value))?;
+            }
+        }
+        Ok(l)
+    }
+
+    fn set(&mut self, id: &str, value: Option<&[u8]>) -> Result<(), LinkStoreError> {
+        match value {
+            Some(v) => {
+                let link: AuditorLink =
+                    serde_json::from_slice(v).map_err(|e| LinkStoreError::Corrupt {
+                        id: id.to_owned(),
+                        reason: e.to_string(),
+                    })?;
+                self.links.insert(id.to_owned(), link);
+                self.raw.insert(id.to_owned(), v.to_vec());
+            }
+            None => {
+                self.links.remove(id);
+                self.raw.remove(id);
+            }
+        }
+        Ok(())
+    }
+
+    fn expect(&self, id: &str) -> Expect {
+        self.raw
+            .get(id)
+            .map_or(Expect::Absent, |v| Expect::Equals(v.clone()))
+    }
 }
 
 impl std::fmt::Debug for LinkStore {
@@ -140,73 +196,148 @@ fn token_id(token: &str) -> Option<&str> {
 }
 
 impl LinkStore {
-    /// Opens (or creates) the store and loads it into memory.
+    /// Opens (or creates) the store's redb file and loads it into memory.
     ///
     /// # Errors
     /// [`LinkStoreError`] when the file cannot be opened or a row is corrupt.
-    pub fn open(path: &Path) -> Result<Self, LinkStoreError> {
-        let db = Database::create(path).map_err(storage)?;
-        let tx = db.begin_write().map_err(storage)?;
-        tx.open_table(LINKS).map_err(storage)?;
-        tx.commit().map_err(storage)?;
-        let mut links = BTreeMap::new();
-        {
-            let rx = db.begin_read().map_err(storage)?;
-            let t = rx.open_table(LINKS).map_err(storage)?;
-            for row in t.iter().map_err(storage)? {
-                let (k, v) = row.map_err(storage)?;
-                let link: AuditorLink =
-                    serde_json::from_slice(v.value()).map_err(|e| LinkStoreError::Corrupt {
-                        id: k.value().to_owned(),
-                        reason: e.to_string(),
-                    })?;
-                links.insert(k.value().to_owned(), link);
-            }
-        }
-        Ok(Self {
-            db,
-            links: RwLock::new(links),
-            write: Mutex::new(()),
-            caps: (MAX_LINKS_PER_PROJECT, MAX_KEPT_LINKS_PER_PROJECT),
-        })
+    pub fn open(path: &Path) -> Result<Arc<Self>, LinkStoreError> {
+        Self::open_on(KvStore::open_redb(path, TABLES).map_err(storage)?)
     }
 
-    fn read(&self) -> std::sync::RwLockReadGuard<'_, BTreeMap<String, AuditorLink>> {
+    /// Opens the store in the PostgreSQL database at `url` (the log's and
+    /// the registry's; docs/operations.md "Running on PostgreSQL"), and
+    /// watches it for links made or revoked through other fronts.
+    ///
+    /// # Errors
+    /// [`LinkStoreError`] when the database cannot be reached or migrated,
+    /// or a row is corrupt.
+    pub fn open_postgres(url: &str) -> Result<Arc<Self>, LinkStoreError> {
+        Self::open_on(KvStore::open_postgres(url, "console", TABLES).map_err(storage)?)
+    }
+
+    /// The store `tally serve` uses: `console.redb` in `data_dir`, or the
+    /// PostgreSQL database of `store`.
+    ///
+    /// # Errors
+    /// As [`LinkStore::open`] and [`LinkStore::open_postgres`].
+    pub fn open_for(data_dir: &Path, store: &StoreChoice) -> Result<Arc<Self>, LinkStoreError> {
+        match store {
+            StoreChoice::Redb => Self::open(&data_dir.join(crate::CONSOLE_DB)),
+            StoreChoice::Postgres(url) => Self::open_postgres(url),
+        }
+    }
+
+    fn open_on(kv: KvStore) -> Result<Arc<Self>, LinkStoreError> {
+        let snapshot = kv.snapshot().map_err(storage)?;
+        let generation = snapshot.generation;
+        let shared = kv.is_shared();
+        let store = Arc::new(Self {
+            kv,
+            links: RwLock::new(Links::from_snapshot(snapshot)?),
+            write: Mutex::new(()),
+            caps: Mutex::new((MAX_LINKS_PER_PROJECT, MAX_KEPT_LINKS_PER_PROJECT)),
+            generation: AtomicI64::new(generation),
+        });
+        if shared {
+            tally_witness::kv::spawn_watcher(
+                "tally-links-watch",
+                Arc::downgrade(&store),
+                |s: &Self| {
+                    if let Err(e) = s.refresh_if_changed() {
+                        tracing::warn!("reloading the console's auditor links: {e}");
+                    }
+                },
+            );
+        }
+        Ok(store)
+    }
+
+    /// Reloads the memory copy when another front wrote since it was
+    /// loaded (one cheap query otherwise); the watcher calls it every
+    /// [`tally_witness::kv::WATCH_PERIOD`].
+    ///
+    /// # Errors
+    /// [`LinkStoreError::Storage`] or a corrupt row (the copy is then kept).
+    pub fn refresh_if_changed(&self) -> Result<(), LinkStoreError> {
+        if self.kv.generation().map_err(storage)? != self.generation.load(Ordering::SeqCst) {
+            let _w = self.writer();
+            self.reload()?;
+        }
+        Ok(())
+    }
+
+    fn reload(&self) -> Result<(), LinkStoreError> {
+        let snapshot = self.kv.snapshot().map_err(storage)?;
+        let generation = snapshot.generation;
+        let links = Links::from_snapshot(snapshot)?;
+        *self
+            .links
+            .write()
+            .unwrap_or_else(std::sync::PoisonError::into_inner) = links;
+        self.generation.store(generation, Ordering::SeqCst);
+        Ok(())
+    }
+
+    #[cfg(test)]
+    fn set_caps(&self, live: usize, kept: usize) {
+        *self
+            .caps
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner) = (live, kept);
+    }
+
+    fn read(&self) -> std::sync::RwLockReadGuard<'_, Links> {
         self.links
             .read()
             .unwrap_or_else(std::sync::PoisonError::into_inner)
     }
 
-    fn put(&self, id: &str, link: &AuditorLink) -> Result<(), LinkStoreError> {
-        self.put_removing(id, link, &[])
+    fn writer(&self) -> std::sync::MutexGuard<'_, ()> {
+        self.write
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
     }
 
-    /// Writes `link` and deletes the links `remove` in one transaction.
-    fn put_removing(
+    /// The one write path: `plan` decides from the memory copy, the store
+    /// applies its rows in one transaction (each expecting what was read),
+    /// the memory copy takes them. When another front changed one of them
+    /// first, the copy is reloaded and `plan` decides again.
+    fn write<T>(
         &self,
-        id: &str,
-        link: &AuditorLink,
-        remove: &[String],
-    ) -> Result<(), LinkStoreError> {
-        let bytes = serde_json::to_vec(link).map_err(storage)?;
-        let tx = self.db.begin_write().map_err(storage)?;
-        {
-            let mut t = tx.open_table(LINKS).map_err(storage)?;
-            for old in remove {
-                t.remove(old.as_str()).map_err(storage)?;
+        mut plan: impl FnMut(&Links) -> Result<(Vec<KvOp>, T), LinkStoreError>,
+    ) -> Result<T, LinkStoreError> {
+        let _w = self.writer();
+        let mut attempts = 0;
+        loop {
+            let (ops, out) = plan(&self.read())?;
+            if ops.is_empty() {
+                return Ok(out);
             }
-            t.insert(id, bytes.as_slice()).map_err(storage)?;
+            match self.kv.apply(&ops) {
+                Ok(generation) => {
+                    let mut l = self
+                        .links
+                        .write()
+                        .unwrap_or_else(std::sync::PoisonError::into_inner);
+                    for op in &ops {
+                        l.set(&op.key, op.value.as_deref())?;
+                    }
+                    let _ = self.generation.compare_exchange(
+                        generation - 1,
+                        generation,
+                        Ordering::SeqCst,
+                        Ordering::SeqCst,
+                    );
+                    return Ok(out);
+                }
+                Err(KvError::Conflict(what)) if attempts < 5 => {
+                    attempts += 1;
+                    tracing::debug!("auditor link {what} changed by another front; deciding again");
+                    self.reload()?;
+                }
+                Err(e) => return Err(storage(e)),
+            }
         }
-        tx.commit().map_err(storage)?;
-        let mut links = self
-            .links
-            .write()
-            .unwrap_or_else(std::sync::PoisonError::into_inner);
-        for old in remove {
-            links.remove(old);
-        }
-        links.insert(id.to_owned(), link.clone());
-        Ok(())
     }
 
     /// Makes a link; returns its id and its token (shown once).
@@ -219,54 +350,65 @@ impl LinkStore {
         now: UnixMillis,
         rng: &mut dyn CryptoRngCore,
     ) -> Result<(String, String), LinkStoreError> {
-        let _w = self
-            .write
+        let (max_live, max_kept) = *self
+            .caps
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner);
-        let mut ended: Vec<(UnixMillis, String)> = Vec::new();
-        let mut live = 0;
-        for (id, l) in self.read().iter().filter(|(_, l)| l.project == new.project) {
-            if l.usable_at(now) {
-                live += 1;
-            } else {
-                ended.push((l.created, id.clone()));
+        self.write(|l| {
+            let mut ended: Vec<(UnixMillis, String)> = Vec::new();
+            let mut live = 0;
+            for (id, link) in l.links.iter().filter(|(_, x)| x.project == new.project) {
+                if link.usable_at(now) {
+                    live += 1;
+                } else {
+                    ended.push((link.created, id.clone()));
+                }
             }
-        }
-        let (max_live, max_kept) = self.caps;
-        if live >= max_live {
-            return Err(LinkStoreError::TooMany);
-        }
-        let kept = live + ended.len();
-        ended.sort();
-        let remove: Vec<String> = ended
-            .into_iter()
-            .take((kept + 1).saturating_sub(max_kept))
-            .map(|(_, id)| id)
-            .collect();
-        let (id, token) = loop {
-            let mut id = [0u8; 8];
-            let mut secret = [0u8; 32];
-            rng.fill_bytes(&mut id);
-            rng.fill_bytes(&mut secret);
-            let id = hex::encode(id);
-            if !self.read().contains_key(&id) {
-                let token = format!("{id}_{}", hex::encode(secret));
-                break (id, token);
+            if live >= max_live {
+                return Err(LinkStoreError::TooMany);
             }
-        };
-        let link = AuditorLink {
-            project: new.project,
-            agents: new.agents,
-            since: new.since,
-            until: new.until,
-            created: now,
-            expires: new.expires,
-            revoked: None,
-            label: new.label,
-            token_sha256: sha256_hex(&token),
-        };
-        self.put_removing(&id, &link, &remove)?;
-        Ok((id, token))
+            let kept = live + ended.len();
+            ended.sort();
+            let mut ops: Vec<KvOp> = ended
+                .into_iter()
+                .take((kept + 1).saturating_sub(max_kept))
+                .map(|(_, id)| KvOp {
+                    table: LINKS,
+                    expect: l.expect(&id),
+                    key: id,
+                    value: None,
+                })
+                .collect();
+            let (id, token) = loop {
+                let mut id = [0u8; 8];
+                let mut secret = [0u8; 32];
+                rng.fill_bytes(&mut id);
+                rng.fill_bytes(&mut secret);
+                let id = hex::encode(id);
+                if !l.links.contains_key(&id) {
+                    let token = format!("{id}_{}", hex::encode(secret));
+                    break (id, token);
+                }
+            };
+            let link = AuditorLink {
+                project: new.project.clone(),
+                agents: new.agents.clone(),
+                since: new.since,
+                until: new.until,
+                created: now,
+                expires: new.expires,
+                revoked: None,
+                label: new.label.clone(),
+                token_sha256: sha256_hex(&token),
+            };
+            ops.push(KvOp {
+                table: LINKS,
+                key: id.clone(),
+                value: Some(serde_json::to_vec(&link).map_err(storage)?),
+                expect: Expect::Absent,
+            });
+            Ok((ops, (id, token)))
+        })
     }
 
     /// The link a token opens, if the token is well formed, known, matches
@@ -276,7 +418,7 @@ impl LinkStore {
         let id = token_id(token)?;
         let presented = Sha256::digest(token.as_bytes());
         let links = self.read();
-        let link = links.get(id)?;
+        let link = links.links.get(id)?;
         let mut stored = [0u8; 32];
         hex::decode_to_slice(&link.token_sha256, &mut stored).ok()?;
         let equal: bool = presented.as_slice().ct_eq(&stored).into();
@@ -288,6 +430,7 @@ impl LinkStore {
     pub fn list(&self, project: &str) -> Vec<(String, AuditorLink)> {
         let mut out: Vec<_> = self
             .read()
+            .links
             .iter()
             .filter(|(_, l)| l.project == project)
             .map(|(k, v)| (k.clone(), v.clone()))
@@ -301,19 +444,25 @@ impl LinkStore {
     /// # Errors
     /// [`LinkStoreError::NotFound`] for an id that is not the project's; storage failure.
     pub fn revoke(&self, project: &str, id: &str, now: UnixMillis) -> Result<(), LinkStoreError> {
-        let _w = self
-            .write
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner);
-        let mut link = match self.read().get(id) {
-            Some(l) if l.project == project => l.clone(),
-            _ => return Err(LinkStoreError::NotFound),
-        };
-        if link.revoked.is_some() {
-            return Ok(());
-        }
-        link.revoked = Some(now);
-        self.put(id, &link)
+        self.write(|l| {
+            let mut link = match l.links.get(id) {
+                Some(x) if x.project == project => x.clone(),
+                _ => return Err(LinkStoreError::NotFound),
+            };
+            if link.revoked.is_some() {
+                return Ok((Vec::new(), ()));
+            }
+            link.revoked = Some(now);
+            Ok((
+                vec![KvOp {
+                    table: LINKS,
+                    key: id.to_owned(),
+                    value: Some(serde_json::to_vec(&link).map_err(storage)?),
+                    expect: l.expect(id),
+                }],
+                (),
+            ))
+        })
     }
 }
 
@@ -333,75 +482,129 @@ mod tests {
         }
     }
 
-    #[test]
-    fn console_links_open_expire_revoke_and_persist() {
+    /// One fresh store on each backend, as an opener that reopens it:
+    /// a redb file, and a real PostgreSQL database (skipped, saying so,
+    /// only with TALLY_SKIP_POSTGRES=1).
+    type Opener = Box<dyn Fn() -> Arc<LinkStore>>;
+
+    fn backends() -> Vec<(tempfile::TempDir, Opener)> {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("console.redb");
-        let store = LinkStore::open(&path).unwrap();
-        let (id, token) = store
-            .create(new_link("p"), UnixMillis::new(1_000), &mut OsRng)
-            .unwrap();
-        assert_eq!(token.len(), 16 + 1 + 64);
-        assert!(store.open_token(&token, UnixMillis::new(2_000)).is_some());
-        // Expired at `expires`.
-        assert!(store.open_token(&token, UnixMillis::new(10_000)).is_none());
-        // A token with one secret digit changed is refused.
-        let mut wrong = token.clone().into_bytes();
-        let last = wrong.len() - 1;
-        wrong[last] = if wrong[last] == b'0' { b'1' } else { b'0' };
-        let wrong = String::from_utf8(wrong).unwrap();
-        assert!(store.open_token(&wrong, UnixMillis::new(2_000)).is_none());
-        for junk in ["", "_", "x", &token[..20], &token.to_uppercase()] {
-            assert!(store.open_token(junk, UnixMillis::new(2_000)).is_none());
+        let mut v: Vec<(tempfile::TempDir, Opener)> =
+            vec![(dir, Box::new(move || LinkStore::open(&path).unwrap()))];
+        if let Some(url) = tally_testkit::postgres::database() {
+            v.push((
+                tempfile::tempdir().unwrap(),
+                Box::new(move || LinkStore::open_postgres(&url).unwrap()),
+            ));
         }
-        // Another project cannot revoke it.
-        assert!(matches!(
-            store.revoke("q", &id, UnixMillis::new(3_000)),
-            Err(LinkStoreError::NotFound)
-        ));
-        store.revoke("p", &id, UnixMillis::new(3_000)).unwrap();
-        assert!(store.open_token(&token, UnixMillis::new(3_001)).is_none());
-        drop(store);
-        let store = LinkStore::open(&path).unwrap();
-        assert!(store.open_token(&token, UnixMillis::new(2_000)).is_none());
-        let listed = store.list("p");
-        assert_eq!(listed.len(), 1);
-        assert_eq!(listed[0].1.revoked, Some(UnixMillis::new(3_000)));
-        assert!(store.list("q").is_empty());
+        v
+    }
+
+    #[test]
+    fn console_links_open_expire_revoke_and_persist() {
+        for (_dir, open) in backends() {
+            let store = open();
+            let (id, token) = store
+                .create(new_link("p"), UnixMillis::new(1_000), &mut OsRng)
+                .unwrap();
+            assert_eq!(token.len(), 16 + 1 + 64);
+            assert!(store.open_token(&token, UnixMillis::new(2_000)).is_some());
+            // Expired at `expires`.
+            assert!(store.open_token(&token, UnixMillis::new(10_000)).is_none());
+            // A token with one secret digit changed is refused.
+            let mut wrong = token.clone().into_bytes();
+            let last = wrong.len() - 1;
+            wrong[last] = if wrong[last] == b'0' { b'1' } else { b'0' };
+            let wrong = String::from_utf8(wrong).unwrap();
+            assert!(store.open_token(&wrong, UnixMillis::new(2_000)).is_none());
+            for junk in ["", "_", "x", &token[..20], &token.to_uppercase()] {
+                assert!(store.open_token(junk, UnixMillis::new(2_000)).is_none());
+            }
+            // Another project cannot revoke it.
+            assert!(matches!(
+                store.revoke("q", &id, UnixMillis::new(3_000)),
+                Err(LinkStoreError::NotFound)
+            ));
+            store.revoke("p", &id, UnixMillis::new(3_000)).unwrap();
+            assert!(store.open_token(&token, UnixMillis::new(3_001)).is_none());
+            drop(store);
+            let store = open();
+            assert!(store.open_token(&token, UnixMillis::new(2_000)).is_none());
+            let listed = store.list("p");
+            assert_eq!(listed.len(), 1);
+            assert_eq!(listed[0].1.revoked, Some(UnixMillis::new(3_000)));
+            assert!(store.list("q").is_empty());
+        }
     }
 
     #[test]
     fn console_links_cap_counts_live_links_and_prunes_the_oldest_ended() {
-        let dir = tempfile::tempdir().unwrap();
-        let path = dir.path().join("console.redb");
-        let mut store = LinkStore::open(&path).unwrap();
-        store.caps = (2, 3);
-        let t = UnixMillis::new;
-        let (a, _) = store.create(new_link("p"), t(1_000), &mut OsRng).unwrap();
-        let (b, _) = store.create(new_link("p"), t(1_001), &mut OsRng).unwrap();
-        // Two live links: a third is refused, in this project only.
-        assert!(matches!(
-            store.create(new_link("p"), t(1_002), &mut OsRng),
-            Err(LinkStoreError::TooMany)
-        ));
-        store.create(new_link("q"), t(1_002), &mut OsRng).unwrap();
-        // A revoked link no longer counts.
-        store.revoke("p", &a, t(1_003)).unwrap();
-        let (c, _) = store.create(new_link("p"), t(1_004), &mut OsRng).unwrap();
-        // Expired links (expiry 10_000) do not count either; three are kept,
-        // so the fourth deletes the oldest ended one (a), in the same write.
-        let (d, _) = store.create(new_link("p"), t(10_000), &mut OsRng).unwrap();
-        let ids = |s: &LinkStore| {
-            let mut v: Vec<String> = s.list("p").into_iter().map(|(id, _)| id).collect();
-            v.sort();
-            v
+        for (_dir, open) in backends() {
+            let store = open();
+            store.set_caps(2, 3);
+            let t = UnixMillis::new;
+            let (a, _) = store.create(new_link("p"), t(1_000), &mut OsRng).unwrap();
+            let (b, _) = store.create(new_link("p"), t(1_001), &mut OsRng).unwrap();
+            // Two live links: a third is refused, in this project only.
+            assert!(matches!(
+                store.create(new_link("p"), t(1_002), &mut OsRng),
+                Err(LinkStoreError::TooMany)
+            ));
+            store.create(new_link("q"), t(1_002), &mut OsRng).unwrap();
+            // A revoked link no longer counts.
+            store.revoke("p", &a, t(1_003)).unwrap();
+            let (c, _) = store.create(new_link("p"), t(1_004), &mut OsRng).unwrap();
+            // Expired links (expiry 10_000) do not count either; three are kept,
+            // so the fourth deletes the oldest ended one (a), in the same write.
+            let (d, _) = store.create(new_link("p"), t(10_000), &mut OsRng).unwrap();
+            let ids = |s: &LinkStore| {
+                let mut v: Vec<String> = s.list("p").into_iter().map(|(id, _)| id).collect();
+                v.sort();
+                v
+            };
+            let mut want = vec![b.clone(), c.clone(), d.clone()];
+            want.sort();
+            assert_eq!(ids(&store), want);
+            drop(store);
+            let store = open();
+            assert_eq!(ids(&store), want, "the deletion is durable");
+            assert_eq!(store.list("q").len(), 1);
+        }
+    }
+
+    /// Two fronts on one database: a link made through one opens on the
+    /// other, and a revocation through either is refused by both, within
+    /// the watch period; revoking on both at once is harmless.
+    #[test]
+    fn postgres_links_are_shared_between_fronts() {
+        let Some(url) = tally_testkit::postgres::database() else {
+            return;
         };
-        let mut want = vec![b.clone(), c.clone(), d.clone()];
-        want.sort();
-        assert_eq!(ids(&store), want);
-        drop(store);
-        let store = LinkStore::open(&path).unwrap();
-        assert_eq!(ids(&store), want, "the deletion is durable");
-        assert_eq!(store.list("q").len(), 1);
+        let a = LinkStore::open_postgres(&url).unwrap();
+        let z = LinkStore::open_postgres(&url).unwrap();
+        let now = UnixMillis::new(1_000);
+        let (id, token) = a.create(new_link("p"), now, &mut OsRng).unwrap();
+        let bound = tally_witness::kv::WATCH_PERIOD * 4;
+        let within = |cond: &dyn Fn() -> bool| {
+            let start = std::time::Instant::now();
+            while start.elapsed() < bound {
+                if cond() {
+                    return true;
+                }
+                std::thread::sleep(std::time::Duration::from_millis(20));
+            }
+            false
+        };
+        assert!(within(&|| z.open_token(&token, now).is_some()));
+        std::thread::scope(|s| {
+            let h = s.spawn(|| a.revoke("p", &id, UnixMillis::new(2_000)));
+            z.revoke("p", &id, UnixMillis::new(2_001)).unwrap();
+            h.join().unwrap().unwrap();
+        });
+        assert!(a.open_token(&token, now).is_none());
+        assert!(z.open_token(&token, now).is_none());
+        assert!(within(&|| a.list("p") == z.list("p")));
+        assert_eq!(a.list("p").len(), 1);
     }
 }

@@ -6,7 +6,7 @@
 use super::data_folder::DataFolder;
 use super::out::outln;
 use std::net::SocketAddr;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 use std::sync::Arc;
 use std::time::Duration;
@@ -34,8 +34,8 @@ pub(crate) struct Args {
     pub data_dir: Option<PathBuf>,
     /// Where the log is kept: `redb` (log.redb in the data folder) or a
     /// PostgreSQL URL, postgres://user@host:port/database (docs/operations.md
-    /// "Running on PostgreSQL"). The key files, registry and console stay in
-    /// the data folder [default: redb].
+    /// "Running on PostgreSQL"), where the registry and the console's links
+    /// then are too; the key files stay in the data folder [default: redb].
     #[arg(
         long,
         env = "TALLY_STORE",
@@ -387,9 +387,10 @@ async fn serve(mut config: ServeConfig, origin: Option<String>) -> anyhow::Resul
     let url = format!("{scheme}://{addr}");
     let witness = Arc::clone(&opened.witness);
     let log = Arc::clone(witness.log());
-    let console = tally_console::Console::open(
+    let console = tally_console::Console::open_on(
         Arc::clone(&witness),
         &config.data_dir,
+        &config.store,
         tls.is_some() || config.secure_cookies,
     )?;
     let listener = socket
@@ -423,8 +424,23 @@ async fn serve(mut config: ServeConfig, origin: Option<String>) -> anyhow::Resul
         outln!()?;
     }
     folder.first_start_done()?;
+    if opened.first_start.is_some() {
+        // On PostgreSQL: no other front makes the default project anew.
+        witness.registry().first_start_shown()?;
+    }
     let tree_size = log.latest_checkpoint().checkpoint.size;
-    if opened.first_start.is_none() && tree_size.get() == 0 {
+    let shared_elsewhere = witness
+        .registry()
+        .first_start_place()
+        .filter(|p| witness.registry().is_shared() && Path::new(&p.data_dir) != config.data_dir);
+    if let (None, Some(place)) = (&opened.first_start, &shared_elsewhere) {
+        outln!(
+            "tally: the registry is in PostgreSQL and was set up by the first start on {} (data folder {}): the default project's API key was shown there once, and the admin token is in its admin.token; copy that file to {} (or give --admin-token) for `tally project` and `tally read-token` here",
+            place.host,
+            place.data_dir,
+            config.data_dir.join(files::ADMIN_TOKEN).display()
+        )?;
+    } else if opened.first_start.is_none() && tree_size.get() == 0 {
         outln!(
             "tally: no records yet; the default project's API key was shown once, on the first start: if it is lost, make another with `tally project new-key default` (admin token in {})",
             config.data_dir.join(files::ADMIN_TOKEN).display()
@@ -452,7 +468,10 @@ async fn serve(mut config: ServeConfig, origin: Option<String>) -> anyhow::Resul
         tokio::spawn(cosigning.run());
     }
     if let StoreChoice::Postgres(_) = &config.store {
-        outln!("tally: the log is in PostgreSQL: {}", config.store)?;
+        outln!(
+            "tally: the log is in PostgreSQL: {} (with the registry and the console's links)",
+            config.store
+        )?;
     }
     outln!(
         "tally: listening on {url} (origin {}, tree size {tree_size}); console at {url}/console",

@@ -7,9 +7,14 @@
 //! every entry's bytes, receipt size and stored hash, and every
 //! checkpoint note the receipts use.
 //!
+//! Then the registry (`witness.redb`) and the console's auditor links
+//! (`console.redb`) are copied into the same database, each in one
+//! transaction, and checked row for row (docs/storage.md).
+//!
 //! A copy cut short (a crash, Ctrl-C) goes on where it stopped when run
 //! again: a destination that already holds a prefix of the source log (the
-//! same root at its size) is extended, anything else is refused.
+//! same root at its size) is extended, and registry rows already there
+//! with the same value are kept; anything else is refused.
 
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -33,9 +38,11 @@ pub(crate) struct Args {
 /// `tally store` subcommands.
 #[derive(Debug, clap::Subcommand)]
 pub(crate) enum StoreCommand {
-    /// Copy a data folder's log (log.redb) into a PostgreSQL database and
-    /// check the copy: same size, root, entries, receipt sizes, stored
-    /// hashes and checkpoint notes. Stop `tally serve` on the folder first.
+    /// Copy a data folder's log (log.redb), registry (witness.redb) and
+    /// auditor links (console.redb) into a PostgreSQL database and check
+    /// the copy: same size, root, entries, receipt sizes, stored hashes and
+    /// checkpoint notes; the same registry and link rows. Stop `tally
+    /// serve` on the folder first.
     /// Then serve it with `tally serve --data-dir DIR --store URL`.
     Copy {
         /// The data folder whose log.redb is copied.
@@ -153,6 +160,20 @@ fn copy(from: &std::path::Path, to: &str, chunk: usize) -> anyhow::Result<ExitCo
     }
     dest.sync()?;
     let root = check(&source, &dest, chunk)?;
+    // The registry and the console's links, after the log: a rerun finds
+    // the log copied and goes on with them.
+    let registry = copy_rows(
+        &from.join(tally_witness::server::files::WITNESS_DB),
+        to,
+        "registry",
+        tally_witness::registry::TABLES,
+    )?;
+    let links = copy_rows(
+        &from.join(tally_console::CONSOLE_DB),
+        to,
+        "console",
+        tally_console::store::TABLES,
+    )?;
     outln!(
         "tally: copied {} of {total} entries ({batches_copied} batches) from {} to {} in {:.1}s",
         total.get(),
@@ -164,12 +185,114 @@ fn copy(from: &std::path::Path, to: &str, chunk: usize) -> anyhow::Result<ExitCo
         "tally: checked: size {total}, root {}, every entry, receipt size, stored hash and checkpoint note identical",
         root.to_hex()
     )?;
+    outln!("tally: {registry}")?;
+    outln!("tally: {links}")?;
     outln!(
         "next: tally serve --data-dir {} --store '{}'",
         from.display(),
         redact_url(to)
     )?;
     Ok(ExitCode::SUCCESS)
+}
+
+/// Copies the rows of the redb file `path` (the registry's or the
+/// console's, `tables`) into the PostgreSQL database at `url`, in one
+/// transaction, then checks that the database holds exactly the file's rows.
+/// Rows already there with the same value are kept (a rerun after an
+/// interrupted copy, or after a complete one, adds nothing); a row with
+/// another value, or one the file lacks, means the database holds another
+/// registry (e.g. a `tally serve` already ran on it), and is refused.
+/// Returns what to tell the operator.
+fn copy_rows(
+    path: &std::path::Path,
+    url: &str,
+    scope: &'static str,
+    tables: &'static [&'static str],
+) -> anyhow::Result<String> {
+    use std::collections::BTreeMap;
+    use tally_witness::kv::{Expect, KvOp, KvStore};
+    let what = if scope == "registry" {
+        "the registry"
+    } else {
+        "the console's auditor links"
+    };
+    if !path.is_file() {
+        return Ok(format!(
+            "{} not found: no rows of {what} to copy",
+            path.display()
+        ));
+    }
+    let source = KvStore::open_redb_existing(path, tables).map_err(|e| {
+        let text = e.to_string();
+        if text.contains("already open") || text.contains("lock") {
+            anyhow::anyhow!(
+                "{}: open in another process: stop `tally serve` on this folder first",
+                path.display()
+            )
+        } else {
+            anyhow::anyhow!("{}: {text}", path.display())
+        }
+    })?;
+    let dest = KvStore::open_postgres(url, scope, tables)
+        .with_context(|| format!("opening {} for {what}", redact_url(url)))?;
+    type Rows = BTreeMap<(String, String), Vec<u8>>;
+    let rows = |kv: &KvStore| -> anyhow::Result<Rows> {
+        Ok(kv
+            .snapshot()?
+            .rows
+            .into_iter()
+            .map(|(t, k, v)| ((t, k), v))
+            .collect())
+    };
+    let want = rows(&source)?;
+    let have = rows(&dest)?;
+    let refuse = |t: &str, k: &str, why: &str| {
+        anyhow::anyhow!(
+            "{} holds {what} that is not a copy of {}: row {t}/{k} {why}; copy into an empty database",
+            redact_url(url),
+            path.display()
+        )
+    };
+    if let Some((t, k)) = have.keys().find(|key| !want.contains_key(*key)) {
+        return Err(refuse(t, k, "is not in the source"));
+    }
+    let mut ops = Vec::new();
+    let mut kept = 0usize;
+    for ((t, k), v) in &want {
+        match have.get(&(t.clone(), k.clone())) {
+            Some(there) if there == v => kept += 1,
+            Some(_) => return Err(refuse(t, k, "has another value")),
+            None => {
+                let table = tables
+                    .iter()
+                    .copied()
+                    .find(|n| n == t)
+                    .with_context(|| format!("{}: unknown table {t}", path.display()))?;
+                ops.push(KvOp {
+                    table,
+                    key: k.clone(),
+                    value: Some(v.clone()),
+                    expect: Expect::Absent,
+                });
+            }
+        }
+    }
+    if !ops.is_empty() {
+        dest.apply(&ops)
+            .with_context(|| format!("copying {what} into {}", redact_url(url)))?;
+    }
+    let copied = rows(&dest)?;
+    if copied != want {
+        bail!(
+            "check failed: {what} in the database differs from {}",
+            path.display()
+        );
+    }
+    Ok(format!(
+        "copied {} rows of {what} ({kept} already there); checked: the same {} rows",
+        ops.len(),
+        want.len()
+    ))
 }
 
 /// The source's batch that starts at `size`: the entries whose receipt

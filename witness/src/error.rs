@@ -216,6 +216,14 @@ pub enum WitnessError {
         /// The name.
         name: String,
     },
+    /// Another request (possibly through another front on the same
+    /// PostgreSQL database) changed the same registration at the same time
+    /// and won; nothing was written (docs/api.md "Errors").
+    #[error("{what} was changed by another request at the same time; read it again and retry")]
+    ConcurrentChange {
+        /// What was changed, e.g. `agent claims-bot`.
+        what: String,
+    },
     /// No such route or object.
     #[error("{0}")]
     NotFound(String),
@@ -254,6 +262,7 @@ impl WitnessError {
             Self::BatchTooLarge { .. } => (StatusCode::PAYLOAD_TOO_LARGE, "batch_too_large"),
             Self::NonceReplayed { .. } => (StatusCode::CONFLICT, "nonce_replayed"),
             Self::Exists { .. } => (StatusCode::CONFLICT, "exists"),
+            Self::ConcurrentChange { .. } => (StatusCode::CONFLICT, "concurrent_change"),
             Self::BadSignature { .. } => (StatusCode::UNPROCESSABLE_ENTITY, "bad_signature"),
             Self::ClockSkew { .. } => (StatusCode::UNPROCESSABLE_ENTITY, "clock_skew"),
             Self::KeyNotActive { .. } => (StatusCode::UNPROCESSABLE_ENTITY, "key_not_active"),
@@ -551,7 +560,7 @@ impl From<ProofRequestError> for WitnessError {
 /// Why the witness's own tables (projects, API keys, agents) failed.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum RegistryError {
-    /// The redb file failed.
+    /// The storage (redb file or PostgreSQL) failed.
     #[error("registry storage: {0}")]
     Storage(String),
     /// A stored row does not decode.
@@ -564,6 +573,12 @@ pub enum RegistryError {
         /// Why.
         reason: String,
     },
+}
+
+impl From<crate::kv::KvError> for RegistryError {
+    fn from(e: crate::kv::KvError) -> Self {
+        Self::Storage(e.to_string())
+    }
 }
 
 impl From<RegistryError> for WitnessError {

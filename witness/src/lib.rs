@@ -27,6 +27,7 @@ pub mod export;
 pub mod http;
 mod key_changes;
 mod keydir;
+pub mod kv;
 mod metrics;
 mod ratelimit;
 pub mod refusal_log;

@@ -4,10 +4,16 @@
 //! agent-keys.json, docs/protocol.md §9.3).
 //!
 //! Stored in a redb file of its own (`witness.redb`, next to the log's
-//! `log.redb`), because the log engine owns its file. Rows are JSON values
-//! under string keys, so that an operator can read them with any redb tool.
-//! Everything is also held in memory: admission reads only the cache, and a
-//! write goes to disk (durably) before the cache changes.
+//! `log.redb`), because the log engine owns its file; or, with `--store
+//! postgres://…`, in the log's PostgreSQL database, shared by every front
+//! (module `kv`; docs/storage.md, "The registry and the console on
+//! PostgreSQL"). Rows are JSON values under string keys, so that an
+//! operator can read them with any redb tool or `psql`. Everything is also
+//! held in memory: admission reads only the cache, and a write goes to the
+//! store (durably) before the cache changes. Every write expects the rows
+//! it read to be unchanged, so of conflicting writes through two fronts the
+//! database lets one through; a front reloads its cache within
+//! [`crate::kv::WATCH_PERIOD`] of another front's write.
 //!
 //! API keys are `tally_<16 hex id>_<48 hex secret>`: 192 random bits of
 //! secret, shown once, stored as SHA-256 of the whole key, looked up by the
@@ -26,10 +32,10 @@
 
 use std::collections::{BTreeMap, HashMap};
 use std::path::Path;
-use std::sync::{Mutex, RwLock};
+use std::sync::atomic::{AtomicI64, Ordering};
+use std::sync::{Arc, Mutex, RwLock};
 
 use rand_core::CryptoRngCore;
-use redb::{Database, ReadableDatabase, ReadableTable, TableDefinition};
 use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
 use subtle::ConstantTimeEq;
@@ -38,17 +44,25 @@ use tally_schemas::pack::AgentKey;
 use tally_schemas::{AgentName, PublicKey, UnixMillis};
 
 use crate::error::{RegistryError, WitnessError};
+use crate::kv::{Expect, KvError, KvOp, KvStore, Snapshot};
 
 /// `projects`: project name → JSON [`ProjectRow`].
-const PROJECTS: TableDefinition<&str, &[u8]> = TableDefinition::new("projects");
+const PROJECTS: &str = "projects";
 /// `api_keys`: key id (16 hex) → JSON [`ApiKeyRow`].
-const API_KEYS: TableDefinition<&str, &[u8]> = TableDefinition::new("api_keys");
+const API_KEYS: &str = "api_keys";
 /// `agents`: agent name → JSON [`AgentRow`].
-const AGENTS: TableDefinition<&str, &[u8]> = TableDefinition::new("agents");
-/// `meta`: `admin_token_sha256` → 32 bytes.
-const META: TableDefinition<&str, &[u8]> = TableDefinition::new("meta");
+const AGENTS: &str = "agents";
+/// `meta`: `admin_token_sha256` → 32 bytes; `first_start` → JSON
+/// [`FirstStartPlace`].
+const META: &str = "meta";
 /// `read_tokens`: token id (16 hex) → JSON [`ReadTokenRow`].
-const READ_TOKENS: TableDefinition<&str, &[u8]> = TableDefinition::new("read_tokens");
+const READ_TOKENS: &str = "read_tokens";
+/// The registry's tables (docs/storage.md).
+pub const TABLES: &[&str] = &[PROJECTS, API_KEYS, AGENTS, META, READ_TOKENS];
+/// The meta row of the admin token's hash.
+const ADMIN_TOKEN_ROW: &str = "admin_token_sha256";
+/// The meta row of [`FirstStartPlace`].
+const FIRST_START_ROW: &str = "first_start";
 
 /// Prefix of API keys.
 pub const API_KEY_PREFIX: &str = "tally_";
@@ -187,20 +201,147 @@ pub struct FirstStart {
     pub admin_token: Secret,
 }
 
+/// Where and when the registry's first start happened (meta row
+/// `first_start`), so that another front on the same PostgreSQL database
+/// can say where the default project's API key was shown.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct FirstStartPlace {
+    /// The machine (its host name).
+    pub host: String,
+    /// The data folder of the `tally serve` that made it (its admin.token).
+    pub data_dir: String,
+    /// When.
+    pub at: UnixMillis,
+    /// The public id of the API key it made.
+    pub api_key_id: String,
+    /// Whether the key was shown (else the start did not finish, and a
+    /// front on a shared database makes them anew).
+    pub shown: bool,
+}
+
 #[derive(Default)]
 struct Cache {
     projects: BTreeMap<String, ProjectRow>,
     api_keys: HashMap<String, ApiKeyRow>,
     agents: BTreeMap<AgentName, AgentRow>,
     admin_sha256: Option<[u8; 32]>,
+    first_start: Option<FirstStartPlace>,
     read_tokens: BTreeMap<String, ReadTokenRow>,
+    /// Every row's stored bytes, which a write expects unchanged.
+    raw: HashMap<(&'static str, String), Vec<u8>>,
+}
+
+/// The table name as the static str the ops carry.
+fn table_name(t: &str) -> Option<&'static str> {
+    TABLES.iter().copied().find(|n| *n == t)
+}
+
+impl Cache {
+    fn from_snapshot(snapshot: Snapshot) -> Result<Self, RegistryError> {
+        let mut c = Self::default();
+        for (table, key, value) in snapshot.rows {
+            let Some(table) = table_name(&table) else {
+                continue;
+            };
+            c.set(table, &key, Some(&value))?;
+        }
+        Ok(c)
+    }
+
+    /// What a write of `table/key` expects: the bytes read, or no row.
+    fn expect(&self, table: &'static str, key: &str) -> Expect {
+        match self.raw.get(&(table, key.to_owned())) {
+            Some(v) => Expect::Equals(v.clone()),
+            None => Expect::Absent,
+        }
+    }
+
+    /// Sets (or with `None` removes) one row, decoded.
+    fn set(
+        &mut self,
+        table: &'static str,
+        key: &str,
+        value: Option<&[u8]>,
+    ) -> Result<(), RegistryError> {
+        let k = key.to_owned();
+        match (table, value) {
+            (PROJECTS, Some(v)) => {
+                self.projects.insert(k.clone(), decode(table, key, v)?);
+            }
+            (PROJECTS, None) => {
+                self.projects.remove(key);
+            }
+            (API_KEYS, Some(v)) => {
+                self.api_keys.insert(k.clone(), decode(table, key, v)?);
+            }
+            (API_KEYS, None) => {
+                self.api_keys.remove(key);
+            }
+            (READ_TOKENS, Some(v)) => {
+                self.read_tokens.insert(k.clone(), decode(table, key, v)?);
+            }
+            (READ_TOKENS, None) => {
+                self.read_tokens.remove(key);
+            }
+            (AGENTS, v) => {
+                let name = AgentName::new(key).map_err(|e| RegistryError::Corrupt {
+                    table: AGENTS,
+                    key: k.clone(),
+                    reason: e.to_string(),
+                })?;
+                match v {
+                    Some(v) => {
+                        self.agents.insert(name, decode(table, key, v)?);
+                    }
+                    None => {
+                        self.agents.remove(&name);
+                    }
+                }
+            }
+            (META, v) if key == ADMIN_TOKEN_ROW => {
+                self.admin_sha256 = v
+                    .map(|v| {
+                        v.try_into().map_err(|_| RegistryError::Corrupt {
+                            table: META,
+                            key: k.clone(),
+                            reason: "not 32 bytes".into(),
+                        })
+                    })
+                    .transpose()?;
+            }
+            (META, v) if key == FIRST_START_ROW => {
+                self.first_start = v.map(|v| decode(table, key, v)).transpose()?;
+            }
+            // Rows of meta this build does not know, or of other tables.
+            _ => {}
+        }
+        match value {
+            Some(v) => self.raw.insert((table, k), v.to_vec()),
+            None => self.raw.remove(&(table, k)),
+        };
+        Ok(())
+    }
+}
+
+/// Whether a write that does not hold its expectation is tried again on a
+/// fresh view (its rules then decide, e.g. `exists`), or refused with
+/// `concurrent_change`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum OnConflict {
+    Retry,
+    Refuse,
 }
 
 /// The registry: projects, API keys, agents. See the module docs.
 pub struct Registry {
-    db: Database,
+    kv: KvStore,
     cache: RwLock<Cache>,
+    /// Serialises this process's writes (and reloads); between processes
+    /// the database's expectations decide.
     write: Mutex<()>,
+    /// The generation the cache was loaded at (PostgreSQL).
+    generation: AtomicI64,
 }
 
 impl std::fmt::Debug for Registry {
@@ -229,76 +370,98 @@ fn encode<T: Serialize>(v: &T) -> Result<Vec<u8>, RegistryError> {
     serde_json::to_vec(v).map_err(storage)
 }
 
+/// A write of `row` at `table/key`, expecting `expect`.
+fn put<T: Serialize>(
+    table: &'static str,
+    key: &str,
+    row: &T,
+    expect: Expect,
+) -> Result<KvOp, RegistryError> {
+    Ok(KvOp {
+        table,
+        key: key.to_owned(),
+        value: Some(encode(row)?),
+        expect,
+    })
+}
+
 impl Registry {
     /// Opens (or creates) the registry file and loads it into memory.
     ///
     /// # Errors
     /// [`RegistryError`] when the file cannot be opened or a row is corrupt.
-    pub fn open(path: &Path) -> Result<Self, RegistryError> {
-        let db = Database::create(path).map_err(storage)?;
-        let tx = db.begin_write().map_err(storage)?;
-        {
-            tx.open_table(PROJECTS).map_err(storage)?;
-            tx.open_table(API_KEYS).map_err(storage)?;
-            tx.open_table(AGENTS).map_err(storage)?;
-            tx.open_table(META).map_err(storage)?;
-            tx.open_table(READ_TOKENS).map_err(storage)?;
-        }
-        tx.commit().map_err(storage)?;
-        let mut cache = Cache::default();
-        {
-            let rx = db.begin_read().map_err(storage)?;
-            let t = rx.open_table(PROJECTS).map_err(storage)?;
-            for row in t.iter().map_err(storage)? {
-                let (k, v) = row.map_err(storage)?;
-                cache.projects.insert(
-                    k.value().to_owned(),
-                    decode("projects", k.value(), v.value())?,
-                );
-            }
-            let t = rx.open_table(API_KEYS).map_err(storage)?;
-            for row in t.iter().map_err(storage)? {
-                let (k, v) = row.map_err(storage)?;
-                cache.api_keys.insert(
-                    k.value().to_owned(),
-                    decode("api_keys", k.value(), v.value())?,
-                );
-            }
-            let t = rx.open_table(AGENTS).map_err(storage)?;
-            for row in t.iter().map_err(storage)? {
-                let (k, v) = row.map_err(storage)?;
-                let name = AgentName::new(k.value()).map_err(|e| RegistryError::Corrupt {
-                    table: "agents",
-                    key: k.value().to_owned(),
-                    reason: e.to_string(),
-                })?;
-                cache
-                    .agents
-                    .insert(name, decode("agents", k.value(), v.value())?);
-            }
-            let t = rx.open_table(READ_TOKENS).map_err(storage)?;
-            for row in t.iter().map_err(storage)? {
-                let (k, v) = row.map_err(storage)?;
-                cache.read_tokens.insert(
-                    k.value().to_owned(),
-                    decode("read_tokens", k.value(), v.value())?,
-                );
-            }
-            let t = rx.open_table(META).map_err(storage)?;
-            if let Some(v) = t.get("admin_token_sha256").map_err(storage)? {
-                let h: [u8; 32] = v.value().try_into().map_err(|_| RegistryError::Corrupt {
-                    table: "meta",
-                    key: "admin_token_sha256".into(),
-                    reason: "not 32 bytes".into(),
-                })?;
-                cache.admin_sha256 = Some(h);
-            }
-        }
-        Ok(Self {
-            db,
-            cache: RwLock::new(cache),
+    pub fn open(path: &Path) -> Result<Arc<Self>, RegistryError> {
+        Self::open_on(KvStore::open_redb(path, TABLES)?)
+    }
+
+    /// Opens the registry in the PostgreSQL database at `url` (the log's
+    /// database; docs/operations.md "Running on PostgreSQL"), applying the
+    /// migrations it lacks, and watches it for writes of other fronts.
+    ///
+    /// # Errors
+    /// [`RegistryError`] when the database cannot be reached or migrated,
+    /// or a row is corrupt.
+    pub fn open_postgres(url: &str) -> Result<Arc<Self>, RegistryError> {
+        Self::open_on(KvStore::open_postgres(url, "registry", TABLES)?)
+    }
+
+    /// The registry over `kv`, loaded into memory.
+    ///
+    /// # Errors
+    /// [`RegistryError`] when `kv` fails or a row is corrupt.
+    pub fn open_on(kv: KvStore) -> Result<Arc<Self>, RegistryError> {
+        let snapshot = kv.snapshot()?;
+        let generation = snapshot.generation;
+        let shared = kv.is_shared();
+        let registry = Arc::new(Self {
+            kv,
+            cache: RwLock::new(Cache::from_snapshot(snapshot)?),
             write: Mutex::new(()),
-        })
+            generation: AtomicI64::new(generation),
+        });
+        if shared {
+            crate::kv::spawn_watcher(
+                "tally-registry-watch",
+                Arc::downgrade(&registry),
+                |r: &Self| {
+                    if let Err(e) = r.refresh_if_changed() {
+                        tracing::warn!("reloading the registry: {e}");
+                    }
+                },
+            );
+        }
+        Ok(registry)
+    }
+
+    /// Whether other processes share the registry (PostgreSQL).
+    #[must_use]
+    pub fn is_shared(&self) -> bool {
+        self.kv.is_shared()
+    }
+
+    /// Reloads the memory copy when another process wrote since it was
+    /// loaded (one cheap query otherwise). The watcher calls it every
+    /// [`crate::kv::WATCH_PERIOD`].
+    ///
+    /// # Errors
+    /// [`RegistryError`] when the database fails or a row is corrupt (the
+    /// memory copy is then kept as it was).
+    pub fn refresh_if_changed(&self) -> Result<(), RegistryError> {
+        if self.kv.generation()? != self.generation.load(Ordering::SeqCst) {
+            let _w = self.writer();
+            self.reload()?;
+        }
+        Ok(())
+    }
+
+    /// Reloads everything; the caller holds the write lock.
+    fn reload(&self) -> Result<(), RegistryError> {
+        let snapshot = self.kv.snapshot()?;
+        let generation = snapshot.generation;
+        let cache = Cache::from_snapshot(snapshot)?;
+        *self.cache_mut() = cache;
+        self.generation.store(generation, Ordering::SeqCst);
+        Ok(())
     }
 
     fn read(&self) -> std::sync::RwLockReadGuard<'_, Cache> {
@@ -319,6 +482,60 @@ impl Registry {
             .unwrap_or_else(std::sync::PoisonError::into_inner)
     }
 
+    /// The one write path: `plan` decides, from the memory copy, the rows
+    /// to write (each expecting the value it read) or refuses; the store
+    /// applies them in one transaction; then the memory copy takes them.
+    /// When another process changed one of the rows first, the memory copy
+    /// is reloaded and, with [`OnConflict::Retry`], `plan` decides again.
+    fn write<T>(
+        &self,
+        on_conflict: OnConflict,
+        what: impl Fn() -> String,
+        mut plan: impl FnMut(&Cache) -> Result<(Vec<KvOp>, T), WitnessError>,
+    ) -> Result<T, WitnessError> {
+        let _w = self.writer();
+        let mut attempts = 0;
+        loop {
+            let (ops, out) = plan(&self.read())?;
+            if ops.is_empty() {
+                // Nothing to change (e.g. revoked already): no write, so
+                // no other front reloads for it.
+                return Ok(out);
+            }
+            match self.kv.apply(&ops) {
+                Ok(generation) => {
+                    self.took(&ops, generation)?;
+                    return Ok(out);
+                }
+                Err(KvError::Conflict(_)) => {
+                    self.reload()?;
+                    attempts += 1;
+                    if on_conflict == OnConflict::Refuse || attempts >= 5 {
+                        return Err(WitnessError::ConcurrentChange { what: what() });
+                    }
+                }
+                Err(e) => return Err(RegistryError::from(e).into()),
+            }
+        }
+    }
+
+    /// The memory copy takes rows just written at `generation`.
+    fn took(&self, ops: &[KvOp], generation: i64) -> Result<(), RegistryError> {
+        let mut c = self.cache_mut();
+        for op in ops {
+            c.set(op.table, &op.key, op.value.as_deref())?;
+        }
+        // Up to date only if nobody else wrote in between; else the
+        // watcher reloads.
+        let _ = self.generation.compare_exchange(
+            generation - 1,
+            generation,
+            Ordering::SeqCst,
+            Ordering::SeqCst,
+        );
+        Ok(())
+    }
+
     /// On a registry with no project: creates the default project, its first
     /// API key and the admin token, and returns them (the only time they are
     /// shown). `None` when projects already exist.
@@ -330,8 +547,45 @@ impl Registry {
         now: UnixMillis,
         rng: &mut R,
     ) -> Result<Option<FirstStart>, RegistryError> {
+        self.first_start_in(now, rng, None)
+    }
+
+    /// [`Registry::first_start`], recording the data folder it happens in
+    /// (see [`Registry::first_start_place`]). On a shared registry one
+    /// front at a time runs it (an advisory lock held until
+    /// [`Registry::first_start_shown`]), and a first start whose key was
+    /// never shown (the front died) is made anew: nobody can hold its key.
+    ///
+    /// # Errors
+    /// [`RegistryError`] when the write fails.
+    pub fn first_start_in<R: CryptoRngCore + ?Sized>(
+        &self,
+        now: UnixMillis,
+        rng: &mut R,
+        data_dir: Option<&Path>,
+    ) -> Result<Option<FirstStart>, RegistryError> {
+        self.kv.lock_first_start()?;
+        let made = self.first_start_locked(now, rng, data_dir);
+        if !matches!(made, Ok(Some(_))) {
+            self.kv.unlock_first_start();
+        }
+        made
+    }
+
+    fn first_start_locked<R: CryptoRngCore + ?Sized>(
+        &self,
+        now: UnixMillis,
+        rng: &mut R,
+        data_dir: Option<&Path>,
+    ) -> Result<Option<FirstStart>, RegistryError> {
         let _w = self.writer();
-        if !self.read().projects.is_empty() {
+        self.reload()?;
+        let c = self.read();
+        let unfinished = match &c.first_start {
+            Some(p) if !p.shown && self.kv.is_shared() => Some(p.clone()),
+            _ => None,
+        };
+        if unfinished.is_none() && !c.projects.is_empty() {
             return Ok(None);
         }
         let api_key = Secret::generate(API_KEY_PREFIX, rng);
@@ -343,30 +597,96 @@ impl Registry {
             created: now,
             revoked: None,
         };
-        let tx = self.db.begin_write().map_err(storage)?;
-        {
-            tx.open_table(PROJECTS)
-                .map_err(storage)?
-                .insert(DEFAULT_PROJECT, encode(&project)?.as_slice())
-                .map_err(storage)?;
-            tx.open_table(API_KEYS)
-                .map_err(storage)?
-                .insert(api_key.id.as_str(), encode(&key_row)?.as_slice())
-                .map_err(storage)?;
-            tx.open_table(META)
-                .map_err(storage)?
-                .insert("admin_token_sha256", admin_token.sha256.as_slice())
-                .map_err(storage)?;
+        let place = FirstStartPlace {
+            host: host_name(),
+            data_dir: data_dir
+                .map(|d| d.display().to_string())
+                .unwrap_or_default(),
+            at: now,
+            api_key_id: api_key.id.clone(),
+            shown: false,
+        };
+        let mut ops = Vec::new();
+        if let Some(old) = &unfinished {
+            ops.push(KvOp {
+                table: API_KEYS,
+                key: old.api_key_id.clone(),
+                value: None,
+                expect: Expect::Any,
+            });
         }
-        tx.commit().map_err(storage)?;
-        let mut c = self.cache_mut();
-        c.projects.insert(DEFAULT_PROJECT.into(), project);
-        c.api_keys.insert(api_key.id.clone(), key_row);
-        c.admin_sha256 = Some(admin_token.sha256);
+        let project_expect = if unfinished.is_some() {
+            c.expect(PROJECTS, DEFAULT_PROJECT)
+        } else {
+            Expect::Absent
+        };
+        ops.push(put(PROJECTS, DEFAULT_PROJECT, &project, project_expect)?);
+        ops.push(put(API_KEYS, &api_key.id, &key_row, Expect::Absent)?);
+        ops.push(KvOp {
+            table: META,
+            key: ADMIN_TOKEN_ROW.into(),
+            value: Some(admin_token.sha256.to_vec()),
+            expect: c.expect(META, ADMIN_TOKEN_ROW),
+        });
+        ops.push(put(
+            META,
+            FIRST_START_ROW,
+            &place,
+            c.expect(META, FIRST_START_ROW),
+        )?);
+        drop(c);
+        match self.kv.apply(&ops) {
+            Ok(generation) => self.took(&ops, generation)?,
+            // Another front made them first (it could not have held the lock).
+            Err(KvError::Conflict(_)) => {
+                self.reload()?;
+                return Ok(None);
+            }
+            Err(e) => return Err(e.into()),
+        }
         Ok(Some(FirstStart {
             api_key,
             admin_token,
         }))
+    }
+
+    /// The first start's key was shown: records it (so that no other front
+    /// makes the default project anew) and releases the first-start lock.
+    ///
+    /// # Errors
+    /// [`RegistryError`] when the write fails.
+    pub fn first_start_shown(&self) -> Result<(), RegistryError> {
+        let done = self.write(
+            OnConflict::Refuse,
+            || "the first start".into(),
+            |c| match &c.first_start {
+                Some(p) if !p.shown => {
+                    let place = FirstStartPlace {
+                        shown: true,
+                        ..p.clone()
+                    };
+                    Ok((
+                        vec![put(
+                            META,
+                            FIRST_START_ROW,
+                            &place,
+                            c.expect(META, FIRST_START_ROW),
+                        )?],
+                        (),
+                    ))
+                }
+                _ => Ok((Vec::new(), ())),
+            },
+        );
+        self.kv.unlock_first_start();
+        done.map_err(|e| RegistryError::Storage(e.to_string()))
+    }
+
+    /// Where and when the first start that made the default project ran,
+    /// if this build recorded it.
+    #[must_use]
+    pub fn first_start_place(&self) -> Option<FirstStartPlace> {
+        self.read().first_start.clone()
     }
 
     /// The project and key id of an API key, compared in constant time
@@ -413,17 +733,23 @@ impl Registry {
                 ),
             });
         }
-        let _w = self.writer();
-        let token = Secret::generate(READ_TOKEN_PREFIX, rng);
-        let row = ReadTokenRow {
-            label: label.to_owned(),
-            sha256: hex::encode(token.sha256),
-            created: now,
-            revoked: None,
-        };
-        self.put(READ_TOKENS, &token.id, &row)?;
-        self.cache_mut().read_tokens.insert(token.id.clone(), row);
-        Ok(token)
+        self.write(
+            OnConflict::Retry,
+            || "a read token".into(),
+            |_| {
+                let token = Secret::generate(READ_TOKEN_PREFIX, rng);
+                let row = ReadTokenRow {
+                    label: label.to_owned(),
+                    sha256: hex::encode(token.sha256),
+                    created: now,
+                    revoked: None,
+                };
+                Ok((
+                    vec![put(READ_TOKENS, &token.id, &row, Expect::Absent)?],
+                    token,
+                ))
+            },
+        )
     }
 
     /// The read tokens (hashes withheld), by id.
@@ -437,22 +763,30 @@ impl Registry {
     }
 
     /// Revokes a read token by its public id; from the next request on it
-    /// reads nothing. Revoking twice keeps the first time.
+    /// reads nothing (on other fronts of a shared registry, within the
+    /// watch period). Revoking twice keeps the first time.
     ///
     /// # Errors
     /// [`WitnessError::NotFound`] for an unknown id.
     pub fn revoke_read_token(&self, id: &str, now: UnixMillis) -> Result<(), WitnessError> {
-        let _w = self.writer();
-        let mut row = self
-            .read()
-            .read_tokens
-            .get(id)
-            .cloned()
-            .ok_or_else(|| WitnessError::NotFound(format!("no read token with id {id}")))?;
-        row.revoked.get_or_insert(now);
-        self.put(READ_TOKENS, id, &row)?;
-        self.cache_mut().read_tokens.insert(id.to_owned(), row);
-        Ok(())
+        self.write(
+            OnConflict::Retry,
+            || format!("read token {id}"),
+            |c| {
+                let mut row =
+                    c.read_tokens.get(id).cloned().ok_or_else(|| {
+                        WitnessError::NotFound(format!("no read token with id {id}"))
+                    })?;
+                if row.revoked.is_some() {
+                    return Ok((Vec::new(), ()));
+                }
+                row.revoked = Some(now);
+                Ok((
+                    vec![put(READ_TOKENS, id, &row, c.expect(READ_TOKENS, id))?],
+                    (),
+                ))
+            },
+        )
     }
 
     /// Whether `token` is the admin token (constant-time comparison).
@@ -486,47 +820,27 @@ impl Registry {
         rng: &mut R,
     ) -> Result<Secret, WitnessError> {
         check_project_name(name)?;
-        let _w = self.writer();
-        if self.read().projects.contains_key(name) {
-            return Err(WitnessError::Exists {
-                what: "project",
-                name: name.to_owned(),
-            });
-        }
-        let project = ProjectRow { created: now };
-        let (key, row) = self.new_key_row(name, now, rng);
-        let tx = self.db.begin_write().map_err(storage)?;
-        {
-            tx.open_table(PROJECTS)
-                .map_err(storage)?
-                .insert(name, encode(&project)?.as_slice())
-                .map_err(storage)?;
-            tx.open_table(API_KEYS)
-                .map_err(storage)?
-                .insert(key.id.as_str(), encode(&row)?.as_slice())
-                .map_err(storage)?;
-        }
-        tx.commit().map_err(storage)?;
-        let mut c = self.cache_mut();
-        c.projects.insert(name.to_owned(), project);
-        c.api_keys.insert(key.id.clone(), row);
-        Ok(key)
-    }
-
-    fn new_key_row<R: CryptoRngCore + ?Sized>(
-        &self,
-        project: &str,
-        now: UnixMillis,
-        rng: &mut R,
-    ) -> (Secret, ApiKeyRow) {
-        let key = Secret::generate(API_KEY_PREFIX, rng);
-        let row = ApiKeyRow {
-            project: project.to_owned(),
-            sha256: hex::encode(key.sha256),
-            created: now,
-            revoked: None,
-        };
-        (key, row)
+        self.write(
+            OnConflict::Retry,
+            || format!("project {name}"),
+            |c| {
+                if c.projects.contains_key(name) {
+                    return Err(WitnessError::Exists {
+                        what: "project",
+                        name: name.to_owned(),
+                    });
+                }
+                let project = ProjectRow { created: now };
+                let (key, row) = new_key_row(name, now, rng);
+                Ok((
+                    vec![
+                        put(PROJECTS, name, &project, Expect::Absent)?,
+                        put(API_KEYS, &key.id, &row, Expect::Absent)?,
+                    ],
+                    key,
+                ))
+            },
+        )
     }
 
     /// Makes another API key for an existing project.
@@ -539,48 +853,54 @@ impl Registry {
         now: UnixMillis,
         rng: &mut R,
     ) -> Result<Secret, WitnessError> {
-        let _w = self.writer();
-        if !self.read().projects.contains_key(project) {
-            return Err(WitnessError::NotFound(format!(
-                "no project named {project}"
-            )));
-        }
-        let (key, row) = self.new_key_row(project, now, rng);
-        self.put(API_KEYS, &key.id, &row)?;
-        self.cache_mut().api_keys.insert(key.id.clone(), row);
-        Ok(key)
+        self.write(
+            OnConflict::Retry,
+            || format!("project {project}"),
+            |c| {
+                if !c.projects.contains_key(project) {
+                    return Err(WitnessError::NotFound(format!(
+                        "no project named {project}"
+                    )));
+                }
+                let (key, row) = new_key_row(project, now, rng);
+                Ok((
+                    vec![
+                        // The project must still be there when the key lands.
+                        KvOp {
+                            table: PROJECTS,
+                            key: project.to_owned(),
+                            value: c.raw.get(&(PROJECTS, project.to_owned())).cloned(),
+                            expect: c.expect(PROJECTS, project),
+                        },
+                        put(API_KEYS, &key.id, &row, Expect::Absent)?,
+                    ],
+                    key,
+                ))
+            },
+        )
     }
 
-    /// Revokes an API key by its public id.
+    /// Revokes an API key by its public id (on other fronts of a shared
+    /// registry, within the watch period).
     ///
     /// # Errors
     /// [`WitnessError::NotFound`] for an unknown id.
     pub fn revoke_api_key(&self, id: &str, now: UnixMillis) -> Result<(), WitnessError> {
-        let _w = self.writer();
-        let mut row = self
-            .read()
-            .api_keys
-            .get(id)
-            .cloned()
-            .ok_or_else(|| WitnessError::NotFound(format!("no API key with id {id}")))?;
-        row.revoked.get_or_insert(now);
-        self.put(API_KEYS, id, &row)?;
-        self.cache_mut().api_keys.insert(id.to_owned(), row);
-        Ok(())
-    }
-
-    fn put<T: Serialize>(
-        &self,
-        table: TableDefinition<&str, &[u8]>,
-        key: &str,
-        row: &T,
-    ) -> Result<(), RegistryError> {
-        let tx = self.db.begin_write().map_err(storage)?;
-        tx.open_table(table)
-            .map_err(storage)?
-            .insert(key, encode(row)?.as_slice())
-            .map_err(storage)?;
-        tx.commit().map_err(storage)
+        self.write(
+            OnConflict::Retry,
+            || format!("API key {id}"),
+            |c| {
+                let mut row =
+                    c.api_keys.get(id).cloned().ok_or_else(|| {
+                        WitnessError::NotFound(format!("no API key with id {id}"))
+                    })?;
+                if row.revoked.is_some() {
+                    return Ok((Vec::new(), ()));
+                }
+                row.revoked = Some(now);
+                Ok((vec![put(API_KEYS, id, &row, c.expect(API_KEYS, id))?], ()))
+            },
+        )
     }
 
     /// The agent's registration, if any (from memory).
@@ -613,21 +933,15 @@ impl Registry {
     /// # Errors
     /// As above.
     pub fn check_name_free(&self, project: &str, agent: &AgentName) -> Result<(), WitnessError> {
-        match self.read().agents.get(agent) {
-            None => Ok(()),
-            Some(row) if row.project == project => Err(WitnessError::Exists {
-                what: "agent",
-                name: agent.to_string(),
-            }),
-            Some(_) => Err(WitnessError::NameUnavailable {
-                agent: agent.clone(),
-            }),
-        }
+        name_free(&self.read(), project, agent)
     }
 
     /// Registers `agent` in `project` with its first key, valid from
     /// `not_before`. The routes go through `key_changes::add_agent`, which
-    /// also refuses a name the log already holds a chain for.
+    /// also refuses a name the log already holds a chain for. Of two
+    /// registrations of one name at once (through two fronts of a shared
+    /// registry too), exactly one is made; the other gets the answer of
+    /// [`Registry::check_name_free`].
     ///
     /// # Errors
     /// As [`Registry::check_name_free`]. (A [`PublicKey`] is never weak:
@@ -639,20 +953,26 @@ impl Registry {
         public_key: PublicKey,
         not_before: UnixMillis,
     ) -> Result<AgentRow, WitnessError> {
-        let _w = self.writer();
-        self.check_name_free(project, agent)?;
-        let row = AgentRow {
-            project: project.to_owned(),
-            keys: vec![AgentKey {
-                key_id: public_key.key_id(),
-                public_key,
-                not_before,
-                not_after: None,
-            }],
-        };
-        self.put(AGENTS, agent.as_str(), &row)?;
-        self.cache_mut().agents.insert(agent.clone(), row.clone());
-        Ok(row)
+        self.write(
+            OnConflict::Retry,
+            || format!("agent {agent}"),
+            |c| {
+                name_free(c, project, agent)?;
+                let row = AgentRow {
+                    project: project.to_owned(),
+                    keys: vec![AgentKey {
+                        key_id: public_key.key_id(),
+                        public_key,
+                        not_before,
+                        not_after: None,
+                    }],
+                };
+                Ok((
+                    vec![put(AGENTS, agent.as_str(), &row, Expect::Absent)?],
+                    row,
+                ))
+            },
+        )
     }
 
     /// The agent's registration when it belongs to `project`.
@@ -661,24 +981,22 @@ impl Registry {
     /// [`WitnessError::AgentNotAllowed`] otherwise, also for a name that is
     /// not registered at all (so names in other projects are not revealed).
     pub fn owned_agent(&self, project: &str, agent: &AgentName) -> Result<AgentRow, WitnessError> {
-        match self.read().agents.get(agent) {
-            Some(row) if row.project == project => Ok(row.clone()),
-            _ => Err(WitnessError::AgentNotAllowed {
-                agent: agent.clone(),
-            }),
-        }
+        owned(&self.read(), project, agent)
     }
 
     /// Rotates `agent`'s key at `at`: every key still valid at `at` ends
     /// there, and `public_key` is valid from `at` on. The caller has checked
-    /// `at` against the agent's admitted records (`key_changes`).
+    /// `at` against the agent's admitted records (`key_changes`). Of a
+    /// rotation and a retirement (or two rotations) of one agent at once,
+    /// through any fronts, exactly one is made: the other is refused with
+    /// `concurrent_change`.
     ///
     /// # Errors
     /// [`WitnessError::AgentNotAllowed`] when the agent is not the project's;
     /// [`WitnessError::UnusableKey`] for a key no signature can verify under;
     /// [`WitnessError::Exists`] when the key is already listed;
     /// `BadRequest` when `at` is before the current key's start or the agent
-    /// has too many keys.
+    /// has too many keys; [`WitnessError::ConcurrentChange`] as above.
     pub(crate) fn rotate_key(
         &self,
         project: &str,
@@ -686,30 +1004,36 @@ impl Registry {
         public_key: PublicKey,
         at: UnixMillis,
     ) -> Result<AgentRow, WitnessError> {
-        let _w = self.writer();
-        let mut row = self.owned_agent(project, agent)?;
-        if row.key(&public_key.key_id()).is_some() {
-            return Err(WitnessError::Exists {
-                what: "key",
-                name: public_key.key_id().to_string(),
-            });
-        }
-        if row.keys.len() >= MAX_KEYS_PER_AGENT {
-            return Err(WitnessError::BadRequest {
-                code: "too_many_keys",
-                message: format!("agent {agent} already has {MAX_KEYS_PER_AGENT} keys, the most agent-keys.json may list"),
-            });
-        }
-        end_keys_at(&mut row, at)?;
-        row.keys.push(AgentKey {
-            key_id: public_key.key_id(),
-            public_key,
-            not_before: at,
-            not_after: None,
-        });
-        self.put(AGENTS, agent.as_str(), &row)?;
-        self.cache_mut().agents.insert(agent.clone(), row.clone());
-        Ok(row)
+        self.write(
+            OnConflict::Refuse,
+            || format!("agent {agent}"),
+            |c| {
+                let mut row = owned(c, project, agent)?;
+                if row.key(&public_key.key_id()).is_some() {
+                    return Err(WitnessError::Exists {
+                        what: "key",
+                        name: public_key.key_id().to_string(),
+                    });
+                }
+                if row.keys.len() >= MAX_KEYS_PER_AGENT {
+                    return Err(WitnessError::BadRequest {
+                        code: "too_many_keys",
+                        message: format!("agent {agent} already has {MAX_KEYS_PER_AGENT} keys, the most agent-keys.json may list"),
+                    });
+                }
+                end_keys_at(&mut row, at)?;
+                row.keys.push(AgentKey {
+                    key_id: public_key.key_id(),
+                    public_key,
+                    not_before: at,
+                    not_after: None,
+                });
+                Ok((
+                    vec![put(AGENTS, agent.as_str(), &row, c.expect(AGENTS, agent.as_str()))?],
+                    row,
+                ))
+            },
+        )
     }
 
     /// Retires `agent` at `at`: every key still valid at `at` ends there, so
@@ -724,13 +1048,68 @@ impl Registry {
         agent: &AgentName,
         at: UnixMillis,
     ) -> Result<AgentRow, WitnessError> {
-        let _w = self.writer();
-        let mut row = self.owned_agent(project, agent)?;
-        end_keys_at(&mut row, at)?;
-        self.put(AGENTS, agent.as_str(), &row)?;
-        self.cache_mut().agents.insert(agent.clone(), row.clone());
-        Ok(row)
+        self.write(
+            OnConflict::Refuse,
+            || format!("agent {agent}"),
+            |c| {
+                let mut row = owned(c, project, agent)?;
+                end_keys_at(&mut row, at)?;
+                Ok((
+                    vec![put(
+                        AGENTS,
+                        agent.as_str(),
+                        &row,
+                        c.expect(AGENTS, agent.as_str()),
+                    )?],
+                    row,
+                ))
+            },
+        )
     }
+}
+
+fn new_key_row<R: CryptoRngCore + ?Sized>(
+    project: &str,
+    now: UnixMillis,
+    rng: &mut R,
+) -> (Secret, ApiKeyRow) {
+    let key = Secret::generate(API_KEY_PREFIX, rng);
+    let row = ApiKeyRow {
+        project: project.to_owned(),
+        sha256: hex::encode(key.sha256),
+        created: now,
+        revoked: None,
+    };
+    (key, row)
+}
+
+fn name_free(c: &Cache, project: &str, agent: &AgentName) -> Result<(), WitnessError> {
+    match c.agents.get(agent) {
+        None => Ok(()),
+        Some(row) if row.project == project => Err(WitnessError::Exists {
+            what: "agent",
+            name: agent.to_string(),
+        }),
+        Some(_) => Err(WitnessError::NameUnavailable {
+            agent: agent.clone(),
+        }),
+    }
+}
+
+fn owned(c: &Cache, project: &str, agent: &AgentName) -> Result<AgentRow, WitnessError> {
+    match c.agents.get(agent) {
+        Some(row) if row.project == project => Ok(row.clone()),
+        _ => Err(WitnessError::AgentNotAllowed {
+            agent: agent.clone(),
+        }),
+    }
+}
+
+/// This machine's host name, for [`FirstStartPlace`].
+fn host_name() -> String {
+    std::fs::read_to_string("/proc/sys/kernel/hostname")
+        .map(|h| h.trim().to_owned())
+        .unwrap_or_else(|_| "this machine".into())
 }
 
 /// Whether `presented` equals the stored hex SHA-256, in constant time.
@@ -786,113 +1165,170 @@ pub fn check_project_name(name: &str) -> Result<(), WitnessError> {
 mod tests {
     use super::*;
     use rand_core::OsRng;
+    use std::time::{Duration, Instant};
     use tally_schemas::SecretKey;
 
-    fn reg() -> (tempfile::TempDir, Registry) {
+    /// One fresh registry on one backend: opened (and reopened) at will,
+    /// and its stored bytes, to show that no secret is in them.
+    struct Backend {
+        name: &'static str,
+        open: Box<dyn Fn() -> Arc<Registry>>,
+        stored: Box<dyn Fn() -> Vec<u8>>,
+        _dir: Option<tempfile::TempDir>,
+    }
+
+    fn redb() -> Backend {
         let dir = tempfile::tempdir().unwrap();
-        let r = Registry::open(&dir.path().join("w.redb")).unwrap();
-        (dir, r)
+        let path = dir.path().join("w.redb");
+        let p2 = path.clone();
+        Backend {
+            name: "redb",
+            open: Box::new(move || Registry::open(&path).unwrap()),
+            stored: Box::new(move || std::fs::read(&p2).unwrap()),
+            _dir: Some(dir),
+        }
+    }
+
+    fn postgres() -> Option<Backend> {
+        let url = tally_testkit::postgres::database()?;
+        let db = url.rsplit('/').next().unwrap().to_owned();
+        Some(Backend {
+            name: "postgres",
+            open: Box::new(move || Registry::open_postgres(&url).unwrap()),
+            stored: Box::new(move || {
+                tally_testkit::postgres::shared()
+                    .psql(
+                        &db,
+                        "SELECT string_agg(tbl || key || encode(value, 'escape'), ' ') FROM registry_rows",
+                    )
+                    .into_bytes()
+            }),
+            _dir: None,
+        })
+    }
+
+    /// Every backend-independent test runs on a redb file and on a real
+    /// PostgreSQL database (skipped, saying so, only with TALLY_SKIP_POSTGRES=1).
+    fn backends() -> Vec<Backend> {
+        let mut v = vec![redb()];
+        v.extend(postgres());
+        v
     }
 
     #[test]
     fn keys_are_shown_once_stored_hashed_and_checked() {
-        let (dir, r) = reg();
-        let first = r
-            .first_start(UnixMillis::new(1), &mut OsRng)
-            .unwrap()
-            .unwrap();
-        assert!(r
-            .first_start(UnixMillis::new(2), &mut OsRng)
-            .unwrap()
-            .is_none());
-        let p = r.authenticate(&first.api_key.token).unwrap();
-        assert_eq!(p.project, DEFAULT_PROJECT);
-        assert!(r.is_admin(&first.admin_token.token));
-        assert!(!r.is_admin(&first.api_key.token));
-        // One flipped character of the secret is refused.
-        let mut wrong = first.api_key.token.clone();
-        let last = wrong.pop().unwrap();
-        wrong.push(if last == '0' { '1' } else { '0' });
-        assert!(r.authenticate(&wrong).is_none());
-        assert!(r.authenticate("").is_none());
-        assert!(r.authenticate("tally_").is_none());
-        // The plain key is nowhere in the file.
-        drop(r);
-        let bytes = std::fs::read(dir.path().join("w.redb")).unwrap();
-        let secret_part = first.api_key.token.rsplit('_').next().unwrap();
-        assert!(!bytes
-            .windows(secret_part.len())
-            .any(|w| w == secret_part.as_bytes()));
-        // And it survives a reopen.
-        let r = Registry::open(&dir.path().join("w.redb")).unwrap();
-        assert!(r.authenticate(&first.api_key.token).is_some());
-        r.revoke_api_key(first.api_key.id(), UnixMillis::new(3))
-            .unwrap();
-        assert!(r.authenticate(&first.api_key.token).is_none());
+        for b in backends() {
+            let r = (b.open)();
+            let first = r
+                .first_start(UnixMillis::new(1), &mut OsRng)
+                .unwrap()
+                .unwrap();
+            r.first_start_shown().unwrap();
+            assert!(r
+                .first_start(UnixMillis::new(2), &mut OsRng)
+                .unwrap()
+                .is_none());
+            let p = r.authenticate(&first.api_key.token).unwrap();
+            assert_eq!(p.project, DEFAULT_PROJECT);
+            assert!(r.is_admin(&first.admin_token.token));
+            assert!(!r.is_admin(&first.api_key.token));
+            // One flipped character of the secret is refused.
+            let mut wrong = first.api_key.token.clone();
+            let last = wrong.pop().unwrap();
+            wrong.push(if last == '0' { '1' } else { '0' });
+            assert!(r.authenticate(&wrong).is_none());
+            assert!(r.authenticate("").is_none());
+            assert!(r.authenticate("tally_").is_none());
+            // The plain key is nowhere in the store.
+            drop(r);
+            let bytes = (b.stored)();
+            assert!(!bytes.is_empty(), "{}", b.name);
+            let secret_part = first.api_key.token.rsplit('_').next().unwrap();
+            assert!(
+                !bytes
+                    .windows(secret_part.len())
+                    .any(|w| w == secret_part.as_bytes()),
+                "{}",
+                b.name
+            );
+            // And it survives a reopen.
+            let r = (b.open)();
+            assert!(r.authenticate(&first.api_key.token).is_some());
+            let place = r.first_start_place().unwrap();
+            assert!(place.shown);
+            assert_eq!(place.api_key_id, first.api_key.id());
+            r.revoke_api_key(first.api_key.id(), UnixMillis::new(3))
+                .unwrap();
+            assert!(r.authenticate(&first.api_key.token).is_none());
+        }
     }
 
     #[test]
     fn read_tokens_are_shown_once_stored_hashed_checked_and_revoked() {
-        let (dir, r) = reg();
-        let first = r
-            .first_start(UnixMillis::new(1), &mut OsRng)
-            .unwrap()
-            .unwrap();
-        let t = r
-            .create_read_token("monitor", UnixMillis::new(5), &mut OsRng)
-            .unwrap();
-        assert!(t.token.starts_with(READ_TOKEN_PREFIX));
-        assert_eq!(r.authenticate_reader(&t.token).as_deref(), Some(t.id()));
-        // Each kind of token is accepted only where it is expected.
-        assert!(r.authenticate(&t.token).is_none());
-        assert!(!r.is_admin(&t.token));
-        assert!(r.authenticate_reader(&first.api_key.token).is_none());
-        assert!(r.authenticate_reader(&first.admin_token.token).is_none());
-        let mut wrong = t.token.clone();
-        let last = wrong.pop().unwrap();
-        wrong.push(if last == '0' { '1' } else { '0' });
-        assert!(r.authenticate_reader(&wrong).is_none());
-        assert!(matches!(
-            r.create_read_token("a\u{7}b", UnixMillis::new(5), &mut OsRng),
-            Err(WitnessError::BadRequest {
-                code: "bad_label",
-                ..
-            })
-        ));
-        drop(r);
-        let bytes = std::fs::read(dir.path().join("w.redb")).unwrap();
-        let secret = t.token.rsplit('_').next().unwrap();
-        assert!(!bytes.windows(secret.len()).any(|w| w == secret.as_bytes()));
-        let r = Registry::open(&dir.path().join("w.redb")).unwrap();
-        assert!(r.authenticate_reader(&t.token).is_some());
-        r.revoke_read_token(t.id(), UnixMillis::new(9)).unwrap();
-        r.revoke_read_token(t.id(), UnixMillis::new(10)).unwrap();
-        assert!(r.authenticate_reader(&t.token).is_none());
-        let list = r.read_tokens();
-        assert_eq!(list.len(), 1);
-        assert_eq!(list[0].1.label, "monitor");
-        assert_eq!(list[0].1.revoked, Some(UnixMillis::new(9)));
-        assert!(matches!(
-            r.revoke_read_token("0000000000000000", UnixMillis::new(9)),
-            Err(WitnessError::NotFound(_))
-        ));
+        for b in backends() {
+            let r = (b.open)();
+            let first = r
+                .first_start(UnixMillis::new(1), &mut OsRng)
+                .unwrap()
+                .unwrap();
+            let t = r
+                .create_read_token("monitor", UnixMillis::new(5), &mut OsRng)
+                .unwrap();
+            assert!(t.token.starts_with(READ_TOKEN_PREFIX));
+            assert_eq!(r.authenticate_reader(&t.token).as_deref(), Some(t.id()));
+            // Each kind of token is accepted only where it is expected.
+            assert!(r.authenticate(&t.token).is_none());
+            assert!(!r.is_admin(&t.token));
+            assert!(r.authenticate_reader(&first.api_key.token).is_none());
+            assert!(r.authenticate_reader(&first.admin_token.token).is_none());
+            let mut wrong = t.token.clone();
+            let last = wrong.pop().unwrap();
+            wrong.push(if last == '0' { '1' } else { '0' });
+            assert!(r.authenticate_reader(&wrong).is_none());
+            assert!(matches!(
+                r.create_read_token("a\u{7}b", UnixMillis::new(5), &mut OsRng),
+                Err(WitnessError::BadRequest {
+                    code: "bad_label",
+                    ..
+                })
+            ));
+            drop(r);
+            let bytes = (b.stored)();
+            let secret = t.token.rsplit('_').next().unwrap();
+            assert!(!bytes.windows(secret.len()).any(|w| w == secret.as_bytes()));
+            let r = (b.open)();
+            assert!(r.authenticate_reader(&t.token).is_some());
+            r.revoke_read_token(t.id(), UnixMillis::new(9)).unwrap();
+            r.revoke_read_token(t.id(), UnixMillis::new(10)).unwrap();
+            assert!(r.authenticate_reader(&t.token).is_none());
+            let list = r.read_tokens();
+            assert_eq!(list.len(), 1);
+            assert_eq!(list[0].1.label, "monitor");
+            assert_eq!(list[0].1.revoked, Some(UnixMillis::new(9)));
+            assert!(matches!(
+                r.revoke_read_token("0000000000000000", UnixMillis::new(9)),
+                Err(WitnessError::NotFound(_))
+            ));
+        }
     }
 
     #[test]
     fn a_name_is_told_apart_only_for_its_own_project_and_weak_keys_are_refused() {
-        let (_d, r) = reg();
-        r.first_start(UnixMillis::new(0), &mut OsRng).unwrap();
-        let a = AgentName::new("bot").unwrap();
-        let k = SecretKey::generate(&mut OsRng).public_key();
-        r.add_agent("default", &a, k, UnixMillis::new(0)).unwrap();
-        assert!(matches!(
-            r.add_agent("default", &a, k, UnixMillis::new(0)),
-            Err(WitnessError::Exists { what: "agent", .. })
-        ));
-        assert!(matches!(
-            r.add_agent("other", &a, k, UnixMillis::new(0)),
-            Err(WitnessError::NameUnavailable { .. })
-        ));
+        for b in backends() {
+            let r = (b.open)();
+            r.first_start(UnixMillis::new(0), &mut OsRng).unwrap();
+            let a = AgentName::new("bot").unwrap();
+            let k = SecretKey::generate(&mut OsRng).public_key();
+            r.add_agent("default", &a, k, UnixMillis::new(0)).unwrap();
+            assert!(matches!(
+                r.add_agent("default", &a, k, UnixMillis::new(0)),
+                Err(WitnessError::Exists { what: "agent", .. })
+            ));
+            assert!(matches!(
+                r.add_agent("other", &a, k, UnixMillis::new(0)),
+                Err(WitnessError::NameUnavailable { .. })
+            ));
+        }
         let mut identity = [0u8; 32];
         identity[0] = 1;
         // A weak key cannot reach the registry: parsing refuses it.
@@ -901,35 +1337,212 @@ mod tests {
 
     #[test]
     fn rotate_and_retire_set_validity_ranges() {
-        let (_d, r) = reg();
-        r.first_start(UnixMillis::new(0), &mut OsRng).unwrap();
-        let a = AgentName::new("bot").unwrap();
-        let k1 = SecretKey::generate(&mut OsRng).public_key();
-        let k2 = SecretKey::generate(&mut OsRng).public_key();
-        r.add_agent("default", &a, k1, UnixMillis::new(100))
+        for b in backends() {
+            let r = (b.open)();
+            r.first_start(UnixMillis::new(0), &mut OsRng).unwrap();
+            let a = AgentName::new("bot").unwrap();
+            let k1 = SecretKey::generate(&mut OsRng).public_key();
+            let k2 = SecretKey::generate(&mut OsRng).public_key();
+            r.add_agent("default", &a, k1, UnixMillis::new(100))
+                .unwrap();
+            assert!(matches!(
+                r.add_agent("default", &a, k1, UnixMillis::new(100)),
+                Err(WitnessError::Exists { .. })
+            ));
+            assert!(matches!(
+                r.rotate_key("other", &a, k2, UnixMillis::new(200)),
+                Err(WitnessError::AgentNotAllowed { .. })
+            ));
+            assert!(matches!(
+                r.rotate_key("default", &a, k2, UnixMillis::new(50)),
+                Err(WitnessError::BadRequest { .. })
+            ));
+            let row = r
+                .rotate_key("default", &a, k2, UnixMillis::new(200))
+                .unwrap();
+            assert_eq!(row.keys[0].not_after, Some(UnixMillis::new(200)));
+            assert_eq!(row.keys[1].not_before, UnixMillis::new(200));
+            assert!(row.keys[1].not_after.is_none());
+            let row = r.retire_agent("default", &a, UnixMillis::new(300)).unwrap();
+            assert_eq!(row.keys[0].not_after, Some(UnixMillis::new(200)));
+            assert_eq!(row.keys[1].not_after, Some(UnixMillis::new(300)));
+            assert!(!row.keys[1].active_at(UnixMillis::new(300)));
+            assert!(row.keys[1].active_at(UnixMillis::new(299)));
+            // What was written is what a reopened registry reads.
+            drop(r);
+            assert_eq!((b.open)().agent(&a), Some(row), "{}", b.name);
+        }
+    }
+
+    /// Waits (at most `bound`) for `cond`; how long it took.
+    fn within(bound: Duration, cond: impl Fn() -> bool) -> Option<Duration> {
+        let start = Instant::now();
+        while start.elapsed() < bound {
+            if cond() {
+                return Some(start.elapsed());
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        None
+    }
+
+    /// Two fronts on one database: what one writes, the other sees within
+    /// the watch period (docs/operations.md "Running on PostgreSQL"),
+    /// revocations included; and the first start happens once.
+    #[test]
+    fn postgres_fronts_share_registrations_and_revocations() {
+        let Some(b) = postgres() else { return };
+        let (a, z) = ((b.open)(), (b.open)());
+        let first = a
+            .first_start_in(UnixMillis::new(1), &mut OsRng, Some(Path::new("/srv/a")))
+            .unwrap()
             .unwrap();
-        assert!(matches!(
-            r.add_agent("default", &a, k1, UnixMillis::new(100)),
-            Err(WitnessError::Exists { .. })
-        ));
-        assert!(matches!(
-            r.rotate_key("other", &a, k2, UnixMillis::new(200)),
-            Err(WitnessError::AgentNotAllowed { .. })
-        ));
-        assert!(matches!(
-            r.rotate_key("default", &a, k2, UnixMillis::new(50)),
-            Err(WitnessError::BadRequest { .. })
-        ));
-        let row = r
-            .rotate_key("default", &a, k2, UnixMillis::new(200))
+        a.first_start_shown().unwrap();
+        // The other front makes nothing and knows where the key was shown.
+        assert!(z
+            .first_start_in(UnixMillis::new(2), &mut OsRng, Some(Path::new("/srv/z")))
+            .unwrap()
+            .is_none());
+        let place = z.first_start_place().unwrap();
+        assert_eq!(place.data_dir, "/srv/a");
+        assert!(place.shown);
+        assert!(z.authenticate(&first.api_key.token).is_some());
+        assert!(z.is_admin(&first.admin_token.token));
+        // A registration, a key and a read token made through one front...
+        let bot = AgentName::new("bot").unwrap();
+        let k = SecretKey::generate(&mut OsRng).public_key();
+        a.add_agent("default", &bot, k, UnixMillis::new(5)).unwrap();
+        let key = a
+            .new_api_key("default", UnixMillis::new(5), &mut OsRng)
             .unwrap();
-        assert_eq!(row.keys[0].not_after, Some(UnixMillis::new(200)));
-        assert_eq!(row.keys[1].not_before, UnixMillis::new(200));
-        assert!(row.keys[1].not_after.is_none());
-        let row = r.retire_agent("default", &a, UnixMillis::new(300)).unwrap();
-        assert_eq!(row.keys[0].not_after, Some(UnixMillis::new(200)));
-        assert_eq!(row.keys[1].not_after, Some(UnixMillis::new(300)));
-        assert!(!row.keys[1].active_at(UnixMillis::new(300)));
-        assert!(row.keys[1].active_at(UnixMillis::new(299)));
+        let read = z
+            .create_read_token("monitor", UnixMillis::new(5), &mut OsRng)
+            .unwrap();
+        // ...are seen by the other within the bound.
+        let bound = crate::kv::WATCH_PERIOD * 4;
+        assert!(within(bound, || z.agent(&bot).is_some()).is_some());
+        assert!(within(bound, || z.authenticate(&key.token).is_some()).is_some());
+        assert!(within(bound, || a.authenticate_reader(&read.token).is_some()).is_some());
+        // A revocation through one front is refused by the other.
+        a.revoke_api_key(key.id(), UnixMillis::new(6)).unwrap();
+        z.revoke_read_token(read.id(), UnixMillis::new(6)).unwrap();
+        let seen = within(bound, || z.authenticate(&key.token).is_none());
+        eprintln!("an API key revoked through one front was refused by the other after {seen:?} (watch period {:?})", crate::kv::WATCH_PERIOD);
+        assert!(seen.is_some());
+        // Revoking again changes nothing, and writes nothing other fronts
+        // would reload for.
+        let generation = a.kv.generation().unwrap();
+        a.revoke_api_key(key.id(), UnixMillis::new(7)).unwrap();
+        assert_eq!(a.kv.generation().unwrap(), generation);
+        assert!(within(bound, || a.authenticate_reader(&read.token).is_none()).is_some());
+        // A third front opened now reads everything at once.
+        let c = (b.open)();
+        assert!(c.agent(&bot).is_some());
+        assert!(c.authenticate(&key.token).is_none());
+        assert!(c.authenticate(&first.api_key.token).is_some());
+    }
+
+    /// Conflicting writes through two handles on one database (each with
+    /// its own connection and its own in-memory copy): exactly one wins.
+    #[test]
+    fn postgres_conflicting_writes_have_exactly_one_winner() {
+        let Some(b) = postgres() else { return };
+        let fronts = [(b.open)(), (b.open)()];
+        fronts[0]
+            .first_start(UnixMillis::new(0), &mut OsRng)
+            .unwrap();
+        fronts[0]
+            .create_project("other", UnixMillis::new(0), &mut OsRng)
+            .unwrap();
+        for f in &fronts {
+            f.refresh_if_changed().unwrap();
+        }
+        for round in 0..20 {
+            // The same name through both fronts, for two projects.
+            let name = AgentName::new(&format!("racer-{round}")).unwrap();
+            let results: Vec<_> = std::thread::scope(|s| {
+                let hs: Vec<_> = fronts
+                    .iter()
+                    .zip(["default", "other"])
+                    .map(|(f, project)| {
+                        let name = name.clone();
+                        s.spawn(move || {
+                            let k = SecretKey::generate(&mut OsRng).public_key();
+                            f.add_agent(project, &name, k, UnixMillis::new(0))
+                        })
+                    })
+                    .collect();
+                hs.into_iter().map(|h| h.join().unwrap()).collect()
+            });
+            let wins = results.iter().filter(|r| r.is_ok()).count();
+            assert_eq!(wins, 1, "round {round}: {results:?}");
+            assert!(
+                results
+                    .iter()
+                    .any(|r| matches!(r, Err(WitnessError::NameUnavailable { .. }))),
+                "{results:?}"
+            );
+            // Both fronts agree on the owner.
+            let winner = results.iter().find_map(|r| r.as_ref().ok()).unwrap();
+            for f in &fronts {
+                f.refresh_if_changed().unwrap();
+                assert_eq!(f.agent(&name).as_ref(), Some(winner));
+            }
+            // A rotation racing a retirement of that agent: one is made.
+            let project = winner.project.clone();
+            let results: Vec<_> = std::thread::scope(|s| {
+                let (p0, p1) = (&project, &project);
+                let (n0, n1) = (&name, &name);
+                let f0 = &fronts[0];
+                let f1 = &fronts[1];
+                let h0 = s.spawn(move || {
+                    let k = SecretKey::generate(&mut OsRng).public_key();
+                    f0.rotate_key(p0, n0, k, UnixMillis::new(100))
+                });
+                let h1 = s.spawn(move || f1.retire_agent(p1, n1, UnixMillis::new(200)));
+                vec![h0.join().unwrap(), h1.join().unwrap()]
+            });
+            let wins: Vec<_> = results.iter().filter_map(|r| r.as_ref().ok()).collect();
+            assert_eq!(wins.len(), 1, "round {round}: {results:?}");
+            assert!(
+                results
+                    .iter()
+                    .any(|r| matches!(r, Err(WitnessError::ConcurrentChange { .. }))),
+                "{results:?}"
+            );
+            for f in &fronts {
+                f.refresh_if_changed().unwrap();
+                assert_eq!(f.agent(&name).as_ref(), Some(wins[0]));
+            }
+        }
+    }
+
+    #[test]
+    fn postgres_a_first_start_that_was_never_shown_is_made_anew() {
+        let Some(b) = postgres() else { return };
+        let a = (b.open)();
+        let lost = a
+            .first_start(UnixMillis::new(1), &mut OsRng)
+            .unwrap()
+            .unwrap();
+        // The front dies before showing the key: its session (and the
+        // first-start lock) ends with it.
+        drop(a);
+        let z = (b.open)();
+        let again = z
+            .first_start(UnixMillis::new(2), &mut OsRng)
+            .unwrap()
+            .expect("made anew");
+        z.first_start_shown().unwrap();
+        assert!(z.authenticate(&lost.api_key.token).is_none());
+        assert!(!z.is_admin(&lost.admin_token.token));
+        assert!(z.authenticate(&again.api_key.token).is_some());
+        assert_eq!(z.projects().len(), 1);
+        drop(z);
+        // Once shown, never again.
+        assert!((b.open)()
+            .first_start(UnixMillis::new(3), &mut OsRng)
+            .unwrap()
+            .is_none());
     }
 }

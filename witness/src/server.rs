@@ -10,7 +10,8 @@
 //! - `keys.json`: the key directory served at `/.well-known/tally/keys`;
 //! - `log.redb`: the log (tally-log, docs/storage.md), unless the config
 //!   names a PostgreSQL store (`StoreChoice::Postgres`);
-//! - `witness.redb`: projects, API key hashes, agents (module `registry`);
+//! - `witness.redb`: projects, API key hashes, agents (module `registry`),
+//!   unless the config names a PostgreSQL store: then they are there too;
 //! - `admin.token`: the admin token, mode 0600, written on first start.
 
 use std::future::Future;
@@ -212,8 +213,13 @@ pub fn open(
             )?
         }
     };
-    let registry = Registry::open(&dir.join(files::WITNESS_DB))?;
-    let first_start = registry.first_start(now, rng.as_mut())?;
+    // The registry lives where the log does (docs/operations.md "Running
+    // on PostgreSQL", "What is where").
+    let registry = match &config.store {
+        StoreChoice::Redb => Registry::open(&dir.join(files::WITNESS_DB))?,
+        StoreChoice::Postgres(url) => Registry::open_postgres(url)?,
+    };
+    let first_start = registry.first_start_in(now, rng.as_mut(), Some(dir))?;
     if let Some(first) = &first_start {
         let path = dir.join(files::ADMIN_TOKEN);
         let _ = std::fs::remove_file(&path);
@@ -221,7 +227,7 @@ pub fn open(
     }
     let witness = Witness::new(
         Arc::new(log),
-        Arc::new(registry),
+        registry,
         clock,
         rng,
         config.witness.clone(),

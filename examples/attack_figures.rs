@@ -1,6 +1,6 @@
 //! The figures of docs/benchmarks.md "Hostile connections": a release
 //! `tally serve` on loopback, hostile clients on plain sockets (the attack
-//! suite's, tests/common/hostile.rs), and an agent posting valid records
+//! suite's, tests/it/common/hostile.rs), and an agent posting valid records
 //! one after another during each attack. Prints, per attack, the valid
 //! posts' p50/p99 (and their ratio to the same server before the attack),
 //! `/healthz`, the server's RSS, and how the hostile connections ended.
@@ -21,7 +21,7 @@ use std::time::{Duration, Instant};
 
 use tally_schemas::note::NoteVerifier;
 
-#[path = "../tests/common/hostile.rs"]
+#[path = "../tests/it/common/hostile.rs"]
 mod hostile;
 
 use hostile::{open_held, probe, rss_kib, Attack, ValidAgent};

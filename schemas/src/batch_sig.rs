@@ -14,7 +14,7 @@
 //! signature (its equation is exact, `R = [s]B − [k]A`), so batch verification
 //! can accept what strict verification refuses. Excluding mixed-order `R`
 //! up front costs a scalar multiplication per signature, about what batching
-//! saves. `tests/batch_sig.rs` builds such signatures and shows both.
+//! saves. `tests/it/batch_sig.rs` builds such signatures and shows both.
 //!
 //! # What this does instead
 //! It computes the strict equation itself, for each signature, exactly as
@@ -39,7 +39,7 @@
 //! (`examples/sig_rate.rs` prints the figures), so a key is prepared only
 //! once it signs [`PREPARE_MIN_SIGNATURES`] messages. The edge-case corpus (testdata/sigs/), mixed-order
 //! and small-order cases and random mutations are checked against
-//! `verify_strict` in `tests/batch_sig.rs`.
+//! `verify_strict` in `tests/it/batch_sig.rs`.
 
 use std::collections::HashMap;
 

@@ -17,18 +17,18 @@ pub const MAX_WIRE_OBJECT_BYTES: usize = 131_072;
 /// (up to [`MAX_AGENTS_PER_PACK`]); every other pack line keeps
 /// [`MAX_WIRE_OBJECT_BYTES`]. The worst case (4,096 agents with 64-byte
 /// names and the largest seqs, origin and checkpoint) is 647,267 bytes;
-/// schemas/tests/limits.rs builds it.
+/// schemas/tests/it/limits.rs builds it.
 pub const MAX_PACK_HEADER_BYTES: usize = 1 << 20;
 
 /// Maximum size of agent-keys.json. The worst case (4,096 agents with
 /// 64-byte names, 64 keys each with both validity ends) is 44,703,774
-/// bytes; schemas/tests/limits.rs builds it.
+/// bytes; schemas/tests/it/limits.rs builds it.
 pub const MAX_AGENT_KEYS_BYTES: usize = 64 << 20;
 
 /// Maximum size of head.json. It holds one record (up to
 /// [`MAX_RECORD_BYTES`]) and an inclusion proof per agent, for up to
 /// [`MAX_AGENTS_PER_PACK`] agents: the worst case is 152,256,783 bytes
-/// (145.2 MiB); schemas/tests/limits.rs builds it.
+/// (145.2 MiB); schemas/tests/it/limits.rs builds it.
 pub const MAX_HEAD_BYTES: usize = 160 << 20;
 
 /// Largest list answer of the witness's API a client reads (`GET

@@ -261,7 +261,7 @@ pub fn plan_pack_at(
     };
     // The header is one line with its own limit: refuse a plan it cannot
     // hold. With at most MAX_AGENTS_PER_PACK agents it cannot happen (the
-    // worst case, built in schemas/tests/limits.rs, is 647,267 bytes of
+    // worst case, built in schemas/tests/it/limits.rs, is 647,267 bytes of
     // 1 MiB), so this only guards a change to those limits.
     let header = header_line(&plan, UnixMillis::new(0))?;
     if header.len() > MAX_PACK_HEADER_BYTES {
@@ -494,7 +494,7 @@ pub fn agent_keys(
     // agent names are unique in the registry, `Registry::rotate_key` keeps
     // an agent at MAX_KEYS_PER_AGENT keys with unique ids, and within those
     // counts the document is at most 44,703,774 bytes, under
-    // MAX_AGENT_KEYS_BYTES (schemas/tests/limits.rs builds the worst case).
+    // MAX_AGENT_KEYS_BYTES (schemas/tests/it/limits.rs builds the worst case).
     if agents.len() > MAX_AGENTS_PER_PACK {
         return Err(too_many_agents("agent-keys.json", agents.len()));
     }
@@ -547,7 +547,7 @@ pub fn head_at(
     // that count each agent is listed once (deduplicated above) with one
     // record of at most MAX_RECORD_BYTES and one inclusion proof, so the
     // document is at most 152,256,783 bytes, under MAX_HEAD_BYTES
-    // (schemas/tests/limits.rs builds the worst case).
+    // (schemas/tests/it/limits.rs builds the worst case).
     if agents.len() > MAX_AGENTS_PER_PACK {
         return Err(too_many_agents("head.json", agents.len()));
     }

@@ -1,5 +1,5 @@
 //! `tally-log-load`: a load generator over a redb log file, the process the
-//! kill -9 test (log-server/tests/kill9.rs) starts and kills. It opens the
+//! kill -9 test (log-server/tests/it/kill9.rs) starts and kills. It opens the
 //! log (recovering it), resumes each agent's chain from its stored head, and
 //! appends from several concurrent agents until killed or until `--records`
 //! are acknowledged. After each append resolves it prints one JSON line,

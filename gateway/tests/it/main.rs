@@ -1,0 +1,13 @@
+//! The integration tests of `gateway`, one module per suite, in one test
+//! executable: each executable links the whole workspace, so one per
+//! crate instead of one per file keeps `cargo test` cheap (DEVELOPERS.md
+//! "Tests"). Run one suite with `cargo test -p <crate> --test it <suite>::`.
+//! A new suite is a file here and a `mod` line below (CI fails on a file
+//! under tests/ that no test target compiles).
+
+mod acceptance;
+mod http;
+mod journal;
+mod kill9;
+mod proxy;
+mod sync;

@@ -1,0 +1,15 @@
+//! The integration tests of `schemas`, one module per suite, in one test
+//! executable: each executable links the whole workspace, so one per
+//! crate instead of one per file keeps `cargo test` cheap (DEVELOPERS.md
+//! "Tests"). Run one suite with `cargo test -p <crate> --test it <suite>::`.
+//! A new suite is a file here and a `mod` line below (CI fails on a file
+//! under tests/ that no test target compiles).
+
+mod api;
+mod batch_sig;
+mod cosignature_vectors;
+mod golden;
+mod limits;
+mod mutations;
+mod properties;
+mod vectors;

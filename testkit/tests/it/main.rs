@@ -1,0 +1,8 @@
+//! The integration tests of `testkit`, one module per suite, in one test
+//! executable: each executable links the whole workspace, so one per
+//! crate instead of one per file keeps `cargo test` cheap (DEVELOPERS.md
+//! "Tests"). Run one suite with `cargo test -p <crate> --test it <suite>::`.
+//! A new suite is a file here and a `mod` line below (CI fails on a file
+//! under tests/ that no test target compiles).
+
+mod generated;

@@ -1,0 +1,427 @@
+//! Hostile HTTP clients on plain sockets, and the measurements around them,
+//! shared by the attack suite (tests/it/attack.rs) and the figures example
+//! (examples/attack_figures.rs). docs/threat-model.md "Hostile connections"
+//! lists the attacks; docs/operations.md "Connections" the limits that
+//! answer them.
+//!
+//! Every attack connection is a tokio `TcpStream` that writes raw bytes and
+//! then waits for the server to close it (EOF or reset); the time that took
+//! is what the suite checks against the server's timeouts.
+
+// The test and the example each use a different part of this module.
+#![allow(dead_code)]
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use rand_core::OsRng;
+use tally_schemas::record::NoteBody;
+use tally_schemas::{
+    AgentName, Body, Hash, Nonce, Record, SecretKey, Seq, UnixMillis, UnsignedRecord,
+};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::TcpStream;
+use tokio::sync::Semaphore;
+use tokio::task::JoinHandle;
+
+/// Raises this process's soft limit on open files to its hard limit (children
+/// inherit it) and returns the new soft limit.
+///
+/// # Errors
+/// When the hard limit is below `need`: the machine cannot hold the attack,
+/// and the caller must fail loudly rather than measure something smaller.
+pub(crate) fn raise_nofile(need: u64) -> Result<u64, String> {
+    use nix::sys::resource::{getrlimit, setrlimit, Resource};
+    let (soft, hard) = getrlimit(Resource::RLIMIT_NOFILE).map_err(|e| format!("getrlimit: {e}"))?;
+    if soft < hard {
+        setrlimit(Resource::RLIMIT_NOFILE, hard, hard).map_err(|e| format!("setrlimit: {e}"))?;
+    }
+    if hard < need {
+        return Err(format!(
+            "the hard limit on open files is {hard}, below the {need} this attack needs; raise it (ulimit -Hn, or LimitNOFILE= in systemd) and run again"
+        ));
+    }
+    Ok(hard)
+}
+
+/// Resident memory of process `pid` in KiB (Linux `/proc/<pid>/status`).
+pub(crate) fn rss_kib(pid: u32) -> u64 {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
+    status
+        .lines()
+        .find_map(|l| l.strip_prefix("VmRSS:"))
+        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
+        .unwrap_or(0)
+}
+
+/// What a hostile connection sends.
+#[derive(Debug, Clone)]
+pub(crate) enum Attack {
+    /// The head of `POST /v1/records` announcing 1,000 body bytes, then one
+    /// byte of body, then nothing (about 1 KB per connection).
+    /// `key`: the bearer token sent, if any.
+    SlowBody { key: Option<String> },
+    /// A request head sent one byte a second, never finished.
+    Slowloris,
+    /// Connect and send nothing.
+    Idle,
+    /// A request head of about `bytes` bytes (one long header), never
+    /// finished.
+    LargeHead { bytes: usize },
+    /// These bytes, then nothing (e.g. the start of a TLS ClientHello).
+    Raw(Vec<u8>),
+}
+
+impl Attack {
+    /// A short name for reports.
+    pub(crate) fn name(&self) -> &'static str {
+        match self {
+            Self::SlowBody { key: Some(_) } => "slow body (with an API key)",
+            Self::SlowBody { key: None } => "slow body (no key)",
+            Self::Slowloris => "slowloris",
+            Self::Idle => "idle",
+            Self::LargeHead { .. } => "large unfinished head",
+            Self::Raw(_) => "raw bytes",
+        }
+    }
+
+    fn first_bytes(&self, authority: &str) -> Vec<u8> {
+        match self {
+            Self::SlowBody { key } => {
+                let auth = key
+                    .as_ref()
+                    .map(|k| format!("Authorization: Bearer {k}\r\n"))
+                    .unwrap_or_default();
+                format!(
+                    "POST /v1/records HTTP/1.1\r\nHost: {authority}\r\n{auth}Content-Type: application/json\r\nContent-Length: 1000\r\n\r\n{{"
+                )
+                .into_bytes()
+            }
+            Self::Slowloris => {
+                format!("POST /v1/records HTTP/1.1\r\nHost: {authority}\r\n").into_bytes()
+            }
+            Self::Idle => Vec::new(),
+            Self::LargeHead { bytes } => {
+                let mut b =
+                    format!("GET /healthz HTTP/1.1\r\nHost: {authority}\r\nX-Pad: ").into_bytes();
+                b.resize(b.len() + bytes, b'a');
+                b
+            }
+            Self::Raw(bytes) => bytes.clone(),
+        }
+    }
+}
+
+/// How one hostile connection ended.
+#[derive(Debug, Clone)]
+pub(crate) struct Held {
+    /// Time from the connection's last write of its opening bytes until the
+    /// server closed it; `None` when the server had not closed it when the
+    /// client gave up.
+    pub closed_after: Option<Duration>,
+    /// The status code of what the server answered, if it answered.
+    pub status: Option<u16>,
+}
+
+/// Opens `n` connections of `attack` to `addr`, at most `connect_at_once`
+/// connecting at a time. Each connection sends its opening bytes, trickles
+/// if it is a slowloris, and waits until the server closes it or
+/// `give_up` passes. Returns once every connection is open (or failed to
+/// connect, which panics: the server must keep accepting).
+pub(crate) async fn open_held(
+    addr: SocketAddr,
+    attack: &Attack,
+    n: usize,
+    connect_at_once: usize,
+    give_up: Duration,
+) -> Vec<JoinHandle<Held>> {
+    let gate = Arc::new(Semaphore::new(connect_at_once.max(1)));
+    let mut opened = Vec::with_capacity(n);
+    for _ in 0..n {
+        let permit = Arc::clone(&gate).acquire_owned().await.unwrap();
+        let (tx, rx) = tokio::sync::oneshot::channel::<()>();
+        let attack = attack.clone();
+        opened.push((
+            tokio::spawn(async move {
+                hold(addr, &attack, give_up, move || {
+                    // Open: the next connection may start connecting.
+                    let _ = tx.send(());
+                    drop(permit);
+                })
+                .await
+            }),
+            rx,
+        ));
+    }
+    let mut handles = Vec::with_capacity(n);
+    for (handle, rx) in opened {
+        // Resolves once the connection has sent its opening bytes (or ended).
+        let _ = rx.await;
+        handles.push(handle);
+    }
+    handles
+}
+
+/// One connection of `attack`, in this task: sends its opening bytes, then
+/// waits until the server closes it or `give_up` passes.
+pub(crate) async fn hold_one(addr: SocketAddr, attack: &Attack, give_up: Duration) -> Held {
+    hold(addr, attack, give_up, || {}).await
+}
+
+async fn hold(addr: SocketAddr, attack: &Attack, give_up: Duration, opened: impl FnOnce()) -> Held {
+    let mut attempts = 0;
+    let mut sock = loop {
+        match TcpStream::connect(addr).await {
+            Ok(s) => break s,
+            // A full accept queue on a loaded machine refuses or resets a
+            // connection now and then; try again like a client would.
+            Err(e) => {
+                attempts += 1;
+                assert!(
+                    attempts < 100,
+                    "connect to {addr}: {e} ({attempts} attempts)"
+                );
+                tokio::time::sleep(Duration::from_millis(50)).await;
+            }
+        }
+    };
+    let first = attack.first_bytes(&addr.to_string());
+    let write_failed = !first.is_empty() && sock.write_all(&first).await.is_err();
+    let start = Instant::now();
+    opened();
+    if write_failed {
+        return Held {
+            closed_after: Some(Duration::ZERO),
+            status: None,
+        };
+    }
+    let (mut rd, mut wr) = sock.into_split();
+    let deadline = tokio::time::Instant::now() + give_up;
+    let mut answer = Vec::new();
+    let mut buf = [0u8; 4096];
+    let trickle = matches!(attack, Attack::Slowloris);
+    let mut tick = tokio::time::interval(Duration::from_secs(1));
+    tick.tick().await;
+    let closed = loop {
+        tokio::select! {
+            r = rd.read(&mut buf) => match r {
+                Ok(0) | Err(_) => break true,
+                Ok(k) => {
+                    if answer.len() < 64 {
+                        answer.extend_from_slice(&buf[..k.min(64)]);
+                    }
+                }
+            },
+            _ = tick.tick(), if trickle => {
+                // One byte of an endless header line.
+                if wr.write_all(b"x").await.is_err() {
+                    break true;
+                }
+            }
+            () = tokio::time::sleep_until(deadline) => break false,
+        }
+    };
+    let status = std::str::from_utf8(&answer)
+        .ok()
+        .and_then(|t| t.strip_prefix("HTTP/1.1 "))
+        .and_then(|t| t.get(..3))
+        .and_then(|s| s.parse().ok());
+    Held {
+        closed_after: closed.then(|| start.elapsed()),
+        status,
+    }
+}
+
+/// Awaits every connection of an attack.
+pub(crate) async fn join(handles: Vec<JoinHandle<Held>>) -> Vec<Held> {
+    let mut out = Vec::with_capacity(handles.len());
+    for h in handles {
+        out.push(h.await.expect("attack task"));
+    }
+    out
+}
+
+/// A summary of how an attack's connections ended.
+#[derive(Debug, Default)]
+pub(crate) struct Closures {
+    /// Connections.
+    pub total: usize,
+    /// Closed by the server before the client gave up.
+    pub closed: usize,
+    /// The latest close, from the opening bytes.
+    pub slowest: Duration,
+    /// Count of each status the server answered with (`None`: closed
+    /// without an answer).
+    pub statuses: std::collections::BTreeMap<Option<u16>, usize>,
+}
+
+/// Summarises `held`.
+pub(crate) fn closures(held: &[Held]) -> Closures {
+    let mut c = Closures {
+        total: held.len(),
+        ..Closures::default()
+    };
+    for h in held {
+        if let Some(t) = h.closed_after {
+            c.closed += 1;
+            c.slowest = c.slowest.max(t);
+        }
+        *c.statuses.entry(h.status).or_default() += 1;
+    }
+    c
+}
+
+/// An agent that signs records of its chain, for valid posts during an attack.
+pub(crate) struct ValidAgent {
+    pub name: AgentName,
+    pub key: SecretKey,
+    pub seq: u64,
+    pub prev: Option<Hash>,
+}
+
+impl ValidAgent {
+    pub(crate) fn new(name: &str) -> Self {
+        Self {
+            name: AgentName::new(name).unwrap(),
+            key: SecretKey::generate(&mut OsRng),
+            seq: 0,
+            prev: None,
+        }
+    }
+
+    /// The next record of the chain, signed now.
+    pub(crate) fn draft(&self, text: &str) -> Record {
+        UnsignedRecord {
+            agent: self.name.clone(),
+            key_id: self.key.public_key().key_id(),
+            seq: Seq::new(self.seq).unwrap(),
+            prev: self.prev,
+            time: UnixMillis::now(),
+            nonce: Nonce::random(&mut OsRng),
+            body: Body::Note(NoteBody { text: text.into() }),
+        }
+        .sign(&self.key)
+        .unwrap()
+    }
+
+    pub(crate) fn accept(&mut self, r: &Record) {
+        self.seq = r.seq.get() + 1;
+        self.prev = Some(r.hash());
+    }
+
+    /// Registers the agent with the project of `api_key`.
+    pub(crate) async fn register(&self, http: &reqwest::Client, url: &str, api_key: &str) {
+        let r = http
+            .post(format!("{url}/v1/agents"))
+            .bearer_auth(api_key)
+            .json(&serde_json::json!({"agent": self.name, "public_key": self.key.public_key()}))
+            .send()
+            .await
+            .expect("register the agent");
+        assert_eq!(r.status().as_u16(), 201, "registering {}", self.name);
+    }
+}
+
+/// Valid posts of one agent, one after another, each with its latency.
+#[derive(Debug, Default)]
+pub(crate) struct Probe {
+    /// Latency of each post that got a receipt.
+    pub receipts: Vec<Duration>,
+    /// What went wrong with the others.
+    pub failures: Vec<String>,
+    /// `/healthz` answers that were 200 / all.
+    pub healthz_ok: usize,
+    pub healthz_total: usize,
+}
+
+impl Probe {
+    /// The `p`-th percentile (0–100) of the receipt latencies.
+    pub(crate) fn percentile(&self, p: f64) -> Duration {
+        let mut v = self.receipts.clone();
+        v.sort();
+        if v.is_empty() {
+            return Duration::ZERO;
+        }
+        let i = ((p / 100.0) * (v.len() - 1) as f64).round() as usize;
+        v[i.min(v.len() - 1)]
+    }
+}
+
+/// Posts `count` records of `agent`, one after another (each a new record
+/// of its chain), and asks `/healthz` after each; every receipt is checked
+/// against `log_key`.
+pub(crate) async fn probe(
+    http: &reqwest::Client,
+    url: &str,
+    api_key: &str,
+    agent: &mut ValidAgent,
+    log_key: &tally_schemas::note::NoteVerifier,
+    count: usize,
+    pause: Duration,
+) -> Probe {
+    let mut p = Probe::default();
+    // A record whose answer was lost goes again, as an agent's would (a
+    // retry gets the original receipt).
+    let mut unanswered: Option<Record> = None;
+    for i in 0..count {
+        let r = unanswered
+            .take()
+            .unwrap_or_else(|| agent.draft(&format!("probe {i}")));
+        let started = Instant::now();
+        let answer = http
+            .post(format!("{url}/v1/records"))
+            .bearer_auth(api_key)
+            .body(r.canonical_bytes().to_vec())
+            .timeout(Duration::from_secs(30))
+            .send()
+            .await;
+        let outcome = match answer {
+            Ok(resp) => {
+                let status = resp.status().as_u16();
+                let body = resp.bytes().await.unwrap_or_default();
+                let elapsed = started.elapsed();
+                if status == 200 {
+                    match tally_schemas::Receipt::from_json(&body)
+                        .map_err(|e| e.to_string())
+                        .and_then(|rc| rc.verify(&r, log_key).map_err(|e| e.to_string()))
+                    {
+                        Ok(_) => Ok(elapsed),
+                        Err(e) => Err(format!("receipt does not verify: {e}")),
+                    }
+                } else {
+                    Err(format!("{status}: {}", String::from_utf8_lossy(&body)))
+                }
+            }
+            Err(e) => Err(format!("post failed: {e}")),
+        };
+        match outcome {
+            Ok(t) => {
+                p.receipts.push(t);
+                agent.accept(&r);
+            }
+            Err(e) => {
+                p.failures.push(e);
+                unanswered = Some(r);
+            }
+        }
+        p.healthz_total += 1;
+        let h = http
+            .get(format!("{url}/healthz"))
+            .timeout(Duration::from_secs(30))
+            .send()
+            .await;
+        if h.is_ok_and(|h| h.status().as_u16() == 200) {
+            p.healthz_ok += 1;
+        }
+        tokio::time::sleep(pause).await;
+    }
+    p
+}
+
+/// The `host:port` of an `http://` URL.
+pub(crate) fn addr_of(url: &str) -> SocketAddr {
+    url.strip_prefix("http://")
+        .and_then(|a| a.parse().ok())
+        .unwrap_or_else(|| panic!("not a plain-HTTP loopback URL: {url}"))
+}

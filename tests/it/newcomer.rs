@@ -1,0 +1,945 @@
+//! A newcomer's first hour through the real `tally` binary: the mistakes a
+//! new user makes (a port in use, a witness that is down, a wrong API key, a
+//! command run from another folder, `| head`, files given in the wrong
+//! place, a second `serve`, an export over an existing pack) each end in a
+//! clear message and leave no state half made.
+
+use crate::common;
+
+use std::io::{BufRead, BufReader};
+use std::net::{TcpListener, TcpStream};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use common::{Server, TALLY};
+
+/// What a finished `tally` command left.
+struct Run {
+    code: Option<i32>,
+    stdout: String,
+    stderr: String,
+}
+
+impl Run {
+    fn show(&self) -> String {
+        format!(
+            "exit {:?}\n--- stdout\n{}--- stderr\n{}",
+            self.code, self.stdout, self.stderr
+        )
+    }
+}
+
+/// `tally ARGS` in `dir`, with no TALLY_* variable but those in `env`.
+fn command(dir: &Path, args: &[&str], env: &[(&str, &str)]) -> Command {
+    let mut c = Command::new(TALLY);
+    c.current_dir(dir).args(args);
+    for var in [
+        "TALLY_API_KEY",
+        "TALLY_WITNESS_URL",
+        "TALLY_STATE_DIR",
+        "TALLY_DATA_DIR",
+        "TALLY_LISTEN",
+        "TALLY_CONFIG",
+        "TALLY_ADMIN_TOKEN",
+        "RUST_BACKTRACE",
+    ] {
+        c.env_remove(var);
+    }
+    c.envs(env.iter().copied());
+    c
+}
+
+fn run(dir: &Path, args: &[&str], env: &[(&str, &str)]) -> Run {
+    let out = command(dir, args, env).output().expect("run tally");
+    Run {
+        code: out.status.code(),
+        stdout: String::from_utf8_lossy(&out.stdout).into_owned(),
+        stderr: String::from_utf8_lossy(&out.stderr).into_owned(),
+    }
+}
+
+/// `tally ARGS` with its standard output a pipe nobody reads, as when
+/// `| head` has exited. The read end is closed before the start, so the
+/// first write fails whatever the scheduling (closed after the start, a
+/// fast command could fill the pipe's buffer and exit 0 before the close).
+fn run_into_closed_pipe(dir: &Path, args: &[&str], env: &[(&str, &str)]) -> Run {
+    let (read, write) = nix::unistd::pipe().expect("pipe");
+    drop(read);
+    let child = command(dir, args, env)
+        .stdout(Stdio::from(write))
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("run tally");
+    let out = child.wait_with_output().expect("wait for tally");
+    Run {
+        code: out.status.code(),
+        stdout: String::new(),
+        stderr: String::from_utf8_lossy(&out.stderr).into_owned(),
+    }
+}
+
+/// A loopback address where nothing listens.
+fn closed_port() -> String {
+    let l = TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = l.local_addr().unwrap();
+    drop(l);
+    addr.to_string()
+}
+
+/// A `tally serve` whose log lines go to a file, killed on drop.
+struct LoggedServer {
+    child: Child,
+    url: String,
+    banner: String,
+    log: PathBuf,
+}
+
+impl Drop for LoggedServer {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+impl LoggedServer {
+    #[allow(clippy::zombie_processes)] // reaped by Drop
+    fn start(data: &Path, log: &Path) -> Self {
+        let mut child = command(
+            data.parent().unwrap(),
+            &[
+                "serve",
+                "--data-dir",
+                data.to_str().unwrap(),
+                "--listen",
+                "127.0.0.1:0",
+            ],
+            &[("RUST_LOG", "info")],
+        )
+        .stdout(Stdio::piped())
+        .stderr(std::fs::File::create(log).unwrap())
+        .spawn()
+        .expect("start tally serve");
+        let mut out = BufReader::new(child.stdout.take().unwrap());
+        let mut banner = String::new();
+        loop {
+            let mut line = String::new();
+            assert_ne!(
+                out.read_line(&mut line).unwrap(),
+                0,
+                "tally serve exited at start: {banner}{}",
+                std::fs::read_to_string(log).unwrap_or_default()
+            );
+            banner.push_str(&line);
+            if let Some(rest) = line.strip_prefix("tally: listening on ") {
+                let url = rest.split_whitespace().next().unwrap().to_owned();
+                std::thread::spawn(move || for _ in out.lines() {});
+                return Self {
+                    child,
+                    url,
+                    banner,
+                    log: log.to_owned(),
+                };
+            }
+        }
+    }
+
+    fn log_text(&self) -> String {
+        std::fs::read_to_string(&self.log).unwrap()
+    }
+}
+
+fn banner_value(banner: &str, label: &str) -> Option<String> {
+    banner.lines().find_map(|l| {
+        l.trim_start()
+            .strip_prefix(label)
+            .map(|v| v.trim().to_owned())
+    })
+}
+
+/// A witness, a work folder whose `.tally` holds agent `bot`, registered.
+struct Setup {
+    tmp: tempfile::TempDir,
+    server: Server,
+    api_key: String,
+}
+
+impl Setup {
+    fn new() -> Self {
+        let tmp = tempfile::tempdir().unwrap();
+        std::fs::create_dir(tmp.path().join("work")).unwrap();
+        std::fs::create_dir(tmp.path().join("other")).unwrap();
+        let server = Server::start(&tmp.path().join("data"), &[]);
+        let api_key = server.banner_value("API key");
+        let s = Self {
+            tmp,
+            server,
+            api_key,
+        };
+        s.add_agent("bot");
+        s
+    }
+
+    fn work(&self) -> PathBuf {
+        self.tmp.path().join("work")
+    }
+
+    fn other(&self) -> PathBuf {
+        self.tmp.path().join("other")
+    }
+
+    fn init(&self, dir: &Path, agent: &str) -> Run {
+        run(
+            dir,
+            &[
+                "agent",
+                "init",
+                agent,
+                "--witness",
+                &self.server.url,
+                "--api-key",
+                &self.api_key,
+            ],
+            &[],
+        )
+    }
+
+    fn add_agent(&self, agent: &str) {
+        let r = self.init(&self.work(), agent);
+        assert_eq!(r.code, Some(0), "{}", r.show());
+        let public = r
+            .stdout
+            .lines()
+            .find_map(|l| l.strip_prefix("public key: "))
+            .unwrap_or_else(|| panic!("no public key: {}", r.show()))
+            .trim()
+            .to_owned();
+        let r = run(
+            &self.work(),
+            &[
+                "agent",
+                "add",
+                agent,
+                "--public-key",
+                &public,
+                "--witness",
+                &self.server.url,
+                "--api-key",
+                &self.api_key,
+            ],
+            &[],
+        );
+        assert_eq!(r.code, Some(0), "{}", r.show());
+    }
+}
+
+/// A witness that is up but answers nothing: it accepts each connection and
+/// closes it at once, and counts them.
+struct SlammingDoor {
+    addr: String,
+    accepted: Arc<AtomicUsize>,
+    stop: Arc<AtomicBool>,
+    thread: Option<std::thread::JoinHandle<()>>,
+}
+
+impl SlammingDoor {
+    fn open() -> Self {
+        let l = TcpListener::bind("127.0.0.1:0").unwrap();
+        let addr = l.local_addr().unwrap().to_string();
+        let accepted = Arc::new(AtomicUsize::new(0));
+        let stop = Arc::new(AtomicBool::new(false));
+        let (a, s) = (Arc::clone(&accepted), Arc::clone(&stop));
+        let thread = std::thread::spawn(move || {
+            for conn in l.incoming() {
+                if s.load(Ordering::SeqCst) {
+                    return;
+                }
+                if conn.is_ok() {
+                    a.fetch_add(1, Ordering::SeqCst);
+                }
+            }
+        });
+        Self {
+            addr,
+            accepted,
+            stop,
+            thread: Some(thread),
+        }
+    }
+
+    fn close(mut self) -> usize {
+        self.stop.store(true, Ordering::SeqCst);
+        let _ = TcpStream::connect(&self.addr);
+        self.thread.take().unwrap().join().unwrap();
+        self.accepted.load(Ordering::SeqCst)
+    }
+}
+
+// Trap: a first start that fails must leave nothing half made, so the next
+// start is a first start again and shows the API key.
+#[test]
+fn a_first_start_that_cannot_bind_makes_nothing_and_the_next_shows_the_key() {
+    let tmp = tempfile::tempdir().unwrap();
+    let data = tmp.path().join("tally-data");
+    let held = TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = held.local_addr().unwrap().to_string();
+    let r = run(
+        tmp.path(),
+        &["serve", "--data-dir", "tally-data", "--listen", &addr],
+        &[],
+    );
+    assert_eq!(r.code, Some(2), "{}", r.show());
+    assert!(r.stderr.contains(&addr), "{}", r.show());
+    assert!(
+        !data.exists(),
+        "a failed first start made {}",
+        data.display()
+    );
+
+    // Bad TLS files: the same.
+    let bogus = tmp.path().join("bogus.pem");
+    std::fs::write(&bogus, "not a certificate\n").unwrap();
+    let r = run(
+        tmp.path(),
+        &[
+            "serve",
+            "--data-dir",
+            "tally-data",
+            "--listen",
+            "127.0.0.1:0",
+            "--tls-cert",
+            bogus.to_str().unwrap(),
+            "--tls-key",
+            bogus.to_str().unwrap(),
+        ],
+        &[],
+    );
+    assert_eq!(r.code, Some(2), "{}", r.show());
+    assert!(
+        !data.exists(),
+        "a failed first start made {}",
+        data.display()
+    );
+
+    drop(held);
+    let server = Server::start(&data, &[]);
+    assert!(
+        server.banner.contains("first start")
+            && server.banner_value("API key").starts_with("tally_"),
+        "{}",
+        server.banner
+    );
+}
+
+#[test]
+fn a_first_start_that_cannot_show_the_key_is_started_again() {
+    let tmp = tempfile::tempdir().unwrap();
+    let data = tmp.path().join("tally-data");
+    // Standard output closed before the banner: the key cannot be shown.
+    let r = run_into_closed_pipe(
+        tmp.path(),
+        &[
+            "serve",
+            "--data-dir",
+            "tally-data",
+            "--listen",
+            "127.0.0.1:0",
+        ],
+        &[],
+    );
+    assert!(!r.stderr.contains("panicked"), "{}", r.show());
+    assert_ne!(r.code, Some(0), "{}", r.show());
+    assert!(!data.exists(), "left {} half made", data.display());
+    let server = Server::start(&data, &[]);
+    assert!(
+        server.banner_value("API key").starts_with("tally_"),
+        "{}",
+        server.banner
+    );
+    server.kill9();
+
+    // A first start killed before it showed the key leaves its marker: the
+    // next start makes the data folder again (nobody ever had its key).
+    std::fs::write(data.join("first-start.incomplete"), "").unwrap();
+    let again = Server::start(&data, &[]);
+    assert!(
+        again.banner.contains("did not finish")
+            && again.banner_value("API key").starts_with("tally_"),
+        "{}",
+        again.banner
+    );
+    assert!(!data.join("first-start.incomplete").exists());
+    drop(again);
+    let third = Server::start(&data, &[]);
+    assert!(
+        banner_value(&third.banner, "API key").is_none(),
+        "{}",
+        third.banner
+    );
+}
+
+// Trap: a second `serve` on a data folder in use.
+#[test]
+fn a_second_serve_on_a_held_data_folder_says_who_holds_it() {
+    let tmp = tempfile::tempdir().unwrap();
+    let data = tmp.path().join("tally-data");
+    let first = Server::start(&data, &[]);
+    let r = run(
+        tmp.path(),
+        &[
+            "serve",
+            "--data-dir",
+            "tally-data",
+            "--listen",
+            "127.0.0.1:0",
+        ],
+        &[],
+    );
+    assert_eq!(r.code, Some(2), "{}", r.show());
+    let pid = first.child.id().to_string();
+    assert!(
+        r.stderr.contains("another `tally serve`")
+            && r.stderr.contains(&format!("pid {pid}"))
+            && r.stderr.contains("tally-data"),
+        "{}",
+        r.show()
+    );
+    assert_eq!(r.stderr.lines().count(), 1, "{}", r.show());
+    assert!(r.stdout.is_empty(), "{}", r.show());
+}
+
+// Trap: recording blocks on a witness that is down.
+#[test]
+fn recording_without_wait_receipt_does_not_wait_for_a_witness_that_is_down() {
+    let s = Setup::new();
+    let work = s.work();
+    let r = run(
+        &work,
+        &["record", "note", "up", "--agent", "bot", "--wait-receipt"],
+        &[],
+    );
+    assert_eq!(r.code, Some(0), "{}", r.show());
+
+    // A witness that slams the door: one try, no retries.
+    let door = SlammingDoor::open();
+    let url = format!("http://{}", door.addr);
+    let r = run(
+        &work,
+        &["record", "note", "door", "--agent", "bot"],
+        &[("TALLY_WITNESS_URL", &url)],
+    );
+    let tries = door.close();
+    assert_eq!(r.code, Some(0), "{}", r.show());
+    // The key directory and the one record not yet receipted.
+    assert!(tries <= 2, "{tries} connections: {}", r.show());
+    let out: serde_json::Value = serde_json::from_str(r.stdout.trim()).unwrap();
+    assert_eq!(out["receipt"], "pending", "{}", r.show());
+
+    // A witness that is down.
+    let down = format!("http://{}", closed_port());
+    let r = run(
+        &work,
+        &["record", "note", "down", "--agent", "bot"],
+        &[("TALLY_WITNESS_URL", &down)],
+    );
+    assert_eq!(r.code, Some(0), "{}", r.show());
+    for says in ["local chain", "tally agent sync --agent bot"] {
+        assert!(r.stderr.contains(says), "{says}: {}", r.show());
+    }
+    // --wait-receipt waits, fails with exit 1, and says where the record is.
+    let r = run(
+        &work,
+        &[
+            "record",
+            "note",
+            "waited",
+            "--agent",
+            "bot",
+            "--wait-receipt",
+            "--sync-timeout",
+            "1",
+        ],
+        &[("TALLY_WITNESS_URL", &down)],
+    );
+    assert_eq!(r.code, Some(1), "{}", r.show());
+    assert!(r.stderr.contains("local chain"), "{}", r.show());
+
+    // Back up: `agent sync` takes the agent as --agent or as a word.
+    for args in [
+        &["agent", "sync", "--agent", "bot"][..],
+        &["agent", "sync", "bot"][..],
+    ] {
+        let r = run(&work, args, &[]);
+        assert_eq!(r.code, Some(0), "{}", r.show());
+        assert!(
+            r.stdout.contains("synced: 4 records, all receipted"),
+            "{}",
+            r.show()
+        );
+    }
+}
+
+// Trap: agent setup that stores a bad key, or re-keys an existing agent.
+#[test]
+fn agent_init_checks_the_api_key_and_never_rekeys_a_registered_agent() {
+    let s = Setup::new();
+    let work = s.work();
+    let agents = work.join(".tally/agents");
+
+    // A key the witness does not know: refused, nothing written.
+    let wrong = format!("tally_0123456789abcdef_{}", "0".repeat(48));
+    let r = run(
+        &work,
+        &[
+            "agent",
+            "init",
+            "bot2",
+            "--witness",
+            &s.server.url,
+            "--api-key",
+            &wrong,
+        ],
+        &[],
+    );
+    assert_eq!(r.code, Some(2), "{}", r.show());
+    assert!(
+        r.stderr.contains("API key") && r.stderr.contains("401"),
+        "{}",
+        r.show()
+    );
+    assert!(
+        !r.stderr.contains(&wrong),
+        "the key is echoed: {}",
+        r.show()
+    );
+    assert!(!agents.join("bot2").exists(), "{}", r.show());
+
+    // A witness that is not there: refused, nothing written.
+    let r = run(
+        &work,
+        &[
+            "agent",
+            "init",
+            "bot3",
+            "--witness",
+            &format!("http://{}", closed_port()),
+            "--api-key",
+            &s.api_key,
+        ],
+        &[],
+    );
+    assert_eq!(r.code, Some(2), "{}", r.show());
+    assert!(r.stderr.contains("unreachable"), "{}", r.show());
+    assert!(!agents.join("bot3").exists(), "{}", r.show());
+
+    // From another folder: the agent is registered with a key kept
+    // elsewhere; a second key is refused.
+    let other = s.other();
+    let r = s.init(&other, "bot");
+    assert_eq!(r.code, Some(2), "{}", r.show());
+    assert!(
+        r.stderr.contains("already registered") && r.stderr.contains("--state-dir"),
+        "{}",
+        r.show()
+    );
+    assert!(!other.join(".tally/agents/bot").exists(), "{}", r.show());
+
+    // Other commands from another folder say where they looked, and never
+    // advise `agent init` for an agent that may exist elsewhere.
+    for args in [
+        &["record", "note", "x", "--agent", "bot"][..],
+        &["agent", "sync", "--agent", "bot"][..],
+        &["status", "--agent", "bot"][..],
+    ] {
+        let r = run(&other, args, &[]);
+        assert_eq!(r.code, Some(2), "{args:?}: {}", r.show());
+        let looked = other.canonicalize().unwrap().join(".tally");
+        for says in [looked.to_str().unwrap(), "--state-dir", "TALLY_STATE_DIR"] {
+            assert!(r.stderr.contains(says), "{args:?}: {says}: {}", r.show());
+        }
+        assert!(!r.stderr.contains("agent init"), "{args:?}: {}", r.show());
+    }
+    let state = work.join(".tally");
+    let r = run(
+        &other,
+        &["record", "note", "x", "--agent", "bot", "--wait-receipt"],
+        &[("TALLY_STATE_DIR", state.to_str().unwrap())],
+    );
+    assert_eq!(r.code, Some(0), "{}", r.show());
+}
+
+// Trap: a closed standard output panics and leaves state half made.
+#[test]
+fn no_command_panics_on_a_closed_pipe_and_agent_init_is_all_or_nothing() {
+    let s = Setup::new();
+    let work = s.work();
+    let r = run_into_closed_pipe(
+        &work,
+        &[
+            "agent",
+            "init",
+            "piped",
+            "--witness",
+            &s.server.url,
+            "--api-key",
+            &s.api_key,
+        ],
+        &[],
+    );
+    assert!(r.stderr.is_empty(), "{}", r.show());
+    assert_eq!(r.code, Some(141), "{}", r.show());
+    // Everything init writes is there: key, witness and API key.
+    let r = run(&work, &["status", "--agent", "piped", "--json"], &[]);
+    assert_eq!(r.code, Some(0), "{}", r.show());
+    let status: serde_json::Value = serde_json::from_str(r.stdout.trim()).unwrap();
+    assert_eq!(
+        status["agents"][0]["witness"]["url"],
+        s.server.url.as_str(),
+        "{}",
+        r.show()
+    );
+    assert!(work.join(".tally/agents/piped/api-key").exists());
+
+    let r = run(
+        &work,
+        &["record", "note", "n", "--agent", "bot", "--wait-receipt"],
+        &[],
+    );
+    assert_eq!(r.code, Some(0), "{}", r.show());
+    let valid = Path::new(env!("CARGO_MANIFEST_DIR")).join("testdata/conformance/valid");
+    let vkey = std::fs::read_to_string(valid.join("log.vkey")).unwrap();
+    let key_env = [
+        ("TALLY_API_KEY", s.api_key.as_str()),
+        ("TALLY_WITNESS_URL", s.server.url.as_str()),
+    ];
+    for args in [
+        &["status"][..],
+        &["status", "--json", "--records"][..],
+        &["export", "--agent", "bot", "-o", "-"][..],
+        &["keys", "export", "-o", "-"][..],
+        &[
+            "verify",
+            valid.join("pack.jsonl").to_str().unwrap(),
+            "--agent-keys",
+            valid.join("agent-keys.json").to_str().unwrap(),
+            "--witness-key",
+            vkey.trim(),
+        ][..],
+        &["--help"][..],
+    ] {
+        let r = run_into_closed_pipe(&work, args, &key_env);
+        assert!(!r.stderr.contains("panicked"), "{args:?}: {}", r.show());
+        assert!(
+            r.code == Some(141) || (args == ["--help"] && r.code == Some(0)),
+            "{args:?}: {}",
+            r.show()
+        );
+    }
+}
+
+// Trap: wrong files look like failed packs.
+#[test]
+fn wrong_files_for_verify_are_usage_errors_that_name_the_file() {
+    let valid = Path::new(env!("CARGO_MANIFEST_DIR")).join("testdata/conformance/valid");
+    let pack = valid.join("pack.jsonl");
+    let keys = valid.join("agent-keys.json");
+    let head = valid.join("head.json");
+    let vkey = std::fs::read_to_string(valid.join("log.vkey")).unwrap();
+    let (pack, keys, head) = (
+        pack.to_str().unwrap(),
+        keys.to_str().unwrap(),
+        head.to_str().unwrap(),
+    );
+    let vkey = vkey.trim();
+    let cases: [(&str, Vec<&str>, &[&str]); 6] = [
+        (
+            "agent-keys.json as the pack",
+            vec![keys, "--agent-keys", keys],
+            &[
+                "agent-keys.json",
+                "agent keys",
+                "not a pack",
+                "--agent-keys",
+            ],
+        ),
+        (
+            "head.json as the pack",
+            vec![head, "--agent-keys", keys],
+            &["head.json", "not a pack", "--head"],
+        ),
+        (
+            "pack and agent keys swapped",
+            vec![keys, "--agent-keys", pack],
+            &["pack.jsonl", "is a pack", "swapped"],
+        ),
+        (
+            "a pack as head.json",
+            vec![pack, "--agent-keys", keys, "--head", pack],
+            &["pack.jsonl", "is a pack", "--head"],
+        ),
+        (
+            "agent keys as head.json",
+            vec![pack, "--agent-keys", keys, "--head", keys],
+            &["agent-keys.json", "agent keys", "--head"],
+        ),
+        (
+            "head.json as agent keys",
+            vec![pack, "--agent-keys", head],
+            &["head.json", "--agent-keys"],
+        ),
+    ];
+    let here = std::env::current_dir().unwrap();
+    for (what, args, says) in cases {
+        let mut all = vec!["verify"];
+        all.extend(args);
+        all.extend(["--witness-key", vkey]);
+        let r = run(&here, &all, &[]);
+        assert_eq!(r.code, Some(2), "{what}: {}", r.show());
+        assert!(r.stdout.is_empty(), "{what}: {}", r.show());
+        for s in says {
+            assert!(r.stderr.contains(s), "{what}: {s}: {}", r.show());
+        }
+        assert!(
+            !r.stderr.contains("trailing characters"),
+            "{what}: {}",
+            r.show()
+        );
+    }
+}
+
+// Trap: `tally export` silently overwrites an existing file.
+#[test]
+fn export_refuses_to_overwrite_a_file_without_force() {
+    let s = Setup::new();
+    let work = s.work();
+    let r = run(
+        &work,
+        &["record", "note", "n", "--agent", "bot", "--wait-receipt"],
+        &[],
+    );
+    assert_eq!(r.code, Some(0), "{}", r.show());
+    let env = [
+        ("TALLY_API_KEY", s.api_key.as_str()),
+        ("TALLY_WITNESS_URL", s.server.url.as_str()),
+    ];
+    let pack = work.join("pack.jsonl");
+    std::fs::write(&pack, "evidence\n").unwrap();
+    let r = run(
+        &work,
+        &["export", "--agent", "bot", "-o", "pack.jsonl"],
+        &env,
+    );
+    assert_eq!(r.code, Some(2), "{}", r.show());
+    assert!(
+        r.stderr.contains("pack.jsonl") && r.stderr.contains("--force"),
+        "{}",
+        r.show()
+    );
+    assert_eq!(std::fs::read_to_string(&pack).unwrap(), "evidence\n");
+    let r = run(
+        &work,
+        &["export", "--agent", "bot", "-o", "pack.jsonl", "--force"],
+        &env,
+    );
+    assert_eq!(r.code, Some(0), "{}", r.show());
+    assert!(std::fs::read_to_string(&pack)
+        .unwrap()
+        .starts_with("{\"agents\""));
+}
+
+// Trap: `serve` says nothing when it refuses an agent.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn serve_logs_refusals_with_401_and_403_without_the_key() {
+    let tmp = tempfile::tempdir().unwrap();
+    let work = tmp.path().join("work");
+    std::fs::create_dir(&work).unwrap();
+    let server = LoggedServer::start(&tmp.path().join("data"), &tmp.path().join("serve.log"));
+    let api_key = banner_value(&server.banner, "API key").unwrap();
+    // An agent with a key that is not registered: 403 agent_not_allowed.
+    let r = run(
+        &work,
+        &[
+            "agent",
+            "init",
+            "ghost",
+            "--witness",
+            &server.url,
+            "--api-key",
+            &api_key,
+        ],
+        &[],
+    );
+    assert_eq!(r.code, Some(0), "{}", r.show());
+    let r = run(&work, &["record", "note", "boo", "--agent", "ghost"], &[]);
+    assert_eq!(r.code, Some(0), "{}", r.show());
+    // A revoked or mistyped API key: 401.
+    let wrong = format!("tally_0123456789abcdef_{}", "7".repeat(48));
+    let r = run(
+        &work,
+        &["record", "note", "boo", "--agent", "ghost"],
+        &[("TALLY_API_KEY", &wrong)],
+    );
+    assert_eq!(r.code, Some(0), "{}", r.show());
+    // Many refusals do not flood the log.
+    let http = reqwest::Client::new();
+    for _ in 0..200 {
+        let _ = http
+            .get(format!("{}/v1/agents", server.url))
+            .bearer_auth(&wrong)
+            .send()
+            .await
+            .unwrap();
+    }
+    let deadline = Instant::now() + Duration::from_secs(10);
+    let log = loop {
+        let log = server.log_text();
+        if log.contains("counted, not logged") || Instant::now() > deadline {
+            break log;
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    let refusals: Vec<&str> = log.lines().filter(|l| l.contains("refused")).collect();
+    let forbidden = refusals
+        .iter()
+        .find(|l| l.contains("403"))
+        .unwrap_or_else(|| panic!("no 403 line in {log}"));
+    for says in ["/v1/records", "agent_not_allowed", "ghost", "default"] {
+        assert!(forbidden.contains(says), "{says}: {forbidden}");
+    }
+    let unauthorized = refusals
+        .iter()
+        .find(|l| l.contains("401"))
+        .unwrap_or_else(|| panic!("no 401 line in {log}"));
+    for says in ["/v1/records", "unauthorized", "0123456789abcdef"] {
+        assert!(unauthorized.contains(says), "{says}: {unauthorized}");
+    }
+    assert!(
+        !log.contains(&"7".repeat(48)),
+        "the secret is logged: {log}"
+    );
+    assert!(
+        refusals.len() < 50,
+        "{} refusal lines: {log}",
+        refusals.len()
+    );
+    assert!(log.contains("counted, not logged"), "{log}");
+}
+
+// The salted hashes `tally record` writes recompute from the salt (and
+// content) it keeps, as protocol.md §6.1 says anyone can recompute them.
+#[test]
+fn recorded_hashes_recompute_from_the_kept_salt_and_content() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path();
+    let r = run(dir, &["agent", "init", "bot"], &[]);
+    assert_eq!(r.code, Some(0), "{}", r.show());
+    let r = run(
+        dir,
+        &[
+            "record",
+            "decision",
+            "--agent",
+            "bot",
+            "--tool",
+            "refund",
+            "--call-id",
+            "c1",
+            "--input",
+            r#"{ "b": [1, 2.50], "a": "\u00e9" }"#,
+            "--store-content",
+        ],
+        &[],
+    );
+    assert_eq!(r.code, Some(0), "{}", r.show());
+    let r = run(
+        dir,
+        &[
+            "record",
+            "outcome",
+            "--agent",
+            "bot",
+            "--call-id",
+            "c1",
+            "--status",
+            "ok",
+            "--output",
+            r#"{"z": {}, "y": -0}"#,
+        ],
+        &[],
+    );
+    assert_eq!(r.code, Some(0), "{}", r.show());
+
+    let state = tally_gateway::state::StateDir::new(dir.join(".tally"));
+    let agent = tally_schemas::AgentName::new("bot").unwrap();
+    let store = tally_gateway::store::ChainStore::open(&state.agent(&agent).store()).unwrap();
+    let records = store.records(0, 10).unwrap();
+    assert_eq!(records.len(), 2);
+    for (seq, member, canonical, kept) in [
+        (0u64, "input_hash", r#"{"a":"é","b":[1,2.5]}"#, true),
+        (1, "output_hash", r#"{"y":0,"z":{}}"#, false),
+    ] {
+        let secret = store.secret(seq).unwrap().expect("the salt is kept");
+        let salt: [u8; 16] = hex::decode(&secret.salt).unwrap().try_into().unwrap();
+        let body = serde_json::to_value(&records[seq as usize].body).unwrap();
+        assert_eq!(
+            body[member],
+            tally_schemas::hash::salted_hash(&salt, canonical.as_bytes()).to_hex(),
+            "{member}"
+        );
+        assert_eq!(secret.content.is_some(), kept, "{member}");
+    }
+}
+
+/// A script that starts `serve` and waits for its port to accept before
+/// running the next command finds the data folder ready: the port is bound
+/// first (so a port in use fails before anything is made) but accepts only
+/// once the admin token and the first API key are written.
+#[test]
+fn the_port_accepts_only_once_the_data_folder_is_ready() {
+    let tmp = tempfile::tempdir().unwrap();
+    let data = tmp.path().join("tally-data");
+    let port = TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let addr = format!("127.0.0.1:{port}");
+    let mut child = command(
+        tmp.path(),
+        &["serve", "--data-dir", "tally-data", "--listen", &addr],
+        &[],
+    )
+    .stdout(Stdio::null())
+    .stderr(Stdio::null())
+    .spawn()
+    .unwrap();
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while TcpStream::connect(&addr).is_err() {
+        assert!(Instant::now() < deadline, "serve never accepted on {addr}");
+        assert!(child.try_wait().unwrap().is_none(), "serve exited");
+        std::thread::sleep(Duration::from_millis(1));
+    }
+    let token_there = data.join("admin.token").exists();
+    let created = run(
+        tmp.path(),
+        &[
+            "project",
+            "create",
+            "scripted",
+            "--witness",
+            &format!("http://{addr}"),
+            "--data-dir",
+            "tally-data",
+        ],
+        &[],
+    );
+    let _ = child.kill();
+    let _ = child.wait();
+    assert!(
+        token_there,
+        "the port accepted before admin.token was written"
+    );
+    assert_eq!(created.code, Some(0), "{}", created.show());
+}

@@ -352,6 +352,7 @@ fn bind_socket(addr: std::net::SocketAddr) -> std::io::Result<tokio::net::TcpSoc
 }
 
 async fn serve(mut config: ServeConfig, origin: Option<String>) -> anyhow::Result<ExitCode> {
+    let shutdown = shutdown_signal();
     // Everything that can fail without the data folder fails before it is
     // touched: bad TLS files, a port in use.
     let tls = config.tls.as_ref().map(server::tls_config).transpose()?;
@@ -489,32 +490,39 @@ async fn serve(mut config: ServeConfig, origin: Option<String>) -> anyhow::Resul
         stats: connection_stats,
         drain: Duration::from_secs(config.drain_timeout_secs),
     };
-    server::serve(listener, app, options, shutdown_signal()).await;
+    server::serve(listener, app, options, shutdown).await;
     tracing::info!("drained; stopping the log");
     server::stop_log(log).await;
     outln!("tally: stopped")?;
     Ok(ExitCode::SUCCESS)
 }
 
-async fn shutdown_signal() {
+/// The future that resolves on SIGTERM or Ctrl-C. The SIGTERM handler is
+/// installed when this is called, not when the future is first polled:
+/// `serve` calls it before it prints anything, so a SIGTERM sent as soon as
+/// the "listening" line appears (as service managers and scripts do) stops
+/// the server gracefully instead of killing it with the signal's default
+/// action.
+fn shutdown_signal() -> impl std::future::Future<Output = ()> {
     #[cfg(unix)]
-    {
-        use tokio::signal::unix::{signal, SignalKind};
-        match signal(SignalKind::terminate()) {
-            Ok(mut term) => {
+    let term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()).ok();
+    async move {
+        #[cfg(unix)]
+        match term {
+            Some(mut term) => {
                 tokio::select! {
                     _ = term.recv() => {}
                     _ = tokio::signal::ctrl_c() => {}
                 }
             }
-            Err(_) => {
+            None => {
                 let _ = tokio::signal::ctrl_c().await;
             }
         }
+        #[cfg(not(unix))]
+        {
+            let _ = tokio::signal::ctrl_c().await;
+        }
+        tracing::info!("shutdown requested: no new connections; draining in-flight requests");
     }
-    #[cfg(not(unix))]
-    {
-        let _ = tokio::signal::ctrl_c().await;
-    }
-    tracing::info!("shutdown requested: no new connections; draining in-flight requests");
 }

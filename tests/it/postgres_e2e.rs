@@ -331,15 +331,6 @@ fn store_copy_carries_a_redb_log_into_postgres_and_serves_the_same_receipts() {
     assert!(err.contains("root at size 8 differs"), "{err}");
 }
 
-fn signal(server: &Server, sig: &str) {
-    let pid = server.child.id().to_string();
-    assert!(std::process::Command::new("kill")
-        .args([sig, &pid])
-        .status()
-        .unwrap()
-        .success());
-}
-
 #[test]
 fn a_sequencer_paused_past_its_lease_is_fenced_and_the_other_front_takes_over() {
     let _alone = common::not_beside_heavy();
@@ -388,7 +379,7 @@ fn a_sequencer_paused_past_its_lease_is_fenced_and_the_other_front_takes_over() 
 
     // Pause the sequencer past its lease: b takes the lease, recovers and
     // sequences, in the same process; its records are answered.
-    signal(&a, "-STOP");
+    a.signal("-STOP");
     let paused = std::time::Instant::now();
     add_agent(&b, &api_key, &state2, "bot2");
     record_notes(&state2, "bot2", 3);
@@ -407,7 +398,7 @@ fn a_sequencer_paused_past_its_lease_is_fenced_and_the_other_front_takes_over() 
     // follows, handing its records to b. A record it was committing when
     // fenced is answered 503 sequencer_unavailable (left pending by the
     // CLI), never a receipt b did not sign, never a second root.
-    signal(&a, "-CONT");
+    a.signal("-CONT");
     let env = [("TALLY_STATE_DIR", state.to_str().unwrap())];
     for i in 0..3 {
         let (_, out, err) = tally(

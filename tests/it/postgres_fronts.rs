@@ -280,14 +280,6 @@ async fn two_active_fronts_give_one_receipt_per_record_and_one_winner_per_race()
     assert!(b.sigterm().success());
 }
 
-fn signal(server: &Server, sig: &str) {
-    assert!(std::process::Command::new("kill")
-        .args([sig, &server.child.id().to_string()])
-        .status()
-        .unwrap()
-        .success());
-}
-
 /// The waiting bound (docs/operations.md, "Running on PostgreSQL"): a
 /// follower whose sequencer is gone and whose lease cannot be taken
 /// answers 503 `sequencer_unavailable` with Retry-After once the bound
@@ -353,7 +345,7 @@ async fn a_follower_without_a_sequencer_answers_503_and_the_record_is_integrated
     agent.accepted(&first);
 
     // The sequencer stops answering, and keeps its lease.
-    signal(&a, "-STOP");
+    a.signal("-STOP");
     sql("UPDATE log_lease SET expires_at = clock_timestamp() + interval '1 hour' WHERE id = 1");
     let r = agent.record("while nobody sequences", Nonce::random(&mut OsRng));
     let started = std::time::Instant::now();
@@ -388,7 +380,7 @@ async fn a_follower_without_a_sequencer_answers_503_and_the_record_is_integrated
     // fronts sequences, integrates the queued request, and the same record
     // sent again gets its receipt.
     sql("UPDATE log_lease SET expires_at = '-infinity' WHERE id = 1");
-    signal(&a, "-CONT");
+    a.signal("-CONT");
     let mut receipt = None;
     for _ in 0..30 {
         let (s, raw) = post(&http, &b.url, &api_key, &r).await;

@@ -138,13 +138,17 @@ impl Server {
         self.child.wait().unwrap();
     }
 
-    pub(crate) fn sigterm(mut self) -> std::process::ExitStatus {
-        let pid = self.child.id().to_string();
+    /// Sends `sig` (as `kill` spells it: `-STOP`, `-CONT`, ...) to the server.
+    pub(crate) fn signal(&self, sig: &str) {
         assert!(Command::new("kill")
-            .args(["-TERM", &pid])
+            .args([sig, &self.child.id().to_string()])
             .status()
             .unwrap()
             .success());
+    }
+
+    pub(crate) fn sigterm(mut self) -> std::process::ExitStatus {
+        self.signal("-TERM");
         let status = self.child.wait().unwrap();
         std::mem::forget(self);
         status

@@ -5,11 +5,17 @@
 //! data folder, or `--witness URL`), and reports records/s, latency
 //! p50/p99/p999 and errors; in the same run it measures the raw strict
 //! Ed25519 verifications/s of one process on all cores, and prints the ratio
-//! (DESIGN.md's target: at least 0.5). Results: docs/benchmarks.md "Ingest".
+//! (DESIGN.md's target: at least 0.5). While posting it also times a small
+//! durable write (4 KiB and `fdatasync`, every 10 ms) on the witness's disk:
+//! a receipt waits for its group commit's sync, so the disk's own stalls are
+//! the floor under the latency percentiles. Results: docs/benchmarks.md
+//! "Ingest".
 
 use super::out::outln;
 use std::collections::BTreeMap;
 use std::io::{BufRead, BufReader};
+use std::os::unix::fs::FileExt;
+use std::path::{Path, PathBuf};
 use std::process::{Child, Command, ExitCode, Stdio};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
@@ -65,7 +71,7 @@ pub(crate) struct IngestArgs {
 
 struct Started {
     child: Child,
-    _dir: tempfile::TempDir,
+    dir: tempfile::TempDir,
 }
 
 impl Drop for Started {
@@ -119,9 +125,33 @@ fn start_witness() -> anyhow::Result<(Started, String, String)> {
                 .to_owned();
             std::thread::spawn(move || for _ in out.lines() {});
             let key = key.context("no API key in the banner")?;
-            return Ok((Started { child, _dir: dir }, url, key));
+            return Ok((Started { child, dir }, url, key));
         }
     }
+}
+
+/// Times a durable 4 KiB write (`write` then `fdatasync`) in `dir` every
+/// 10 ms until `stop`: the disk's own sync latency while the witness uses
+/// it. Returns the latencies, sorted; the probe file is removed.
+fn probe_disk(dir: &Path, stop: &AtomicBool) -> std::io::Result<Vec<Duration>> {
+    let path = dir.join(format!(".tally-bench-disk-probe-{}", std::process::id()));
+    let file = std::fs::File::create(&path)?;
+    let block = [0x5a_u8; 4096];
+    let mut lat = Vec::new();
+    let run = (|| {
+        while !stop.load(Ordering::Relaxed) {
+            let t = Instant::now();
+            file.write_all_at(&block, 0)?;
+            file.sync_data()?;
+            lat.push(t.elapsed());
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        std::io::Result::Ok(())
+    })();
+    let _ = std::fs::remove_file(&path);
+    run?;
+    lat.sort_unstable();
+    Ok(lat)
 }
 
 /// Strict Ed25519 verifications per second, all cores, for `secs`.
@@ -202,7 +232,7 @@ pub(crate) fn ingest(a: &IngestArgs) -> anyhow::Result<ExitCode> {
     )?;
     let raw = raw_verify_rate(a.verify_secs);
 
-    let (_started, urls, api_key) = match (a.witness.is_empty(), &a.api_key) {
+    let (started, urls, api_key) = match (a.witness.is_empty(), &a.api_key) {
         (false, Some(k)) => (
             None,
             a.witness
@@ -293,6 +323,21 @@ pub(crate) fn ingest(a: &IngestArgs) -> anyhow::Result<ExitCode> {
         })
         .collect::<anyhow::Result<_>>()?;
 
+    // The disk probe: in the bench's own witness's temp folder, or (with
+    // --witness, whose disk this process cannot know) the system temp folder.
+    let (probe_dir, probe_where): (PathBuf, &str) = match &started {
+        Some(s) => (s.dir.path().to_owned(), "the witness's data folder's disk"),
+        None => (
+            std::env::temp_dir(),
+            "the system temp folder (with --witness, not necessarily the witness's disk)",
+        ),
+    };
+    let probe_stop = Arc::new(AtomicBool::new(false));
+    let probe = {
+        let stop = Arc::clone(&probe_stop);
+        std::thread::spawn(move || probe_disk(&probe_dir, &stop))
+    };
+
     // Post: worker w owns agents w, w+C, …, and posts each chain in order:
     // record s of each of its agents, then record s+1, …; in requests of
     // `batch` records, one request at a time.
@@ -304,7 +349,7 @@ pub(crate) fn ingest(a: &IngestArgs) -> anyhow::Result<ExitCode> {
     let gap = a
         .rate
         .map(|r| Duration::from_secs_f64(concurrency as f64 * batch as f64 / r));
-    let started = Instant::now();
+    let t0 = Instant::now();
     let latencies: Vec<Duration> = rt.block_on(async {
         let tasks: Vec<_> = (0..concurrency)
             .map(|w| {
@@ -368,7 +413,12 @@ pub(crate) fn ingest(a: &IngestArgs) -> anyhow::Result<ExitCode> {
         }
         all
     });
-    let elapsed = started.elapsed().as_secs_f64();
+    let elapsed = t0.elapsed().as_secs_f64();
+    probe_stop.store(true, Ordering::Relaxed);
+    let probe = probe
+        .join()
+        .map_err(|_| anyhow::anyhow!("the disk probe thread panicked"))?
+        .with_context(|| format!("timing durable writes in {probe_where}"))?;
     // Summed over the fronts (only the sequencer commits).
     let metrics: Vec<String> = rt.block_on(async {
         let mut all = Vec::new();
@@ -421,6 +471,15 @@ pub(crate) fn ingest(a: &IngestArgs) -> anyhow::Result<ExitCode> {
         ms(percentile(&latencies, 0.99)),
         ms(percentile(&latencies, 0.999))
     )?;
+    if !probe.is_empty() {
+        outln!(
+            "disk:     fdatasync of 4 KiB every 10 ms during the run, in {probe_where}: p50 {:.2} ms, p99 {:.2} ms, max {:.2} ms ({} syncs); a receipt waits for its commit's sync, so the disk's stalls bound the latency percentiles from below",
+            ms(percentile(&probe, 0.50)),
+            ms(percentile(&probe, 0.99)),
+            ms(probe[probe.len() - 1]),
+            probe.len()
+        )?;
+    }
     if let (Some(b), Some(e)) = (
         metric("tally_log_batches_total "),
         metric("tally_log_entries_total "),

@@ -6,14 +6,30 @@
 //! [`PREPARE_MIN_SIGNATURES`] verifications' worth of savings (measured
 //! with `schemas/examples/sig_rate.rs`). An agent posts the same key for
 //! many records over many requests, so the witness keeps the tables of its
-//! busiest keys: a key is prepared once it has signed
+//! busiest keys: a key earns a table once it has signed
 //! [`PREPARE_MIN_SIGNATURES`] checked records, whichever requests they came
-//! in, and at most [`MAX_PREPARED_KEYS`] keys are kept (about 30 KiB each),
-//! so memory is bounded whatever the agents. Every other key is checked
-//! with `verify_strict` itself. Either way the answer is the same.
+//! in. Every other key is checked with `verify_strict` itself. Either way
+//! the answer is the same.
+//!
+//! - **Off the request path.** A table is built by one background thread,
+//!   never by the request that earned it: agents that start together earn
+//!   their tables together, and building a few hundred at 2–3 ms each inside
+//!   admission held every request behind them for a fraction of a second.
+//!   Until its table is ready a key is checked with `verify_strict`. The
+//!   thread rests three times as long as each table took, so it takes at
+//!   most a quarter of one core from admission (a few hundred keys that earn
+//!   tables together get them over a few seconds).
+//! - **Bounded.** At most [`MAX_PREPARED_KEYS`] tables are kept (about 30 KiB
+//!   each), and at most [`MAX_WAITING_KEYS`] wait to be built. A key that
+//!   earns a table when all are taken gets the slot of a table unused for
+//!   [`IDLE_EVICTION`] (the one unused the longest), or none: tables are not
+//!   traded between keys that are all busy, which would rebuild a table at
+//!   every turn and cost more than it saves.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
+use std::sync::mpsc::{sync_channel, Receiver, SyncSender, TrySendError};
 use std::sync::{Arc, Mutex, PoisonError};
+use std::time::{Duration, Instant};
 
 use tally_schemas::batch_sig::{PreparedKey, PREPARE_MIN_SIGNATURES};
 use tally_schemas::{PublicKey, Signature};
@@ -21,20 +37,100 @@ use tally_schemas::{PublicKey, Signature};
 /// Most keys the witness keeps prepared (about 30 KiB each: 15 MiB).
 pub(crate) const MAX_PREPARED_KEYS: usize = 512;
 
+/// Most keys waiting for the background thread to build their tables.
+pub(crate) const MAX_WAITING_KEYS: usize = 1024;
+
+/// A table unused for this long may give its slot to a key that earned one.
+pub(crate) const IDLE_EVICTION: Duration = Duration::from_secs(60);
+
+/// How many times as long as it took to build a table the background
+/// thread rests before the next.
+const BUILD_REST: u32 = 3;
+
 /// Most keys whose uses are counted before the counts start over, so the
 /// counts are bounded too.
 const MAX_COUNTED_KEYS: usize = 65_536;
 
+/// A prepared table and when it was last used.
+struct Slot {
+    key: Arc<PreparedKey>,
+    used: Instant,
+}
+
 #[derive(Default)]
 struct Inner {
-    prepared: HashMap<[u8; 32], Arc<PreparedKey>>,
+    prepared: HashMap<[u8; 32], Slot>,
+    /// Keys sent to the background thread and not yet built.
+    waiting: HashSet<[u8; 32]>,
     uses: HashMap<[u8; 32], usize>,
 }
 
+impl Inner {
+    /// Frees a slot for a new table if all are taken: the slot of the table
+    /// unused the longest, if it has been unused for [`IDLE_EVICTION`].
+    /// Returns whether a slot is free.
+    fn make_room(&mut self, now: Instant) -> bool {
+        if self.prepared.len() + self.waiting.len() < MAX_PREPARED_KEYS {
+            return true;
+        }
+        let oldest = self
+            .prepared
+            .iter()
+            .min_by_key(|(_, slot)| slot.used)
+            .map(|(id, slot)| (*id, slot.used));
+        match oldest {
+            Some((id, used)) if now.saturating_duration_since(used) >= IDLE_EVICTION => {
+                self.prepared.remove(&id);
+                true
+            }
+            _ => false,
+        }
+    }
+}
+
 /// The witness's prepared keys (see the module docs).
-#[derive(Default)]
 pub(crate) struct PreparedKeys {
-    inner: Mutex<Inner>,
+    inner: Arc<Mutex<Inner>>,
+    /// To the background thread that builds tables.
+    build: SyncSender<PublicKey>,
+}
+
+impl Default for PreparedKeys {
+    fn default() -> Self {
+        let inner = Arc::new(Mutex::new(Inner::default()));
+        let (build, keys) = sync_channel(MAX_WAITING_KEYS);
+        let shared = Arc::clone(&inner);
+        // The thread ends when the cache is dropped (the channel closes).
+        // If it cannot be started, keys stay waiting and are checked with
+        // `verify_strict`: slower, never wrong.
+        let _ = std::thread::Builder::new()
+            .name("tally-prepare-keys".into())
+            .spawn(move || build_tables(&keys, &shared));
+        Self { inner, build }
+    }
+}
+
+/// The background thread: builds each key's table and puts it in place,
+/// resting [`BUILD_REST`] times as long as each table took, so that it uses
+/// at most a quarter of one core however many keys earn tables at once.
+fn build_tables(keys: &Receiver<PublicKey>, inner: &Mutex<Inner>) {
+    for key in keys {
+        let started = Instant::now();
+        let table = Arc::new(PreparedKey::new(&key));
+        let took = started.elapsed();
+        let mut inner = inner.lock().unwrap_or_else(PoisonError::into_inner);
+        let id = key.to_bytes();
+        inner.waiting.remove(&id);
+        inner.prepared.insert(
+            id,
+            Slot {
+                key: table,
+                used: Instant::now(),
+            },
+        );
+        drop(inner);
+        std::thread::sleep(took * BUILD_REST);
+    }
 }
 
 impl PreparedKeys {
@@ -47,34 +143,37 @@ impl PreparedKeys {
         }
     }
 
-    /// The key's table, if it has one or has now earned one. The table is
-    /// built outside the lock.
+    /// The key's table, if it has one; counts the use, and sends a key that
+    /// has now earned a table to the background thread.
     fn prepared(&self, key: &PublicKey) -> Option<Arc<PreparedKey>> {
         let id = key.to_bytes();
-        {
-            let mut inner = self.inner.lock().unwrap_or_else(PoisonError::into_inner);
-            if let Some(p) = inner.prepared.get(&id) {
-                return Some(Arc::clone(p));
-            }
-            if inner.prepared.len() >= MAX_PREPARED_KEYS {
-                return None;
-            }
-            if inner.uses.len() >= MAX_COUNTED_KEYS && !inner.uses.contains_key(&id) {
-                inner.uses.clear();
-            }
-            let uses = inner.uses.entry(id).or_insert(0);
-            *uses += 1;
-            if *uses < PREPARE_MIN_SIGNATURES {
-                return None;
-            }
-            inner.uses.remove(&id);
-        }
-        let p = Arc::new(PreparedKey::new(key));
+        let now = Instant::now();
         let mut inner = self.inner.lock().unwrap_or_else(PoisonError::into_inner);
-        if inner.prepared.len() >= MAX_PREPARED_KEYS {
-            return Some(p);
+        if let Some(slot) = inner.prepared.get_mut(&id) {
+            slot.used = now;
+            return Some(Arc::clone(&slot.key));
         }
-        Some(Arc::clone(inner.prepared.entry(id).or_insert(p)))
+        if inner.waiting.contains(&id) {
+            return None;
+        }
+        if inner.uses.len() >= MAX_COUNTED_KEYS && !inner.uses.contains_key(&id) {
+            inner.uses.clear();
+        }
+        let uses = inner.uses.entry(id).or_insert(0);
+        *uses += 1;
+        if *uses < PREPARE_MIN_SIGNATURES || !inner.make_room(now) {
+            return None;
+        }
+        match self.build.try_send(*key) {
+            Ok(()) => {
+                inner.uses.remove(&id);
+                inner.waiting.insert(id);
+            }
+            // Too many waiting (or no thread): the key keeps its count and
+            // asks again at its next signature.
+            Err(TrySendError::Full(_) | TrySendError::Disconnected(_)) => {}
+        }
+        None
     }
 
     /// How many keys are prepared now.
@@ -86,6 +185,22 @@ impl PreparedKeys {
             .prepared
             .len()
     }
+
+    /// Waits until no key waits for its table (tests).
+    #[cfg(test)]
+    fn settle(&self) {
+        let deadline = Instant::now() + Duration::from_secs(60);
+        while !self
+            .inner
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .waiting
+            .is_empty()
+        {
+            assert!(Instant::now() < deadline, "tables never built");
+            std::thread::sleep(Duration::from_millis(5));
+        }
+    }
 }
 
 #[cfg(test)]
@@ -93,41 +208,96 @@ mod tests {
     use super::*;
     use tally_schemas::SecretKey;
 
+    fn key(i: usize) -> SecretKey {
+        let mut seed = [0u8; 32];
+        seed[..8].copy_from_slice(&(i as u64).to_le_bytes());
+        SecretKey::from_seed(&seed)
+    }
+
+    /// Counts `public` up to one use short of its table.
+    fn almost_earned(cache: &PreparedKeys, public: &PublicKey) {
+        let mut inner = cache.inner.lock().unwrap();
+        inner
+            .uses
+            .insert(public.to_bytes(), PREPARE_MIN_SIGNATURES - 1);
+    }
+
     #[test]
     fn answers_as_verify_strict_before_and_after_a_key_is_prepared() {
         let cache = PreparedKeys::default();
         let k = SecretKey::from_seed(&[5u8; 32]);
         let public = k.public_key();
-        for n in 0..(PREPARE_MIN_SIGNATURES + 8) {
+        let check = |n: usize| {
             let msg = format!("message {n}").into_bytes();
             let sig = k.sign_raw(&msg);
             assert!(cache.verify(&public, &msg, &sig), "good signature {n}");
             let mut other = msg.clone();
             other.push(b'!');
             assert!(!cache.verify(&public, &other, &sig), "wrong message {n}");
+        };
+        for n in 0..PREPARE_MIN_SIGNATURES {
+            check(n);
         }
+        cache.settle();
         assert_eq!(cache.len(), 1, "the key earned a table");
+        for n in 0..8 {
+            check(PREPARE_MIN_SIGNATURES + n);
+        }
     }
 
     #[test]
     fn keeps_at_most_the_bound_and_still_answers() {
         let cache = PreparedKeys::default();
         for i in 0..(MAX_PREPARED_KEYS + 2) {
-            let mut seed = [0u8; 32];
-            seed[..8].copy_from_slice(&(i as u64).to_le_bytes());
-            let k = SecretKey::from_seed(&seed);
+            let k = key(i);
             let public = k.public_key();
-            // Count the key up to its table without paying for signatures.
-            {
-                let mut inner = cache.inner.lock().unwrap();
-                inner
-                    .uses
-                    .insert(public.to_bytes(), PREPARE_MIN_SIGNATURES - 1);
-            }
+            almost_earned(&cache, &public);
             let sig = k.sign_raw(b"m");
             assert!(cache.verify(&public, b"m", &sig));
             assert!(!cache.verify(&public, b"n", &sig));
+            cache.settle();
         }
         assert_eq!(cache.len(), MAX_PREPARED_KEYS);
+    }
+
+    #[test]
+    fn an_idle_table_gives_its_slot_to_a_key_that_earned_one() {
+        let cache = PreparedKeys::default();
+        for i in 0..MAX_PREPARED_KEYS {
+            let k = key(i);
+            almost_earned(&cache, &k.public_key());
+            assert!(cache.verify(&k.public_key(), b"m", &k.sign_raw(b"m")));
+        }
+        cache.settle();
+        assert_eq!(cache.len(), MAX_PREPARED_KEYS);
+        let newcomer = key(MAX_PREPARED_KEYS);
+        let public = newcomer.public_key();
+        // Every table was used just now: the newcomer gets none.
+        almost_earned(&cache, &public);
+        assert!(cache.verify(&public, b"m", &newcomer.sign_raw(b"m")));
+        cache.settle();
+        assert!(!cache
+            .inner
+            .lock()
+            .unwrap()
+            .prepared
+            .contains_key(&public.to_bytes()));
+        // Key 0's table falls idle past the bound: the newcomer takes its slot.
+        {
+            let mut inner = cache.inner.lock().unwrap();
+            let idle = Instant::now().checked_sub(IDLE_EVICTION).unwrap();
+            inner
+                .prepared
+                .get_mut(&key(0).public_key().to_bytes())
+                .unwrap()
+                .used = idle;
+        }
+        almost_earned(&cache, &public);
+        assert!(cache.verify(&public, b"m", &newcomer.sign_raw(b"m")));
+        cache.settle();
+        let inner = cache.inner.lock().unwrap();
+        assert!(inner.prepared.contains_key(&public.to_bytes()));
+        assert!(!inner.prepared.contains_key(&key(0).public_key().to_bytes()));
+        assert_eq!(inner.prepared.len(), MAX_PREPARED_KEYS);
     }
 }

@@ -1,36 +1,48 @@
 //! Console sessions (docs/console.md "Access"): an operator logs in with one of
 //! the project's API keys and gets a session cookie; every state-changing
-//! form carries the session's CSRF token.
+//! form carries the session's CSRF token. The rules are here, one code path
+//! whichever store keeps the sessions (`session_store`: this process's
+//! memory with redb, the shared database with PostgreSQL).
 //!
 //! - The session token is 256 random bits, sent only in the cookie
 //!   `tally_console` (`HttpOnly; SameSite=Strict; Path=/console`, plus
-//!   `Secure` when the witness serves TLS); only its SHA-256 is kept, in
-//!   memory. A restart logs everyone out, which is the safe direction.
-//! - The API key is kept in the session (memory only) and re-checked on every
-//!   request, so revoking the key ends its console sessions at once.
-//! - Sessions end after [`SESSION_TTL_MS`]. A project holds at most
+//!   `Secure` when the witness serves TLS). The store keeps its SHA-256
+//!   (the session's id), never the token.
+//! - The API key is not kept either: only its public id and its SHA-256,
+//!   as the registry keeps it. The key is re-checked against the registry
+//!   on every request (on a shared registry after asking the database
+//!   whether it changed), so revoking it ends its console sessions at once,
+//!   on every front.
+//! - Sessions end after [`SESSION_TTL_MS`]; expired ones are deleted by
+//!   the next login, or when presented. A project holds at most
 //!   [`SessionLimits::per_project`] sessions: a login past that ends the
 //!   oldest session of the project's API key that holds the most, so one
 //!   key holder logging in again and again ends only its own sessions, and
 //!   never another project's. The whole table holds at most
 //!   [`SessionLimits::total`]: past that a login ends the oldest session of
-//!   the project that holds the most.
-//! - CSRF: a per-session random token in a hidden field, compared in
-//!   constant time, on top of `SameSite=Strict`; and any POST whose
-//!   `Sec-Fetch-Site` or `Origin` says it came from another site is refused.
+//!   the project that holds the most. A login decides and writes in one
+//!   transaction that no other login interleaves with, through any front.
+//! - CSRF: a per-session token in a hidden field, compared in constant
+//!   time, on top of `SameSite=Strict`; and any POST whose `Sec-Fetch-Site`
+//!   or `Origin` says it came from another site is refused. The token is
+//!   SHA-256 of a domain prefix and the session token, so every front
+//!   derives the same one and nothing that makes it is stored.
 //! - The login form itself carries a random token that must equal the one in
 //!   the `tally_login` cookie it set (`SameSite=Strict`, so another site's
 //!   form post never has it): no login CSRF, even from a browser that sends
 //!   neither `Sec-Fetch-Site` nor `Origin`.
 
+use std::cmp::Reverse;
 use std::collections::HashMap;
-use std::sync::Mutex;
 
 use axum::http::{header, HeaderMap};
 use sha2::{Digest, Sha256};
 use subtle::ConstantTimeEq;
 use tally_schemas::UnixMillis;
 
+use crate::session_store::{
+    KeySessions, MemorySessions, SessionStore, SessionStoreError, StoredSession,
+};
 use tally_witness::registry::Principal;
 use tally_witness::witness::Witness;
 
@@ -46,6 +58,8 @@ pub(crate) const SESSION_TTL_MS: i64 = 8 * 3_600_000;
 pub(crate) const MAX_SESSIONS_PER_PROJECT: usize = 100;
 /// Default [`SessionLimits::total`].
 pub(crate) const MAX_SESSIONS: usize = 10_000;
+/// The domain prefix of a session's CSRF token.
+const CSRF_DOMAIN: &[u8] = b"tally/console/csrf\n";
 
 /// How many sessions are kept.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -65,17 +79,6 @@ impl Default for SessionLimits {
     }
 }
 
-struct Session {
-    api_key: String,
-    /// The API key's public id and its project, for the limits.
-    key_id: String,
-    project: String,
-    csrf: String,
-    expires: UnixMillis,
-    /// Login order (clock ties are common).
-    order: u64,
-}
-
 /// A logged-in operator.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) struct Operator {
@@ -87,16 +90,10 @@ pub(crate) struct Operator {
     pub session_id: String,
 }
 
-/// The sessions, in memory.
+/// The sessions: the rules of the module docs over a [`SessionStore`].
 pub(crate) struct Sessions {
     limits: SessionLimits,
-    table: Mutex<Table>,
-}
-
-#[derive(Default)]
-struct Table {
-    by_hash: HashMap<String, Session>,
-    logins: u64,
+    store: Box<dyn SessionStore>,
 }
 
 impl Default for Sessions {
@@ -109,140 +106,198 @@ impl std::fmt::Debug for Sessions {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Sessions")
             .field("limits", &self.limits)
+            .field("shared", &self.store.is_shared())
             .finish_non_exhaustive()
     }
 }
 
-/// The session to end so that a new one fits, if one must end: see the
+/// The session a login of `project` ends so that the new one fits, if one
+/// must end, from the census of every API key holding sessions: see the
 /// module docs.
-fn victim(map: &HashMap<String, Session>, project: &str, limits: SessionLimits) -> Option<String> {
-    let in_project = map.values().filter(|s| s.project == project).count();
+pub(crate) fn victim(
+    census: &[KeySessions],
+    project: &str,
+    limits: SessionLimits,
+) -> Option<String> {
+    let in_project: usize = census
+        .iter()
+        .filter(|k| k.project == project)
+        .map(|k| k.sessions)
+        .sum();
+    let total: usize = census.iter().map(|k| k.sessions).sum();
     let project = if in_project >= limits.per_project.max(1) {
-        project.to_owned()
-    } else if map.len() >= limits.total.max(1) {
+        project
+    } else if total >= limits.total.max(1) {
         // The project with the most sessions (ties: the one whose oldest
         // session is oldest).
         let mut counts: HashMap<&str, (usize, u64)> = HashMap::new();
-        for s in map.values() {
-            let c = counts.entry(&s.project).or_insert((0, u64::MAX));
-            c.0 += 1;
-            c.1 = c.1.min(s.order);
+        for k in census {
+            let c = counts.entry(&k.project).or_insert((0, u64::MAX));
+            c.0 += k.sessions;
+            c.1 = c.1.min(k.oldest_order);
         }
         counts
             .into_iter()
-            .max_by_key(|(_, (n, oldest))| (*n, std::cmp::Reverse(*oldest)))
-            .map(|(p, _)| p.to_owned())?
+            .max_by_key(|(_, (n, oldest))| (*n, Reverse(*oldest)))
+            .map(|(p, _)| p)?
     } else {
         return None;
     };
     // Within it, the API key with the most sessions, and its oldest one.
-    let mut by_key: HashMap<&str, (usize, u64, &str)> = HashMap::new();
-    for (id, s) in map.iter().filter(|(_, s)| s.project == project) {
-        let e = by_key.entry(&s.key_id).or_insert((0, u64::MAX, id));
-        e.0 += 1;
-        if s.order < e.1 {
-            e.1 = s.order;
-            e.2 = id;
-        }
-    }
-    by_key
-        .into_values()
-        .max_by_key(|(n, oldest, _)| (*n, std::cmp::Reverse(*oldest)))
-        .map(|(_, _, id)| id.to_owned())
+    census
+        .iter()
+        .filter(|k| k.project == project)
+        .max_by_key(|k| (k.sessions, Reverse(k.oldest_order)))
+        .map(|k| k.oldest_id.clone())
 }
 
 fn sha256_hex(s: &str) -> String {
     hex::encode(Sha256::digest(s.as_bytes()))
 }
 
+/// The CSRF token of the session whose token is `token`.
+fn csrf_token(token: &str) -> String {
+    let mut h = Sha256::new();
+    h.update(CSRF_DOMAIN);
+    h.update(token.as_bytes());
+    hex::encode(h.finalize())
+}
+
+fn is_session_token(s: &str) -> bool {
+    s.len() == 64
+        && s.bytes()
+            .all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b))
+}
+
+/// On a registry shared through the database, the changes other fronts
+/// made (a revoked key) before a key is checked: one cheap query, and a
+/// reload when something changed.
+fn fresh_registry(w: &Witness) -> Result<(), SessionStoreError> {
+    let registry = w.registry();
+    if registry.is_shared() {
+        registry
+            .refresh_if_changed()
+            .map_err(|e| SessionStoreError::Storage(format!("reading the registry: {e}")))?;
+    }
+    Ok(())
+}
+
 impl Sessions {
-    /// An empty table with these limits.
+    /// Sessions in this process's memory, with these limits.
     #[must_use]
     pub(crate) fn new(limits: SessionLimits) -> Self {
-        Self {
-            limits,
-            table: Mutex::new(Table::default()),
-        }
+        Self::on(Box::new(MemorySessions::default()), limits)
     }
 
-    fn lock(&self) -> std::sync::MutexGuard<'_, Table> {
-        self.table
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    /// Sessions in `store`, with these limits.
+    #[must_use]
+    pub(crate) fn on(store: Box<dyn SessionStore>, limits: SessionLimits) -> Self {
+        Self { limits, store }
+    }
+
+    /// Whether the store is shared (and its calls may wait on the network).
+    #[must_use]
+    pub(crate) fn is_shared(&self) -> bool {
+        self.store.is_shared()
     }
 
     /// Logs in with `api_key`: returns the project and the new session token
     /// (for the cookie), or `None` when the key is unknown or revoked.
-    pub(crate) fn login(&self, w: &Witness, api_key: &str) -> Option<(Principal, String)> {
-        let principal = w.registry().authenticate(api_key.trim())?;
-        let (token, csrf) = w.with_rng(|rng| {
+    ///
+    /// # Errors
+    /// [`SessionStoreError`] when the store (or the shared registry) cannot
+    /// be reached; no session is made then.
+    pub(crate) fn login(
+        &self,
+        w: &Witness,
+        api_key: &str,
+    ) -> Result<Option<(Principal, String)>, SessionStoreError> {
+        let api_key = api_key.trim();
+        fresh_registry(w)?;
+        let Some(principal) = w.registry().authenticate(api_key) else {
+            return Ok(None);
+        };
+        let token = w.with_rng(|rng| {
             let mut t = [0u8; 32];
-            let mut c = [0u8; 32];
             rng.fill_bytes(&mut t);
-            rng.fill_bytes(&mut c);
-            (hex::encode(t), hex::encode(c))
+            hex::encode(t)
         });
         let now = w.now();
-        let mut table = self.lock();
-        table.by_hash.retain(|_, s| s.expires > now);
-        if let Some(id) = victim(&table.by_hash, &principal.project, self.limits) {
-            table.by_hash.remove(&id);
-        }
-        table.logins += 1;
-        let order = table.logins;
-        table.by_hash.insert(
-            sha256_hex(&token),
-            Session {
-                api_key: api_key.trim().to_owned(),
-                key_id: principal.key_id.clone(),
-                project: principal.project.clone(),
-                csrf,
-                expires: UnixMillis::new(now.as_millis().saturating_add(SESSION_TTL_MS)),
-                order,
-            },
-        );
-        Some((principal, token))
+        let new = StoredSession {
+            id: sha256_hex(&token),
+            project: principal.project.clone(),
+            key_id: principal.key_id.clone(),
+            key_sha256: sha256_hex(api_key),
+            created: now,
+            expires: UnixMillis::new(now.as_millis().saturating_add(SESSION_TTL_MS)),
+        };
+        let limits = self.limits;
+        self.store.login(&new, now, &|census: &[KeySessions]| {
+            victim(census, &new.project, limits)
+        })?;
+        Ok(Some((principal, token)))
     }
 
-    /// The operator of the request's session cookie, if it is live and its
-    /// API key still authenticates.
-    pub(crate) fn operator(&self, w: &Witness, headers: &HeaderMap) -> Option<Operator> {
-        let token = cookie(headers, COOKIE)?;
-        let id = sha256_hex(token);
-        let now = w.now();
-        let mut table = self.lock();
-        let map = &mut table.by_hash;
-        let session = map.get(&id)?;
-        if session.expires <= now {
-            map.remove(&id);
-            return None;
+    /// The operator of session token `token` (the cookie's value), if the
+    /// session is live and its API key still authenticates; a session that
+    /// is not is deleted.
+    ///
+    /// # Errors
+    /// [`SessionStoreError`] when the store (or the shared registry) cannot
+    /// be reached.
+    pub(crate) fn operator(
+        &self,
+        w: &Witness,
+        token: &str,
+    ) -> Result<Option<Operator>, SessionStoreError> {
+        if !is_session_token(token) {
+            return Ok(None);
         }
-        let Some(principal) = w.registry().authenticate(&session.api_key) else {
-            map.remove(&id);
-            return None;
+        let id = sha256_hex(token);
+        let Some(session) = self.store.get(&id)? else {
+            return Ok(None);
         };
-        Some(Operator {
+        if session.expires <= w.now() {
+            self.store.remove(&id)?;
+            return Ok(None);
+        }
+        fresh_registry(w)?;
+        let mut key_sha256 = [0u8; 32];
+        let principal = hex::decode_to_slice(&session.key_sha256, &mut key_sha256)
+            .ok()
+            .and_then(|()| w.registry().authenticate_hash(&session.key_id, &key_sha256))
+            .filter(|p| p.project == session.project);
+        let Some(principal) = principal else {
+            self.store.remove(&id)?;
+            return Ok(None);
+        };
+        Ok(Some(Operator {
             project: principal.project,
-            csrf: session.csrf.clone(),
+            csrf: csrf_token(token),
             session_id: id,
-        })
+        }))
     }
 
     /// Ends a session.
-    pub(crate) fn logout(&self, session_id: &str) {
-        self.lock().by_hash.remove(session_id);
+    ///
+    /// # Errors
+    /// [`SessionStoreError`] when the store cannot be reached.
+    pub(crate) fn logout(&self, session_id: &str) -> Result<(), SessionStoreError> {
+        self.store.remove(session_id)
     }
 
     /// Sessions held now by `project` (expired ones not yet dropped count).
     #[cfg(test)]
     #[must_use]
     pub(crate) fn count(&self, project: &str) -> usize {
-        self.lock()
-            .by_hash
-            .values()
-            .filter(|s| s.project == project)
-            .count()
+        self.store.count(project).unwrap()
     }
+}
+
+/// The session token of the request's cookie, if there is one.
+#[must_use]
+pub(crate) fn session_token(headers: &HeaderMap) -> Option<&str> {
+    cookie(headers, COOKIE)
 }
 
 /// The `Set-Cookie` value that starts a session.
@@ -399,6 +454,28 @@ mod tests {
             HeaderValue::from_static("http://127.0.0.1:7878"),
         );
         assert!(!same_site_post(&h));
+    }
+
+    /// Every front derives the same CSRF token from the session token; it
+    /// is neither the token nor the stored id, and tells sessions apart.
+    #[test]
+    fn console_csrf_token_is_derived_from_the_session_token() {
+        let t = "ab".repeat(32);
+        assert_eq!(csrf_token(&t), csrf_token(&t));
+        assert_eq!(csrf_token(&t).len(), 64);
+        assert_ne!(csrf_token(&t), sha256_hex(&t), "not the session's id");
+        assert_ne!(csrf_token(&t), t);
+        assert_ne!(csrf_token(&t), csrf_token(&"ac".repeat(32)));
+        assert!(is_session_token(&t));
+        for junk in [
+            "",
+            "ab",
+            &t.to_uppercase(),
+            &format!("{t}0"),
+            &"g".repeat(64),
+        ] {
+            assert!(!is_session_token(junk), "{junk}");
+        }
     }
 
     #[test]

@@ -27,6 +27,7 @@ use tokio::sync::OwnedSemaphorePermit;
 use crate::auth::{self, Operator};
 use crate::data::{self, TimeRange};
 use crate::pages::{self, AuditorScope, CallFilter, View};
+use crate::session_store::SessionStoreError;
 use crate::store::{AuditorLink, LinkStoreError, NewLink};
 use crate::{Console, MAX_VERIFY_PACK_BYTES};
 use tally_witness::error::WitnessError;
@@ -41,6 +42,8 @@ pub(crate) struct PageError {
     status: StatusCode,
     message: String,
     view: Option<Box<View>>,
+    /// `Retry-After`, in seconds.
+    retry_after: Option<u32>,
 }
 
 impl PageError {
@@ -49,6 +52,21 @@ impl PageError {
             status,
             message: message.into(),
             view: None,
+            retry_after: None,
+        }
+    }
+
+    /// The session store (the database) cannot be reached: a 503 that says
+    /// so; the detail goes to the log.
+    fn sessions_unavailable(e: &SessionStoreError) -> Self {
+        tracing::error!(error = %e, "console sessions unavailable");
+        Self {
+            retry_after: Some(5),
+            ..Self::new(
+                StatusCode::SERVICE_UNAVAILABLE,
+                "The console cannot reach its database, so it cannot check sessions \
+                 right now. Try again in a few seconds; the witness's log has the detail.",
+            )
         }
     }
 
@@ -80,10 +98,15 @@ impl From<WitnessError> for PageError {
 
 impl IntoResponse for PageError {
     fn into_response(self) -> Response {
-        page(
+        let mut r = page(
             self.status,
             &pages::error(self.view.as_deref(), self.status.as_u16(), &self.message),
-        )
+        );
+        if let Some(secs) = self.retry_after {
+            r.headers_mut()
+                .insert(header::RETRY_AFTER, HeaderValue::from(secs));
+        }
+        r
     }
 }
 
@@ -131,9 +154,35 @@ impl IntoResponse for Refusal {
     }
 }
 
+/// Runs `f` on the console's sessions: on a blocking thread when they are
+/// in the database (the call waits on it), else right here.
+///
+/// # Errors
+/// A 503 page when the session store cannot be reached.
+async fn on_sessions<T: Send + 'static>(
+    c: &Arc<Console>,
+    f: impl FnOnce(&Console) -> Result<T, SessionStoreError> + Send + 'static,
+) -> Result<T, PageError> {
+    let result = if c.sessions.is_shared() {
+        let c = Arc::clone(c);
+        tokio::task::spawn_blocking(move || f(&c))
+            .await
+            .map_err(|e| PageError::from(WitnessError::internal(&e)))?
+    } else {
+        f(c.as_ref())
+    };
+    result.map_err(|e| PageError::sessions_unavailable(&e))
+}
+
 /// The logged-in operator and their view, or a redirect to the login page.
-fn operator(c: &Console, headers: &HeaderMap) -> Result<(Operator, View), Refusal> {
-    match c.sessions.operator(&c.witness, headers) {
+async fn operator(c: &Arc<Console>, headers: &HeaderMap) -> Result<(Operator, View), Refusal> {
+    let Some(token) = auth::session_token(headers).map(str::to_owned) else {
+        return Err(Refusal::Login);
+    };
+    let found = on_sessions(c, move |c| c.sessions.operator(&c.witness, &token))
+        .await
+        .map_err(Refusal::Page)?;
+    match found {
         Some(op) => {
             let view = View {
                 project: op.project.clone(),
@@ -170,8 +219,11 @@ impl Scope {
     }
 }
 
-fn operator_scope(c: &Console, headers: &HeaderMap) -> Result<(Operator, Scope), Refusal> {
-    let (op, view) = operator(c, headers)?;
+async fn operator_scope(
+    c: &Arc<Console>,
+    headers: &HeaderMap,
+) -> Result<(Operator, Scope), Refusal> {
+    let (op, view) = operator(c, headers).await?;
     let agents = project_agents(c, &op.project);
     Ok((
         op,
@@ -322,15 +374,18 @@ pub(crate) async fn login(
             Some("This login form has expired or was not sent from this site; log in again."),
         );
     }
-    match c.sessions.login(&c.witness, &form.api_key) {
-        Some((_, token)) => {
+    let api_key = form.api_key;
+    let logged_in = on_sessions(&c, move |c| c.sessions.login(&c.witness, &api_key)).await;
+    match logged_in {
+        Err(page) => page.into_response(),
+        Ok(Some((_, token))) => {
             let mut r = Redirect::to("/console").into_response();
             if let Ok(v) = HeaderValue::from_str(&auth::session_cookie(&token, c.secure_cookies)) {
                 r.headers_mut().insert(header::SET_COOKIE, v);
             }
             r
         }
-        None => login_page(
+        Ok(None) => login_page(
             &c,
             StatusCode::UNAUTHORIZED,
             Some("That API key is unknown or revoked."),
@@ -349,12 +404,12 @@ fn field<'a>(pairs: &'a Pairs, name: &str) -> Option<&'a str> {
 }
 
 /// Checks the origin and CSRF token of an operator's form post.
-fn checked_post(
-    c: &Console,
+async fn checked_post(
+    c: &Arc<Console>,
     headers: &HeaderMap,
     form: Result<Form<Pairs>, FormRejection>,
 ) -> Result<(Operator, View, Pairs), Refusal> {
-    let (op, view) = operator(c, headers)?;
+    let (op, view) = operator(c, headers).await?;
     if !auth::same_site_post(headers) {
         return Err(Refusal::Page(
             PageError::new(StatusCode::FORBIDDEN, "Cross-site form posts are refused.")
@@ -383,9 +438,12 @@ pub(crate) async fn logout(
     headers: HeaderMap,
     form: Result<Form<Pairs>, FormRejection>,
 ) -> Response {
-    match checked_post(&c, &headers, form) {
-        Ok((op, _, _)) => {
-            c.sessions.logout(&op.session_id);
+    match checked_post(&c, &headers, form).await {
+        Ok((op, view, _)) => {
+            let id = op.session_id;
+            if let Err(page) = on_sessions(&c, move |c| c.sessions.logout(&id)).await {
+                return page.with_view(&view).into_response();
+            }
             let mut r = Redirect::to("/console/login").into_response();
             if let Ok(v) = HeaderValue::from_str(&auth::clear_cookie(c.secure_cookies)) {
                 r.headers_mut().insert(header::SET_COOKIE, v);
@@ -399,7 +457,7 @@ pub(crate) async fn logout(
 // ---- overview --------------------------------------------------------------
 
 pub(crate) async fn overview(State(c): S, headers: HeaderMap) -> Response {
-    let (_, scope) = match operator_scope(&c, &headers) {
+    let (_, scope) = match operator_scope(&c, &headers).await {
         Ok(s) => s,
         Err(r) => return r.into_response(),
     };
@@ -545,7 +603,7 @@ pub(crate) async fn agent_page(
     agent: Result<Path<String>, PathRejection>,
     query: Result<Query<AgentQuery>, QueryRejection>,
 ) -> Response {
-    match operator_scope(&c, &headers) {
+    match operator_scope(&c, &headers).await {
         Ok((_, scope)) => agent_common(c, scope, agent, query).await,
         Err(r) => r.into_response(),
     }
@@ -634,7 +692,7 @@ pub(crate) async fn record_page(
     headers: HeaderMap,
     index: Result<Path<String>, PathRejection>,
 ) -> Response {
-    match operator_scope(&c, &headers) {
+    match operator_scope(&c, &headers).await {
         Ok((_, scope)) => record_common(c, scope, index).await,
         Err(r) => r.into_response(),
     }
@@ -719,7 +777,7 @@ pub(crate) async fn agent_pack(
     headers: HeaderMap,
     agent: Result<Path<String>, PathRejection>,
 ) -> Response {
-    let (_, scope) = match operator_scope(&c, &headers) {
+    let (_, scope) = match operator_scope(&c, &headers).await {
         Ok(s) => s,
         Err(r) => return r.into_response(),
     };
@@ -769,7 +827,7 @@ pub(crate) async fn record_pack(
     headers: HeaderMap,
     index: Result<Path<String>, PathRejection>,
 ) -> Response {
-    match operator_scope(&c, &headers) {
+    match operator_scope(&c, &headers).await {
         Ok((_, scope)) => record_pack_common(c, scope, index).await,
         Err(r) => r.into_response(),
     }
@@ -844,7 +902,7 @@ fn vkey(c: &Console) -> String {
 }
 
 pub(crate) async fn verify_form(State(c): S, headers: HeaderMap) -> Response {
-    match operator(&c, &headers) {
+    match operator(&c, &headers).await {
         Ok((_, view)) => ok(&pages::verify(
             &view,
             &vkey(&c),
@@ -1128,7 +1186,7 @@ pub(crate) async fn verify_upload(
     headers: HeaderMap,
     multipart: Result<Multipart, MultipartRejection>,
 ) -> Response {
-    let (op, view) = match operator(&c, &headers) {
+    let (op, view) = match operator(&c, &headers).await {
         Ok(x) => x,
         Err(r) => return r.into_response(),
     };
@@ -1202,7 +1260,7 @@ fn links_markup(c: &Console, view: &View, made: Option<&str>, message: Option<&s
 }
 
 pub(crate) async fn links_page(State(c): S, headers: HeaderMap) -> Response {
-    match operator(&c, &headers) {
+    match operator(&c, &headers).await {
         Ok((_, view)) => ok(&links_markup(&c, &view, None, None)),
         Err(r) => r.into_response(),
     }
@@ -1270,7 +1328,7 @@ pub(crate) async fn links_create(
     headers: HeaderMap,
     form: Result<Form<Pairs>, FormRejection>,
 ) -> Response {
-    let (op, view, pairs) = match checked_post(&c, &headers, form) {
+    let (op, view, pairs) = match checked_post(&c, &headers, form).await {
         Ok(x) => x,
         Err(r) => return r.into_response(),
     };
@@ -1306,7 +1364,7 @@ pub(crate) async fn links_revoke(
     id: Result<Path<String>, PathRejection>,
     form: Result<Form<Pairs>, FormRejection>,
 ) -> Response {
-    let (op, view, _) = match checked_post(&c, &headers, form) {
+    let (op, view, _) = match checked_post(&c, &headers, form).await {
         Ok(x) => x,
         Err(r) => return r.into_response(),
     };

@@ -9,8 +9,9 @@
 //!
 //! - `handlers`: the routes; `pages`: the HTML (auto-escaped);
 //! - `data`: what the pages read from the log, and the verifier runs;
-//! - `auth`: sessions and CSRF; `throttle`: the login throttle;
-//!   [`store`]: auditor links (`console.redb`).
+//! - `auth`: sessions and CSRF, over `session_store` (memory, or the
+//!   PostgreSQL database every front shares); `throttle`: the login
+//!   throttle; [`store`]: auditor links (`console.redb`).
 //! - [`ConsoleLimits`]: every limit the console keeps, with its default.
 //!
 //! Everything is served by the binary: the CSS and JS are embedded with
@@ -22,6 +23,7 @@ mod auth;
 mod data;
 mod handlers;
 mod pages;
+mod session_store;
 pub mod store;
 #[cfg(test)]
 mod tests;
@@ -41,6 +43,7 @@ use tally_schemas::{AgentName, Seq};
 use tally_verifier::Verification;
 
 pub use auth::SessionLimits;
+pub use session_store::SessionStoreError;
 pub use throttle::Rate;
 
 use data::{AgentSummary, ChainView, HourCounts, TimeRange};
@@ -175,6 +178,17 @@ struct Reports {
     tick: u64,
 }
 
+/// Why the console could not be opened.
+#[derive(Debug, thiserror::Error)]
+pub enum OpenError {
+    /// The auditor-link store.
+    #[error(transparent)]
+    Links(#[from] LinkStoreError),
+    /// The session store (PostgreSQL).
+    #[error(transparent)]
+    Sessions(#[from] SessionStoreError),
+}
+
 /// The console's state: the witness it shows, auditor links, sessions, and
 /// what agent pages keep between requests.
 pub struct Console {
@@ -254,25 +268,35 @@ impl Console {
         Ok(Self::with_links(witness, links, secure_cookies, limits))
     }
 
-    /// The console over `witness` with its auditor links where `store`
-    /// says: `data_dir/console.redb`, or the PostgreSQL database that also
-    /// holds the log and the registry (docs/operations.md "Running on
-    /// PostgreSQL").
+    /// The console over `witness` with its auditor links and sessions where
+    /// `store` says: `data_dir/console.redb` and this process's memory, or
+    /// the PostgreSQL database that also holds the log and the registry,
+    /// shared by every front (docs/operations.md "Running on PostgreSQL").
     ///
     /// # Errors
-    /// [`LinkStoreError`] when the link store cannot be opened.
+    /// [`OpenError`] when the link store or the session store cannot be
+    /// opened.
     pub fn open_on(
         witness: Arc<Witness>,
         data_dir: &Path,
         store: &tally_witness::config::StoreChoice,
         secure_cookies: bool,
-    ) -> Result<Arc<Self>, LinkStoreError> {
+    ) -> Result<Arc<Self>, OpenError> {
+        let limits = ConsoleLimits::default();
         let links = LinkStore::open_for(data_dir, store)?;
-        Ok(Self::with_links(
+        let sessions = match store {
+            tally_witness::config::StoreChoice::Redb => auth::Sessions::new(limits.sessions),
+            tally_witness::config::StoreChoice::Postgres(url) => auth::Sessions::on(
+                Box::new(session_store::PostgresSessions::open(url)?),
+                limits.sessions,
+            ),
+        };
+        Ok(Self::with_stores(
             witness,
             links,
+            sessions,
             secure_cookies,
-            ConsoleLimits::default(),
+            limits,
         ))
     }
 
@@ -282,10 +306,21 @@ impl Console {
         secure_cookies: bool,
         limits: ConsoleLimits,
     ) -> Arc<Self> {
+        let sessions = auth::Sessions::new(limits.sessions);
+        Self::with_stores(witness, links, sessions, secure_cookies, limits)
+    }
+
+    fn with_stores(
+        witness: Arc<Witness>,
+        links: Arc<LinkStore>,
+        sessions: auth::Sessions,
+        secure_cookies: bool,
+        limits: ConsoleLimits,
+    ) -> Arc<Self> {
         Arc::new(Self {
             witness,
             links,
-            sessions: auth::Sessions::new(limits.sessions),
+            sessions,
             login_throttle: throttle::LoginThrottle::new(
                 limits.login_per_address,
                 limits.login_global,

@@ -1447,7 +1447,12 @@ async fn console_logins_of_one_project_never_end_another_projects_session() {
     // holds (straight at the session table: the login throttle would
     // refuse them long before over HTTP).
     for _ in 0..=10_000 {
-        assert!(h.console.sessions.login(&h.witness, &h.other_key).is_some());
+        assert!(h
+            .console
+            .sessions
+            .login(&h.witness, &h.other_key)
+            .unwrap()
+            .is_some());
     }
     assert_eq!(
         h.get("/console", Some(&cookie_a)).await.0,
@@ -1529,7 +1534,12 @@ async fn console_session_limits_end_the_biggest_holders_sessions() {
     let second = h.witness.new_api_key("default").unwrap().token;
     for _ in 0..20 {
         h.clock.0.fetch_add(1, Ordering::SeqCst);
-        assert!(h.console.sessions.login(&h.witness, &second).is_some());
+        assert!(h
+            .console
+            .sessions
+            .login(&h.witness, &second)
+            .unwrap()
+            .is_some());
     }
     assert_eq!(h.console.sessions.count("default"), 3);
     assert_eq!(
@@ -1538,11 +1548,21 @@ async fn console_session_limits_end_the_biggest_holders_sessions() {
     );
     // Two sessions of another project fill the table (3 + 2 = 5) ...
     let (cookie_other, _) = h.login(&h.other_key).await;
-    assert!(h.console.sessions.login(&h.witness, &h.other_key).is_some());
+    assert!(h
+        .console
+        .sessions
+        .login(&h.witness, &h.other_key)
+        .unwrap()
+        .is_some());
     // ... so a third project's login ends one of the biggest project's,
     // and there of the key that holds the most.
     let third = h.witness.create_project("third").unwrap().token;
-    assert!(h.console.sessions.login(&h.witness, &third).is_some());
+    assert!(h
+        .console
+        .sessions
+        .login(&h.witness, &third)
+        .unwrap()
+        .is_some());
     assert_eq!(h.console.sessions.count("default"), 2);
     assert_eq!(h.console.sessions.count("other"), 2);
     assert_eq!(h.console.sessions.count("third"), 1);

@@ -287,10 +287,16 @@ fn def(name: &str) -> TableDefinition<'_, &'static str, &'static [u8]> {
 /// The migrations of the registry's schema, in order; version `n` is the
 /// `n`-th file. A database at a higher version than this build knows is
 /// refused.
-pub const MIGRATIONS: &[(&str, &str)] = &[(
-    "0001_registry.sql",
-    include_str!("../migrations/0001_registry.sql"),
-)];
+pub const MIGRATIONS: &[(&str, &str)] = &[
+    (
+        "0001_registry.sql",
+        include_str!("../migrations/0001_registry.sql"),
+    ),
+    (
+        "0002_console_sessions.sql",
+        include_str!("../migrations/0002_console_sessions.sql"),
+    ),
+];
 
 /// The registry schema version this build writes.
 #[must_use]
@@ -389,6 +395,29 @@ impl PostgresKv {
             Ok(Err(e)) => Err(pg(&e)),
             Err(e) => Err(KvError::Storage(format!("postgresql connect: {e}"))),
         }
+    }
+
+    /// Connects to the database at `url` and applies the migrations it
+    /// lacks, for a store with tables of its own beside `registry_rows`
+    /// (the console's sessions, `console_sessions`), which it queries
+    /// through [`Self::with_client`].
+    ///
+    /// # Errors
+    /// As [`KvStore::open_postgres`].
+    pub fn open_migrated(url: &str) -> Result<Self, KvError> {
+        Self::open(url, "console", &[])
+    }
+
+    /// Runs `f` on this store's connection (reconnecting if it closed),
+    /// waiting on the caller's thread; never call it from async code.
+    ///
+    /// # Errors
+    /// What `f` returns, or [`KvError::Storage`] when no connection can be made.
+    pub fn with_client<T>(
+        &self,
+        f: impl AsyncFnOnce(&mut Client) -> Result<T, KvError>,
+    ) -> Result<T, KvError> {
+        self.with(f)
     }
 
     /// Runs `f` on the connection (reconnecting if it closed).

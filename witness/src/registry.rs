@@ -695,11 +695,18 @@ impl Registry {
     pub fn authenticate(&self, token: &str) -> Option<Principal> {
         let presented = sha256(token);
         let id = key_id_of(token, API_KEY_PREFIX)?;
+        self.authenticate_hash(id, &presented)
+    }
+
+    /// [`Self::authenticate`] from what a console session keeps instead of
+    /// the key: its public id and its SHA-256 (compared in constant time).
+    #[must_use]
+    pub fn authenticate_hash(&self, key_id: &str, key_sha256: &[u8; 32]) -> Option<Principal> {
         let cache = self.read();
-        let row = cache.api_keys.get(id)?;
-        (hash_matches(&presented, &row.sha256) && row.revoked.is_none()).then(|| Principal {
+        let row = cache.api_keys.get(key_id)?;
+        (hash_matches(key_sha256, &row.sha256) && row.revoked.is_none()).then(|| Principal {
             project: row.project.clone(),
-            key_id: id.to_owned(),
+            key_id: key_id.to_owned(),
         })
     }
 

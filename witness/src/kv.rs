@@ -199,10 +199,20 @@ impl KvStore {
 /// Runs `refresh` on the store behind `weak` every [`WATCH_PERIOD`] until
 /// the store is dropped, on a thread of its own.
 pub fn spawn_watcher<T: Send + Sync + 'static>(name: &str, weak: Weak<T>, refresh: fn(&T)) {
+    spawn_watcher_every(name, WATCH_PERIOD, weak, refresh);
+}
+
+/// [`spawn_watcher`] every `period`.
+pub fn spawn_watcher_every<T: Send + Sync + 'static>(
+    name: &str,
+    period: Duration,
+    weak: Weak<T>,
+    refresh: fn(&T),
+) {
     let spawned = std::thread::Builder::new()
         .name(name.to_owned())
         .spawn(move || loop {
-            std::thread::sleep(WATCH_PERIOD);
+            std::thread::sleep(period);
             match weak.upgrade() {
                 Some(store) => refresh(&store),
                 None => return,

@@ -420,8 +420,9 @@ impl Registry {
             generation: AtomicI64::new(generation),
         });
         if shared {
-            crate::kv::spawn_watcher(
+            crate::kv::spawn_watcher_every(
                 "tally-registry-watch",
+                reload_period(),
                 Arc::downgrade(&registry),
                 |r: &Self| {
                     if let Err(e) = r.refresh_if_changed() {
@@ -1102,6 +1103,26 @@ fn owned(c: &Cache, project: &str, agent: &AgentName) -> Result<AgentRow, Witnes
         _ => Err(WitnessError::AgentNotAllowed {
             agent: agent.clone(),
         }),
+    }
+}
+
+/// The environment variable that sets how often a front looks for other
+/// fronts' registry writes, in milliseconds (docs/operations.md, "Running
+/// on PostgreSQL"): for tests that need a front to stay behind, and for
+/// operators who trade that delay for fewer queries. Key changes do not
+/// depend on it (docs/protocol.md §4.1).
+pub const RELOAD_ENV: &str = "TALLY_REGISTRY_RELOAD_MS";
+
+/// [`crate::kv::WATCH_PERIOD`], or [`RELOAD_ENV`] when set to a whole
+/// number of milliseconds (at least 10).
+fn reload_period() -> std::time::Duration {
+    match std::env::var(RELOAD_ENV).map(|v| v.trim().parse::<u64>()) {
+        Ok(Ok(ms)) => std::time::Duration::from_millis(ms.max(10)),
+        Ok(Err(_)) => {
+            tracing::warn!("{RELOAD_ENV} is not a whole number of milliseconds; using the default");
+            crate::kv::WATCH_PERIOD
+        }
+        Err(_) => crate::kv::WATCH_PERIOD,
     }
 }
 

@@ -213,7 +213,10 @@ async fn a_key_change_through_one_front_binds_records_admitted_by_another() {
     rekeyed.key = new_key;
     let r = rekeyed.record("new key");
     let (s, v) = post(&http, &a.url, &key, &r).await;
-    assert_eq!(s, 200, "a front that had not reloaded refused a key rotated in through another: {v}");
+    assert_eq!(
+        s, 200,
+        "a front that had not reloaded refused a key rotated in through another: {v}"
+    );
 
     // Rotated through b again, for another agent: a is behind again.
     let new_key = SecretKey::generate(&mut OsRng);
@@ -280,7 +283,15 @@ async fn a_key_change_sees_records_committed_through_another_front() {
     ag.accepted(&first);
     // b reads the agent's history: a change at the first record's time is
     // refused, naming it.
-    let (s, v) = change(&http, &b.url, &key, &ag.name, "retire", json!({"at": first.time})).await;
+    let (s, v) = change(
+        &http,
+        &b.url,
+        &key,
+        &ag.name,
+        "retire",
+        json!({"at": first.time}),
+    )
+    .await;
     assert_eq!((s, code(&v)), (409, "retroactive_key_change"), "{v}");
     assert_eq!(time_of(&v["error"]["latest_record_time"]), first.time);
 
@@ -294,7 +305,15 @@ async fn a_key_change_sees_records_committed_through_another_front() {
     assert_eq!(s, 200, "{v}");
     ag.accepted(&ahead);
     // A change through b at that record's time would make it fail check 2.
-    let (s, v) = change(&http, &b.url, &key, &ag.name, "retire", json!({"at": ahead.time})).await;
+    let (s, v) = change(
+        &http,
+        &b.url,
+        &key,
+        &ag.name,
+        "retire",
+        json!({"at": ahead.time}),
+    )
+    .await;
     assert_eq!(
         (s, code(&v)),
         (409, "retroactive_key_change"),

@@ -74,6 +74,16 @@ pub enum AppendError {
     /// retrying the same record is safe and returns its receipt if it was.
     #[error("storage: {0}")]
     Storage(#[from] StoreError),
+    /// On a shared store (PostgreSQL): the agent's keys changed, through
+    /// any front, after this record was admitted and before it could be
+    /// committed (docs/protocol.md §4.1). Nothing was written for it; the
+    /// caller checks it again against the new ranges and queues it again,
+    /// or refuses it. Retryable; not an answer for clients.
+    #[error("the keys of {agent} changed after this record was admitted; check it again")]
+    KeyChanged {
+        /// The agent.
+        agent: AgentName,
+    },
     /// The sequencer has shut down.
     #[error("the log is closed")]
     Closed,

@@ -45,7 +45,7 @@ use crate::log::{Appended, BatchItem};
 use crate::receipt::{read_entry, stored_receipt};
 use crate::sequencer::{self, BatchAnswers, Job, Shared};
 use crate::store::postgres::{PostgresStore, ANSWERS_CHANNEL, PENDING_CHANNEL};
-use crate::store::{LogStore, StoreError};
+use crate::store::{KeyVersion, LogStore, StoreError};
 use crate::tree::{self, StoredHashes};
 
 /// How a front waits (docs/operations.md, "Running on PostgreSQL").
@@ -80,8 +80,13 @@ const PUMP_ROWS: i64 = 256;
 /// One item of a request, as stored in `tally_pending.items`.
 #[derive(Serialize, Deserialize)]
 enum WireItem {
-    /// A record admitted by the front: its canonical JSON.
+    /// A record admitted by the front without a key version: its canonical
+    /// JSON.
     R(String),
+    /// A record admitted by the front under its agent's key version
+    /// (contract rule 8 of [`crate::store`]): its canonical JSON and the
+    /// version.
+    F(String, i64),
     /// A record the front refused, holding its agent's place.
     X(AgentName, u64),
 }
@@ -107,6 +112,9 @@ enum WireAnswer {
         seq: u64,
     },
     RefusedByCaller,
+    KeyChanged {
+        agent: AgentName,
+    },
     TooLarge {
         size: usize,
         max: usize,
@@ -114,12 +122,17 @@ enum WireAnswer {
     LogFull,
 }
 
-fn encode_items(items: &[BatchItem]) -> Result<String, AppendError> {
+fn encode_items(items: &[BatchItem], fences: &[Option<KeyVersion>]) -> Result<String, AppendError> {
     let wire: Vec<WireItem> = items
         .iter()
-        .map(|i| match i {
+        .enumerate()
+        .map(|(k, i)| match i {
             BatchItem::Record(r) => {
-                WireItem::R(String::from_utf8_lossy(r.canonical_bytes()).into_owned())
+                let json = String::from_utf8_lossy(r.canonical_bytes()).into_owned();
+                match fences.get(k).copied().flatten() {
+                    Some(v) => WireItem::F(json, v.get()),
+                    None => WireItem::R(json),
+                }
             }
             BatchItem::Refused { agent, seq } => WireItem::X(agent.clone(), seq.get()),
         })
@@ -128,18 +141,26 @@ fn encode_items(items: &[BatchItem]) -> Result<String, AppendError> {
         .map_err(|e| AppendError::Storage(StoreError::Corrupt(format!("encoding items: {e}"))))
 }
 
-fn decode_items(text: &str) -> Result<Vec<BatchItem>, String> {
+/// A stored request's items and the key version each was admitted under.
+type DecodedItems = (Vec<BatchItem>, Vec<Option<KeyVersion>>);
+
+fn decode_items(text: &str) -> Result<DecodedItems, String> {
     let wire: Vec<WireItem> = serde_json::from_str(text).map_err(|e| e.to_string())?;
+    let record = |json: &str| {
+        Record::from_json(json.as_bytes())
+            .map(BatchItem::Record)
+            .map_err(|e| e.to_string())
+    };
     wire.into_iter()
         .map(|w| match w {
-            WireItem::R(json) => Record::from_json(json.as_bytes())
-                .map(BatchItem::Record)
-                .map_err(|e| e.to_string()),
+            WireItem::R(json) => Ok((record(&json)?, None)),
+            WireItem::F(json, v) => Ok((record(&json)?, Some(KeyVersion::new(v)))),
             WireItem::X(agent, seq) => Seq::new(seq)
-                .map(|seq| BatchItem::Refused { agent, seq })
+                .map(|seq| (BatchItem::Refused { agent, seq }, None))
                 .map_err(|e| e.to_string()),
         })
-        .collect()
+        .collect::<Result<Vec<_>, String>>()
+        .map(|pairs| pairs.into_iter().unzip())
 }
 
 /// The answers to store for one request, or `None` while one of them is
@@ -174,6 +195,9 @@ fn encode_answers(answers: &BatchAnswers) -> Option<String> {
                 })
             }
             Err(AppendError::RefusedByCaller) => Some(WireAnswer::RefusedByCaller),
+            Err(AppendError::KeyChanged { agent }) => Some(WireAnswer::KeyChanged {
+                agent: agent.clone(),
+            }),
             Err(AppendError::Entry(EntryError::TooLarge { size, max })) => {
                 Some(WireAnswer::TooLarge {
                     size: *size,
@@ -240,6 +264,7 @@ fn decode_answers(
                 })
             }
             WireAnswer::RefusedByCaller => Err(AppendError::RefusedByCaller),
+            WireAnswer::KeyChanged { agent } => Err(AppendError::KeyChanged { agent }),
             WireAnswer::TooLarge { size, max } => {
                 Err(AppendError::Entry(EntryError::TooLarge { size, max }))
             }
@@ -538,7 +563,7 @@ impl Front {
                     {
                         Ok(Ok(rows)) => {
                             for (id, received, items) in rows {
-                                let items = match decode_items(&items) {
+                                let (items, fences) = match decode_items(&items) {
                                     Ok(i) => i,
                                     Err(e) => {
                                         tracing::error!(
@@ -552,6 +577,7 @@ impl Front {
                                 pumped.insert(id, items.len());
                                 let job = Job {
                                     items,
+                                    fences,
                                     received: UnixMillis::new(received),
                                     reply,
                                 };
@@ -609,7 +635,7 @@ impl Front {
         let mut rows = Vec::with_capacity(jobs.len());
         let mut kept = Vec::with_capacity(jobs.len());
         for job in jobs {
-            match encode_items(&job.items) {
+            match encode_items(&job.items, &job.fences) {
                 Ok(text) => {
                     rows.push((job.received.as_millis(), text));
                     kept.push(job);

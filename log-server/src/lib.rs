@@ -43,4 +43,4 @@ pub use log::{
     Appended, BatchItem, ChainEntries, ChainEntry, Log, LogConfig, LogStats, PendingAppend,
     PendingBatch, SignedCheckpoint,
 };
-pub use store::{ChainHead, LogStore, StoreError};
+pub use store::{ChainHead, KeyVersion, LogStore, StoreError};

@@ -25,7 +25,7 @@ use crate::error::{AppendError, OpenError, ProofRequestError, ReadError};
 use crate::receipt::{read_entry, stored_receipt};
 use crate::sequencer::{self, BatchAnswers, Job, Shared, Stats};
 use crate::store::redb::RedbStore;
-use crate::store::{ChainHead, LogStore, StoreError};
+use crate::store::{ChainHead, KeyVersion, LogStore, StoreError};
 use crate::tree;
 
 /// Tuning of the sequencer.
@@ -341,7 +341,25 @@ impl Log {
         record: Record,
         received: UnixMillis,
     ) -> Result<PendingAppend, AppendError> {
-        let rx = self.send(vec![BatchItem::Record(record)], received)?;
+        self.enqueue_fenced(record, received, None)
+    }
+
+    /// [`Log::enqueue`] of a record whose key was checked against its
+    /// agent's key version `fence` (docs/protocol.md §4.1; contract rule 8
+    /// of [`crate::store`]): on a shared store, if the agent's keys changed
+    /// since, the append resolves to [`AppendError::KeyChanged`] and
+    /// nothing is written for it. `None`, and any version on a store one
+    /// process owns, is [`Log::enqueue`].
+    ///
+    /// # Errors
+    /// As [`Log::enqueue`].
+    pub fn enqueue_fenced(
+        &self,
+        record: Record,
+        received: UnixMillis,
+        fence: Option<KeyVersion>,
+    ) -> Result<PendingAppend, AppendError> {
+        let rx = self.send(vec![BatchItem::Record(record)], vec![fence], received)?;
         Ok(PendingAppend { rx })
     }
 
@@ -367,6 +385,24 @@ impl Log {
         items: Vec<BatchItem>,
         received: UnixMillis,
     ) -> Result<PendingBatch, AppendError> {
+        self.enqueue_batch_fenced(items, Vec::new(), received)
+    }
+
+    /// [`Log::enqueue_batch`] with the key version each item's key was
+    /// checked against (by the items' order; see [`Log::enqueue_fenced`]):
+    /// a record of an agent whose keys changed since is answered
+    /// [`AppendError::KeyChanged`], and so are the agent's other new
+    /// records in the batch. `fences` may be shorter than `items` (the
+    /// rest are not fenced).
+    ///
+    /// # Errors
+    /// As [`Log::enqueue_batch`].
+    pub fn enqueue_batch_fenced(
+        &self,
+        items: Vec<BatchItem>,
+        fences: Vec<Option<KeyVersion>>,
+        received: UnixMillis,
+    ) -> Result<PendingBatch, AppendError> {
         if items.is_empty() {
             return Ok(PendingBatch { rx: None });
         }
@@ -376,7 +412,7 @@ impl Log {
                 max: self.max_batch,
             });
         }
-        let rx = self.send(items, received)?;
+        let rx = self.send(items, fences, received)?;
         Ok(PendingBatch { rx: Some(rx) })
     }
 
@@ -401,6 +437,7 @@ impl Log {
     fn send(
         &self,
         items: Vec<BatchItem>,
+        fences: Vec<Option<KeyVersion>>,
         received: UnixMillis,
     ) -> Result<oneshot::Receiver<BatchAnswers>, AppendError> {
         let n = items.len();
@@ -418,6 +455,7 @@ impl Log {
         if sender
             .send(Job {
                 items,
+                fences,
                 received,
                 reply,
             })

@@ -7,7 +7,12 @@
 //!    ([`crate::rules`]): retry, refusal, or new. The records of one batch
 //!    are classified together, each agent's in seq order.
 //! 3. Commit the new entries, their stored hashes and index rows in one
-//!    durable transaction (compare-and-swap on the tree size).
+//!    durable transaction (compare-and-swap on the tree size). A shared
+//!    store also checks there that every record was admitted under its
+//!    agent's current key version (contract rule 8 of [`crate::store`]);
+//!    when one was not, nothing is written, and the commit is classified
+//!    and tried again with those records answered
+//!    [`AppendError::KeyChanged`] (their front checks them again).
 //! 4. Prove the new tree consistent with the last signed checkpoint, sign a
 //!    checkpoint over the new size, and store it ([`crate::checkpoint`]).
 //!    Nothing is signed over state that is not on disk.
@@ -34,7 +39,7 @@ use crate::error::AppendError;
 use crate::log::{Appended, BatchItem};
 use crate::receipt::{make_receipt, stored_receipt};
 use crate::rules::{admission_order, CommitRules, Decision};
-use crate::store::{BatchWrite, Found, LogStore, Lookup, NewEntry, StoreError};
+use crate::store::{BatchWrite, Found, KeyVersion, LogStore, Lookup, NewEntry, StoreError};
 use crate::tree::{self, StoredHashes};
 
 /// The answers of one batch, in its items' order.
@@ -43,9 +48,25 @@ pub(crate) type BatchAnswers = Vec<Result<Appended, AppendError>>;
 /// One queued batch (a single append is a batch of one).
 pub(crate) struct Job {
     pub(crate) items: Vec<BatchItem>,
+    /// The key version each item was admitted under (contract rule 8 of
+    /// [`crate::store`]), by the items' order; empty, or `None` for an
+    /// item, when not fenced by the store.
+    pub(crate) fences: Vec<Option<KeyVersion>>,
     pub(crate) received: UnixMillis,
     pub(crate) reply: oneshot::Sender<BatchAnswers>,
 }
+
+impl Job {
+    /// The key version item `i` was admitted under, if fenced.
+    fn fence(&self, i: usize) -> Option<KeyVersion> {
+        self.fences.get(i).copied().flatten()
+    }
+}
+
+/// How many times one group commit is tried again after a shared store
+/// refused it because keys changed (each time without the records admitted
+/// under the old keys).
+const KEY_CHANGE_ROUNDS: usize = 16;
 
 #[derive(Default)]
 pub(crate) struct Stats {
@@ -160,59 +181,52 @@ fn commit(shared: &Shared, state: &mut WriterState, jobs: Vec<Job>) {
         }
     }
 
-    // 1. Everything classification needs from storage, in one read. Storage
-    // cannot change meanwhile: this thread is its only writer.
-    let lookups: Vec<Lookup<'_>> = jobs
-        .iter()
-        .flat_map(|j| j.items.iter())
-        .filter_map(|item| match item {
-            BatchItem::Record(r) => Some(Lookup {
-                record_hash: r.hash(),
-                nonce: &r.nonce,
-                agent: &r.agent,
-                seq: r.seq,
-            }),
-            BatchItem::Refused { .. } => None,
-        })
-        .collect();
-    let found = match store.lookup(&lookups) {
-        Ok(f) if f.len() == lookups.len() => f,
-        Ok(_) => {
-            drop(lookups);
-            let e = AppendError::Storage(StoreError::Corrupt("short lookup answer".into()));
-            fail_all(jobs, &e);
-            return;
-        }
-        Err(e) => {
-            drop(lookups);
-            fail_all(jobs, &AppendError::Storage(e));
-            return;
-        }
-    };
-    drop(lookups);
-
-    // 2. Classify, batch by batch, each in its admission order.
+    // Agents whose keys changed after some of this commit's records were
+    // admitted, with their current key versions (a shared store says so
+    // when it refuses the commit: contract rule 8).
+    let mut changed: HashMap<AgentName, KeyVersion> = HashMap::new();
+    let mut rounds = 0;
     let old_size = state.size;
-    let mut rules = CommitRules::new(old_size);
-    let mut found = found.into_iter();
-    let mut decided: Vec<Vec<Decision>> = Vec::with_capacity(jobs.len());
-    for job in &jobs {
-        let found_here: Vec<Option<Found>> = job
-            .items
-            .iter()
-            .map(|item| match item {
-                BatchItem::Record(_) => found.next(),
-                BatchItem::Refused { .. } => None,
-            })
-            .collect();
-        decided.push(classify_batch(&mut rules, job, &found_here));
-    }
+    let (rules, decided, committed) = loop {
+        // 1. Everything classification needs from storage, in one read.
+        // Storage cannot change meanwhile: this thread is its only writer.
+        let found = match lookup_all(store, &jobs) {
+            Ok(f) => f,
+            Err(e) => {
+                fail_all(jobs, &AppendError::Storage(e));
+                return;
+            }
+        };
 
-    // 3–4. Commit and sign.
-    let mut committed: Option<Committed> = None;
-    if !rules.entries().is_empty() {
-        match commit_and_sign(shared, state, old_size, rules.entries()) {
-            Ok(c) => committed = Some(c),
+        // 2. Classify, batch by batch, each in its admission order.
+        let mut rules = CommitRules::new(old_size);
+        let mut found = found.into_iter();
+        let mut decided: Vec<Vec<Decision>> = Vec::with_capacity(jobs.len());
+        for job in &jobs {
+            let found_here: Vec<Option<Found>> = job
+                .items
+                .iter()
+                .map(|item| match item {
+                    BatchItem::Record(_) => found.next(),
+                    BatchItem::Refused { .. } => None,
+                })
+                .collect();
+            decided.push(classify_batch(&mut rules, job, &found_here, &changed));
+        }
+
+        // 3–4. Commit and sign.
+        if rules.entries().is_empty() {
+            break (rules, decided, None);
+        }
+        let key_versions = admitted_under(&jobs, &decided, rules.entries());
+        match commit_and_sign(shared, state, old_size, rules.entries(), key_versions) {
+            Ok(c) => break (rules, decided, Some(c)),
+            Err(StoreError::KeysChanged(now)) if rounds < KEY_CHANGE_ROUNDS => {
+                // Nothing was written: classify again without the records
+                // admitted under the old keys.
+                rounds += 1;
+                changed.extend(now);
+            }
             Err(e) => {
                 tracing::warn!(error = %e, "group commit failed; the writer will recover before the next one");
                 state.healthy = false;
@@ -231,7 +245,7 @@ fn commit(shared: &Shared, state: &mut WriterState, jobs: Vec<Job>) {
                 return;
             }
         }
-    }
+    };
 
     // 5. Resolve.
     let entries = rules.into_entries();
@@ -273,11 +287,65 @@ fn commit(shared: &Shared, state: &mut WriterState, jobs: Vec<Job>) {
     }
 }
 
+/// Every queued record's lookup answers, in the jobs' order, in one read.
+fn lookup_all(store: &dyn LogStore, jobs: &[Job]) -> Result<Vec<Found>, StoreError> {
+    let lookups: Vec<Lookup<'_>> = jobs
+        .iter()
+        .flat_map(|j| j.items.iter())
+        .filter_map(|item| match item {
+            BatchItem::Record(r) => Some(Lookup {
+                record_hash: r.hash(),
+                nonce: &r.nonce,
+                agent: &r.agent,
+                seq: r.seq,
+            }),
+            BatchItem::Refused { .. } => None,
+        })
+        .collect();
+    let found = store.lookup(&lookups)?;
+    if found.len() != lookups.len() {
+        return Err(StoreError::Corrupt("short lookup answer".into()));
+    }
+    Ok(found)
+}
+
+/// The key versions the new entries' records were admitted under, per
+/// agent, once each (for [`BatchWrite::key_versions`]).
+fn admitted_under(
+    jobs: &[Job],
+    decided: &[Vec<Decision>],
+    entries: &[Entry],
+) -> Vec<(AgentName, KeyVersion)> {
+    let mut out: Vec<(AgentName, KeyVersion)> = Vec::new();
+    for (job, decisions) in jobs.iter().zip(decided) {
+        for (i, d) in decisions.iter().enumerate() {
+            if let (Decision::New(pos), Some(v)) = (d, job.fence(i)) {
+                if let Some(e) = entries.get(*pos) {
+                    let agent = &e.record().agent;
+                    if !out.iter().any(|(a, w)| a == agent && *w == v) {
+                        out.push((agent.clone(), v));
+                    }
+                }
+            }
+        }
+    }
+    out
+}
+
 /// Classifies one batch's items in its admission order
 /// ([`admission_order`]); the answer is in the items' order. Once a record
 /// of an agent is refused (or was refused by the caller), the agent's later
-/// records in the batch are refused with `PriorRecordRefused`.
-fn classify_batch(rules: &mut CommitRules, job: &Job, found: &[Option<Found>]) -> Vec<Decision> {
+/// records in the batch are refused with `PriorRecordRefused`. A new
+/// record of an agent whose keys `changed` after the batch's records of it
+/// were admitted is refused with `KeyChanged`, and so is every other new
+/// record of that agent in the batch (its admitting front checks them
+/// again, in order); a record already in the log still gets its entry.
+fn classify_batch(
+    rules: &mut CommitRules,
+    job: &Job,
+    found: &[Option<Found>],
+    changed: &HashMap<AgentName, KeyVersion>,
+) -> Vec<Decision> {
     let keys: Vec<(&AgentName, Seq)> = job
         .items
         .iter()
@@ -286,10 +354,28 @@ fn classify_batch(rules: &mut CommitRules, job: &Job, found: &[Option<Found>]) -
             BatchItem::Refused { agent, seq } => (agent, *seq),
         })
         .collect();
+    let stale: Vec<&AgentName> = job
+        .items
+        .iter()
+        .enumerate()
+        .filter_map(|(i, item)| match (item, job.fence(i)) {
+            (BatchItem::Record(r), Some(v))
+                if changed.get(&r.agent).is_some_and(|now| *now != v) =>
+            {
+                Some(&r.agent)
+            }
+            _ => None,
+        })
+        .collect();
     let mut refused: HashMap<&AgentName, Seq> = HashMap::new();
     let mut out: Vec<Option<Decision>> = job.items.iter().map(|_| None).collect();
     for i in admission_order(&keys) {
         let d = match (&job.items[i], found.get(i).and_then(Option::as_ref)) {
+            (BatchItem::Record(r), Some(f)) if f.record.is_none() && stale.contains(&&r.agent) => {
+                Decision::Refused(AppendError::KeyChanged {
+                    agent: r.agent.clone(),
+                })
+            }
             (BatchItem::Record(r), Some(f)) => {
                 let d = rules.classify(r, job.received, f, refused.get(&r.agent).copied());
                 if matches!(d, Decision::Refused(_)) {
@@ -350,6 +436,7 @@ fn commit_and_sign(
     state: &mut WriterState,
     old_size: TreeSize,
     entries: &[Entry],
+    key_versions: Vec<(AgentName, KeyVersion)>,
 ) -> Result<Committed, StoreError> {
     let store = shared.store.as_ref();
     let new_entries: Vec<NewEntry> = entries
@@ -364,6 +451,7 @@ fn commit_and_sign(
                 nonce: r.nonce.clone(),
                 agent: r.agent.clone(),
                 seq: r.seq,
+                time: r.time,
             }
         })
         .collect();
@@ -376,6 +464,7 @@ fn commit_and_sign(
         entries: new_entries,
         hashes: hashes.hashes.clone(),
         receipt_size: new_size,
+        key_versions,
     };
     // The one durable write of the commit. It also persists the previous
     // commit's checkpoint note, stored without a sync of its own.

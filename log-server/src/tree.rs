@@ -366,6 +366,7 @@ mod tests {
                             .unwrap_or_else(|e| panic!("{e}")),
                         agent: agent.clone(),
                         seq: Seq::new(i).unwrap_or_else(|e| panic!("{e}")),
+                        time: tally_schemas::UnixMillis::new(0),
                     }
                 })
                 .collect();
@@ -375,6 +376,7 @@ mod tests {
                     entries,
                     hashes: want,
                     receipt_size: new,
+                    key_versions: Vec::new(),
                 })
                 .unwrap_or_else(|e| panic!("{e}"));
             let reader = StoredHashes::for_batch(&store, &got);

@@ -328,6 +328,7 @@ fn read_batch(source: &RedbStore, size: TreeSize) -> anyhow::Result<BatchWrite> 
             nonce: record.nonce.clone(),
             agent: record.agent.clone(),
             seq: record.seq,
+            time: record.time,
             canonical,
         });
     }
@@ -339,6 +340,9 @@ fn read_batch(source: &RedbStore, size: TreeSize) -> anyhow::Result<BatchWrite> 
         entries,
         hashes,
         receipt_size: end,
+        // Copied, not admitted: nothing to fence (the agents' latest
+        // record times are still kept).
+        key_versions: Vec::new(),
     })
 }
 

@@ -22,6 +22,7 @@ mod postgres_console;
 mod postgres_e2e;
 mod postgres_failover;
 mod postgres_fronts;
+mod postgres_key_fence;
 mod retry_e2e;
 mod storage_migration;
 mod verify_cli;

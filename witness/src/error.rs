@@ -505,6 +505,11 @@ impl From<AppendError> for WitnessError {
             },
             AppendError::Closed => Self::ShuttingDown,
             AppendError::Unavailable(detail) => Self::SequencerUnavailable { detail },
+            // Admitted again that many times, and each time the agent's
+            // keys changed before the commit: rare, and safe to resend.
+            AppendError::KeyChanged { agent } => Self::SequencerUnavailable {
+                detail: format!("the keys of {agent} kept changing while this record was admitted"),
+            },
             AppendError::Storage(StoreError::Fenced(detail)) => {
                 Self::SequencerUnavailable { detail }
             }

@@ -22,7 +22,27 @@
 //! check against the count until the registry has durably written the new
 //! ranges. So a record admitted while a key change runs is either counted
 //! before the change is checked, or itself checked against the new ranges.
-//! The fence is per process, as the log has one front (`tally serve`).
+//! That fence, and the figure above, are this process's: they hold for a
+//! log only this process writes (redb).
+//!
+//! On PostgreSQL, where several fronts admit records into one log, the
+//! fence is the database's (`tally_log::store::postgres::fence`, table
+//! `log_agent_fence`): each agent has a key version, which every key
+//! change increments, and the latest `time` of its committed records, which
+//! the sequencer's commit raises. Admission notes the key version it
+//! checked the key against (`Registry::with_agent_version`) and hands it
+//! to the log with the record; the commit transaction refuses a record
+//! admitted under an older version (`AppendError::KeyChanged`), and the
+//! front that admitted it reloads the registry and admits it again (under
+//! the new ranges, or refused `key_not_active`), as if it had arrived after
+//! the change. A key change is one transaction that locks the agent's row
+//! first, then reads the latest committed time from it, checks its instant
+//! ([`effective_at`]), writes the new ranges and bumps the version
+//! (`Registry::change_keys_fenced`). The row lock orders the two: a record
+//! and a key change of its agent, through any two fronts, are either
+//! committed before the change reads the time, or checked again against
+//! the new ranges. Records queued but not committed are not counted there:
+//! they are checked again instead.
 
 use std::collections::HashMap;
 use std::sync::{Arc, RwLock};
@@ -176,6 +196,18 @@ pub(crate) async fn change_keys(
     at: Option<UnixMillis>,
 ) -> Result<AgentRow, WitnessError> {
     w.registry().owned_agent(project, agent)?;
+    if w.registry().is_shared() {
+        // The database's fence (module docs): the check runs inside the
+        // key change's transaction, against the latest committed time.
+        let (reg, project, a) = (Arc::clone(w.registry()), project.to_owned(), agent.clone());
+        let witness = Arc::clone(w);
+        return blocking(move || {
+            reg.change_keys_fenced(&project, &a, change, |latest| {
+                effective_at(&witness, &a, latest, at)
+            })
+        })
+        .await;
+    }
     let fence = fence_with_history(w, agent).await?;
     let latest = fence.latest().flatten();
     let at = effective_at(w, agent, latest, at)?;

@@ -24,6 +24,9 @@ use std::sync::{Mutex, Weak};
 use std::time::Duration;
 
 use redb::{Database, ReadableDatabase, ReadableTable, TableDefinition};
+use tally_log::store::postgres::fence;
+use tally_log::KeyVersion;
+use tally_schemas::UnixMillis;
 use tokio_postgres::{Client, Config, NoTls};
 
 /// How often a store on PostgreSQL checks whether another front wrote.
@@ -60,6 +63,19 @@ pub struct Snapshot {
     pub generation: i64,
     /// `(table, key, value)`.
     pub rows: Vec<(String, String, Vec<u8>)>,
+    /// The registry's on PostgreSQL: every agent's key version that is not
+    /// 0, read in the same transaction as the rows (docs/protocol.md §4.1;
+    /// `tally_log::store::postgres::fence`). Empty otherwise.
+    pub key_versions: Vec<(String, KeyVersion)>,
+}
+
+/// What a fenced write ([`KvStore::apply_fenced`]) did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct FencedWrite {
+    /// The store's new generation.
+    pub generation: i64,
+    /// The agent's new key version.
+    pub key_version: KeyVersion,
 }
 
 /// Why a store failed.
@@ -163,6 +179,31 @@ impl KvStore {
         }
     }
 
+    /// A change of `agent`'s keys on PostgreSQL, in ONE transaction
+    /// (docs/protocol.md §4.1; `tally_log::store::postgres::fence`): locks
+    /// the agent's fence row, hands `plan` the latest `time` of the agent's
+    /// committed records as of that lock, applies the ops `plan` returns
+    /// (expectations as [`KvStore::apply`]), increments the agent's key
+    /// version, and commits. `Ok(Err(e))` when `plan` refused (nothing
+    /// written).
+    ///
+    /// # Errors
+    /// [`KvError::Conflict`] when an expectation does not hold;
+    /// [`KvError::Storage`] when the backend fails, and on redb, whose one
+    /// process fences key changes in its memory.
+    pub fn apply_fenced<E>(
+        &self,
+        agent: &str,
+        plan: impl FnOnce(Option<UnixMillis>) -> Result<Vec<KvOp>, E>,
+    ) -> Result<Result<FencedWrite, E>, KvError> {
+        match self {
+            Self::Redb(_) => Err(KvError::Storage(
+                "a fenced key change needs the PostgreSQL store".into(),
+            )),
+            Self::Postgres(p) => p.apply_fenced(agent, plan),
+        }
+    }
+
     /// The store's current generation (0 for redb, which only this process writes).
     ///
     /// # Errors
@@ -199,10 +240,20 @@ impl KvStore {
 /// Runs `refresh` on the store behind `weak` every [`WATCH_PERIOD`] until
 /// the store is dropped, on a thread of its own.
 pub fn spawn_watcher<T: Send + Sync + 'static>(name: &str, weak: Weak<T>, refresh: fn(&T)) {
+    spawn_watcher_every(name, WATCH_PERIOD, weak, refresh);
+}
+
+/// [`spawn_watcher`] every `period`.
+pub fn spawn_watcher_every<T: Send + Sync + 'static>(
+    name: &str,
+    period: Duration,
+    weak: Weak<T>,
+    refresh: fn(&T),
+) {
     let spawned = std::thread::Builder::new()
         .name(name.to_owned())
         .spawn(move || loop {
-            std::thread::sleep(WATCH_PERIOD);
+            std::thread::sleep(period);
             match weak.upgrade() {
                 Some(store) => refresh(&store),
                 None => return,
@@ -247,6 +298,7 @@ impl RedbKv {
         Ok(Snapshot {
             generation: 0,
             rows,
+            key_versions: Vec::new(),
         })
     }
 
@@ -512,8 +564,20 @@ impl PostgresKv {
                 .into_iter()
                 .map(|r| (r.get(0), r.get(1), r.get(2)))
                 .collect();
+            let key_versions = if scope == "registry" {
+                fence::key_versions(&tx)
+                    .await
+                    .map_err(|e| pg(&e))?
+                    .unwrap_or_default()
+            } else {
+                Vec::new()
+            };
             tx.commit().await.map_err(|e| pg(&e))?;
-            Ok(Snapshot { generation, rows })
+            Ok(Snapshot {
+                generation,
+                rows,
+                key_versions,
+            })
         })
     }
 
@@ -534,71 +598,40 @@ impl PostgresKv {
         let scope = self.scope;
         self.with(async |c| {
             let tx = c.transaction().await.map_err(|e| pg(&e))?;
-            for op in ops {
-                let (t, k) = (op.table, op.key.as_str());
-                let n = match (&op.expect, &op.value) {
-                    (Expect::Any, Some(v)) => {
-                        tx.execute(
-                            "INSERT INTO registry_rows (tbl, key, value) VALUES ($1, $2, $3)
-                             ON CONFLICT (tbl, key) DO UPDATE SET value = EXCLUDED.value",
-                            &[&t, &k, v],
-                        )
-                        .await
-                    }
-                    (Expect::Any, None) => tx
-                        .execute(
-                            "DELETE FROM registry_rows WHERE tbl = $1 AND key = $2",
-                            &[&t, &k],
-                        )
-                        .await
-                        .map(|_| 1),
-                    (Expect::Absent, Some(v)) => {
-                        tx.execute(
-                            "INSERT INTO registry_rows (tbl, key, value) VALUES ($1, $2, $3)
-                             ON CONFLICT (tbl, key) DO NOTHING",
-                            &[&t, &k, v],
-                        )
-                        .await
-                    }
-                    (Expect::Absent, None) => tx
-                        .query_opt(
-                            "SELECT 1 FROM registry_rows WHERE tbl = $1 AND key = $2 FOR UPDATE",
-                            &[&t, &k],
-                        )
-                        .await
-                        .map(|r| u64::from(r.is_none())),
-                    (Expect::Equals(old), Some(v)) => {
-                        tx.execute(
-                            "UPDATE registry_rows SET value = $4
-                             WHERE tbl = $1 AND key = $2 AND value = $3",
-                            &[&t, &k, old, v],
-                        )
-                        .await
-                    }
-                    (Expect::Equals(old), None) => {
-                        tx.execute(
-                            "DELETE FROM registry_rows WHERE tbl = $1 AND key = $2 AND value = $3",
-                            &[&t, &k, old],
-                        )
-                        .await
-                    }
-                }
-                .map_err(|e| pg(&e))?;
-                if n != 1 {
-                    // Dropping the transaction rolls it back.
-                    return Err(KvError::Conflict(format!("{t}/{k}")));
-                }
-            }
-            let generation: i64 = tx
-                .query_one(
-                    "UPDATE registry_generation SET gen = gen + 1 WHERE scope = $1 RETURNING gen",
-                    &[&scope],
-                )
-                .await
-                .map_err(|e| pg(&e))?
-                .get(0);
+            apply_ops(&tx, ops).await?;
+            let generation = bump_generation(&tx, scope).await?;
             tx.commit().await.map_err(|e| pg(&e))?;
             Ok(generation)
+        })
+    }
+
+    fn apply_fenced<E>(
+        &self,
+        agent: &str,
+        plan: impl FnOnce(Option<UnixMillis>) -> Result<Vec<KvOp>, E>,
+    ) -> Result<Result<FencedWrite, E>, KvError> {
+        let scope = self.scope;
+        self.with(async move |c| {
+            let tx = c.transaction().await.map_err(|e| pg(&e))?;
+            // The lock first: from here on no record of the agent commits
+            // until this transaction ends, and the sequencer's commits that
+            // came before are counted in `latest`.
+            let (_, latest) = fence::lock_agent(&tx, agent).await.map_err(|e| pg(&e))?;
+            let ops = match plan(latest) {
+                Ok(ops) => ops,
+                // Dropping the transaction rolls it back.
+                Err(e) => return Ok(Err(e)),
+            };
+            apply_ops(&tx, &ops).await?;
+            let key_version = fence::bump_key_version(&tx, agent)
+                .await
+                .map_err(|e| pg(&e))?;
+            let generation = bump_generation(&tx, scope).await?;
+            tx.commit().await.map_err(|e| pg(&e))?;
+            Ok(Ok(FencedWrite {
+                generation,
+                key_version,
+            }))
         })
     }
 
@@ -632,4 +665,85 @@ impl PostgresKv {
             );
         }
     }
+}
+
+/// Applies `ops` inside `tx`, each only if its expectation holds.
+///
+/// # Errors
+/// [`KvError::Conflict`] at the first that does not (the caller drops the
+/// transaction, which rolls it back); [`KvError::Storage`].
+async fn apply_ops(tx: &tokio_postgres::Transaction<'_>, ops: &[KvOp]) -> Result<(), KvError> {
+    for op in ops {
+        let (t, k) = (op.table, op.key.as_str());
+        let n = match (&op.expect, &op.value) {
+            (Expect::Any, Some(v)) => {
+                tx.execute(
+                    "INSERT INTO registry_rows (tbl, key, value) VALUES ($1, $2, $3)
+                     ON CONFLICT (tbl, key) DO UPDATE SET value = EXCLUDED.value",
+                    &[&t, &k, v],
+                )
+                .await
+            }
+            (Expect::Any, None) => tx
+                .execute(
+                    "DELETE FROM registry_rows WHERE tbl = $1 AND key = $2",
+                    &[&t, &k],
+                )
+                .await
+                .map(|_| 1),
+            (Expect::Absent, Some(v)) => {
+                tx.execute(
+                    "INSERT INTO registry_rows (tbl, key, value) VALUES ($1, $2, $3)
+                     ON CONFLICT (tbl, key) DO NOTHING",
+                    &[&t, &k, v],
+                )
+                .await
+            }
+            (Expect::Absent, None) => tx
+                .query_opt(
+                    "SELECT 1 FROM registry_rows WHERE tbl = $1 AND key = $2 FOR UPDATE",
+                    &[&t, &k],
+                )
+                .await
+                .map(|r| u64::from(r.is_none())),
+            (Expect::Equals(old), Some(v)) => {
+                tx.execute(
+                    "UPDATE registry_rows SET value = $4
+                     WHERE tbl = $1 AND key = $2 AND value = $3",
+                    &[&t, &k, old, v],
+                )
+                .await
+            }
+            (Expect::Equals(old), None) => {
+                tx.execute(
+                    "DELETE FROM registry_rows WHERE tbl = $1 AND key = $2 AND value = $3",
+                    &[&t, &k, old],
+                )
+                .await
+            }
+        }
+        .map_err(|e| pg(&e))?;
+        if n != 1 {
+            return Err(KvError::Conflict(format!("{t}/{k}")));
+        }
+    }
+    Ok(())
+}
+
+/// Increments the generation of `scope` inside `tx`; the new value.
+///
+/// # Errors
+/// [`KvError::Storage`].
+async fn bump_generation(
+    tx: &tokio_postgres::Transaction<'_>,
+    scope: &str,
+) -> Result<i64, KvError> {
+    Ok(tx
+        .query_one(
+            "UPDATE registry_generation SET gen = gen + 1 WHERE scope = $1 RETURNING gen",
+            &[&scope],
+        )
+        .await
+        .map_err(|e| pg(&e))?
+        .get(0))
 }

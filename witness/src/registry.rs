@@ -43,7 +43,10 @@ use tally_schemas::limits::MAX_KEYS_PER_AGENT;
 use tally_schemas::pack::AgentKey;
 use tally_schemas::{AgentName, PublicKey, UnixMillis};
 
+use tally_log::KeyVersion;
+
 use crate::error::{RegistryError, WitnessError};
+use crate::key_changes::KeyChange;
 use crate::kv::{Expect, KvError, KvOp, KvStore, Snapshot};
 
 /// `projects`: project name → JSON [`ProjectRow`].
@@ -230,6 +233,10 @@ struct Cache {
     read_tokens: BTreeMap<String, ReadTokenRow>,
     /// Every row's stored bytes, which a write expects unchanged.
     raw: HashMap<(&'static str, String), Vec<u8>>,
+    /// On PostgreSQL, the key version of each agent whose keys changed
+    /// (others are at version 0), as read with `agents`: admission notes it
+    /// beside the ranges it checked (docs/protocol.md §4.1).
+    key_versions: HashMap<AgentName, KeyVersion>,
 }
 
 /// The table name as the static str the ops carry.
@@ -245,6 +252,12 @@ impl Cache {
                 continue;
             };
             c.set(table, &key, Some(&value))?;
+        }
+        for (agent, version) in snapshot.key_versions {
+            // A fence row of a name that is no agent's (the log's own).
+            if let Ok(agent) = AgentName::new(&agent) {
+                c.key_versions.insert(agent, version);
+            }
         }
         Ok(c)
     }
@@ -420,8 +433,9 @@ impl Registry {
             generation: AtomicI64::new(generation),
         });
         if shared {
-            crate::kv::spawn_watcher(
+            crate::kv::spawn_watcher_every(
                 "tally-registry-watch",
+                reload_period(),
                 Arc::downgrade(&registry),
                 |r: &Self| {
                     if let Err(e) = r.refresh_if_changed() {
@@ -921,6 +935,18 @@ impl Registry {
         f(self.read().agents.get(agent))
     }
 
+    /// Runs `f` on the agent's registration and its key version (always 0
+    /// on redb), read together (docs/protocol.md §4.1).
+    pub fn with_agent_version<T>(
+        &self,
+        agent: &AgentName,
+        f: impl FnOnce(Option<&AgentRow>, KeyVersion) -> T,
+    ) -> T {
+        let c = self.read();
+        let version = c.key_versions.get(agent).copied().unwrap_or_default();
+        f(c.agents.get(agent), version)
+    }
+
     /// The agents of `project`, by name.
     #[must_use]
     pub fn agents_of(&self, project: &str) -> Vec<(AgentName, AgentRow)> {
@@ -1015,32 +1041,76 @@ impl Registry {
             OnConflict::Refuse,
             || format!("agent {agent}"),
             |c| {
-                let mut row = owned(c, project, agent)?;
-                if row.key(&public_key.key_id()).is_some() {
-                    return Err(WitnessError::Exists {
-                        what: "key",
-                        name: public_key.key_id().to_string(),
-                    });
-                }
-                if row.keys.len() >= MAX_KEYS_PER_AGENT {
-                    return Err(WitnessError::BadRequest {
-                        code: "too_many_keys",
-                        message: format!("agent {agent} already has {MAX_KEYS_PER_AGENT} keys, the most agent-keys.json may list"),
-                    });
-                }
-                end_keys_at(&mut row, at)?;
-                row.keys.push(AgentKey {
-                    key_id: public_key.key_id(),
-                    public_key,
-                    not_before: at,
-                    not_after: None,
-                });
+                let row = changed_row(
+                    owned(c, project, agent)?,
+                    agent,
+                    KeyChange::Rotate(public_key),
+                    at,
+                )?;
                 Ok((
-                    vec![put(AGENTS, agent.as_str(), &row, c.expect(AGENTS, agent.as_str()))?],
+                    vec![put(
+                        AGENTS,
+                        agent.as_str(),
+                        &row,
+                        c.expect(AGENTS, agent.as_str()),
+                    )?],
                     row,
                 ))
             },
         )
+    }
+
+    /// A rotation or retirement of `agent`'s keys on a shared registry
+    /// (PostgreSQL), fenced in the database (docs/protocol.md §4.1): in one
+    /// transaction, the agent's fence row is locked, `decide` gets the
+    /// latest `time` of the agent's committed records as of that lock and
+    /// chooses the instant (or refuses), the new ranges are written and the
+    /// agent's key version is incremented, so that every record admitted
+    /// under the old ranges and not yet committed is checked again. The
+    /// memory copy takes the new row and version.
+    ///
+    /// # Errors
+    /// As [`Registry::rotate_key`], and what `decide` returns.
+    pub(crate) fn change_keys_fenced(
+        &self,
+        project: &str,
+        agent: &AgentName,
+        change: KeyChange,
+        decide: impl FnOnce(Option<UnixMillis>) -> Result<UnixMillis, WitnessError>,
+    ) -> Result<AgentRow, WitnessError> {
+        let _w = self.writer();
+        let (row, expect) = {
+            let c = self.read();
+            (owned(&c, project, agent)?, c.expect(AGENTS, agent.as_str()))
+        };
+        let mut made = None;
+        let written = self.kv.apply_fenced(agent.as_str(), |latest| {
+            let at = decide(latest)?;
+            let row = changed_row(row, agent, change, at)?;
+            let op = put(AGENTS, agent.as_str(), &row, expect)?;
+            made = Some(row);
+            Ok::<_, WitnessError>(vec![op])
+        });
+        match written {
+            Ok(Ok(w)) => {
+                let row =
+                    made.ok_or_else(|| WitnessError::internal(&"a key change wrote no row"))?;
+                let op = put(AGENTS, agent.as_str(), &row, Expect::Any)?;
+                self.took(std::slice::from_ref(&op), w.generation)?;
+                self.cache_mut()
+                    .key_versions
+                    .insert(agent.clone(), w.key_version);
+                Ok(row)
+            }
+            Ok(Err(refused)) => Err(refused),
+            Err(KvError::Conflict(_)) => {
+                self.reload()?;
+                Err(WitnessError::ConcurrentChange {
+                    what: format!("agent {agent}"),
+                })
+            }
+            Err(e) => Err(RegistryError::from(e).into()),
+        }
     }
 
     /// Retires `agent` at `at`: every key still valid at `at` ends there, so
@@ -1059,8 +1129,7 @@ impl Registry {
             OnConflict::Refuse,
             || format!("agent {agent}"),
             |c| {
-                let mut row = owned(c, project, agent)?;
-                end_keys_at(&mut row, at)?;
+                let row = changed_row(owned(c, project, agent)?, agent, KeyChange::Retire, at)?;
                 Ok((
                     vec![put(
                         AGENTS,
@@ -1112,6 +1181,26 @@ fn owned(c: &Cache, project: &str, agent: &AgentName) -> Result<AgentRow, Witnes
     }
 }
 
+/// The environment variable that sets how often a front looks for other
+/// fronts' registry writes, in milliseconds (docs/operations.md, "Running
+/// on PostgreSQL"): for tests that need a front to stay behind, and for
+/// operators who trade that delay for fewer queries. Key changes do not
+/// depend on it (docs/protocol.md §4.1).
+pub const RELOAD_ENV: &str = "TALLY_REGISTRY_RELOAD_MS";
+
+/// [`crate::kv::WATCH_PERIOD`], or [`RELOAD_ENV`] when set to a whole
+/// number of milliseconds (at least 10).
+fn reload_period() -> std::time::Duration {
+    match std::env::var(RELOAD_ENV).map(|v| v.trim().parse::<u64>()) {
+        Ok(Ok(ms)) => std::time::Duration::from_millis(ms.max(10)),
+        Ok(Err(_)) => {
+            tracing::warn!("{RELOAD_ENV} is not a whole number of milliseconds; using the default");
+            crate::kv::WATCH_PERIOD
+        }
+        Err(_) => crate::kv::WATCH_PERIOD,
+    }
+}
+
 /// This machine's host name, for [`FirstStartPlace`].
 fn host_name() -> String {
     std::fs::read_to_string("/proc/sys/kernel/hostname")
@@ -1123,6 +1212,42 @@ fn host_name() -> String {
 fn hash_matches(presented: &[u8; 32], stored_hex: &str) -> bool {
     let mut stored = [0u8; 32];
     hex::decode_to_slice(stored_hex, &mut stored).is_ok() && bool::from(presented.ct_eq(&stored))
+}
+
+/// `row` after `change` at `at`: a rotation ends every key valid at `at`
+/// and adds the new key from `at` on (refusing a key already listed, or one
+/// key too many); a retirement ends every key valid at `at`.
+fn changed_row(
+    mut row: AgentRow,
+    agent: &AgentName,
+    change: KeyChange,
+    at: UnixMillis,
+) -> Result<AgentRow, WitnessError> {
+    match change {
+        KeyChange::Rotate(public_key) => {
+            if row.key(&public_key.key_id()).is_some() {
+                return Err(WitnessError::Exists {
+                    what: "key",
+                    name: public_key.key_id().to_string(),
+                });
+            }
+            if row.keys.len() >= MAX_KEYS_PER_AGENT {
+                return Err(WitnessError::BadRequest {
+                    code: "too_many_keys",
+                    message: format!("agent {agent} already has {MAX_KEYS_PER_AGENT} keys, the most agent-keys.json may list"),
+                });
+            }
+            end_keys_at(&mut row, at)?;
+            row.keys.push(AgentKey {
+                key_id: public_key.key_id(),
+                public_key,
+                not_before: at,
+                not_after: None,
+            });
+        }
+        KeyChange::Retire => end_keys_at(&mut row, at)?,
+    }
+    Ok(row)
 }
 
 /// Ends every key valid at `at` there; refuses an `at` before a key's start

@@ -16,7 +16,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Instant;
 
 use rand_core::CryptoRngCore;
-use tally_log::{BatchItem, ChainHead, Log};
+use tally_log::{BatchItem, ChainHead, KeyVersion, Log};
 use tally_schemas::batch::BatchRequest;
 use tally_schemas::canonical;
 use tally_schemas::time::Clock;
@@ -31,6 +31,11 @@ use crate::metrics::Metrics;
 use crate::ratelimit::RateLimiter;
 use crate::registry::{Principal, Registry, Secret};
 use crate::sigcache::PreparedKeys;
+
+/// How many times a record is admitted again after its agent's keys
+/// changed between its check and its commit (protocol.md §4.1); past that
+/// it is answered `sequencer_unavailable`, and sending it again is safe.
+const KEY_CHANGE_ATTEMPTS: usize = 4;
 
 /// Randomness for API keys, injected.
 pub type Rng = Box<dyn CryptoRngCore + Send>;
@@ -278,7 +283,7 @@ impl Witness {
         principal: &Principal,
         record: &Record,
     ) -> Result<(), WitnessError> {
-        let key = self.registered_key(principal, record)?;
+        let (key, _) = self.registered_key(principal, record)?;
         // The registry answers the key registered under the record's key
         // id, so the ids match; the signature is checked strictly, with the
         // key's table when it has one (sigcache.rs).
@@ -297,38 +302,62 @@ impl Witness {
     }
 
     /// Steps 4–5: the public key registered for the record's agent and key
-    /// id, if the agent is the principal's and the key active at its time.
+    /// id, if the agent is the principal's and the key active at its time,
+    /// with the agent's key version those ranges are of (protocol.md §4.1).
     fn registered_key(
         &self,
         principal: &Principal,
         record: &Record,
-    ) -> Result<tally_schemas::PublicKey, WitnessError> {
-        self.registry.with_agent(&record.agent, |row| {
-            let row = match row {
-                Some(r) if r.project == principal.project => r,
-                _ => {
-                    return Err(WitnessError::AgentNotAllowed {
+    ) -> Result<(tally_schemas::PublicKey, KeyVersion), WitnessError> {
+        self.registry
+            .with_agent_version(&record.agent, |row, version| {
+                let row = match row {
+                    Some(r) if r.project == principal.project => r,
+                    _ => {
+                        return Err(WitnessError::AgentNotAllowed {
+                            agent: record.agent.clone(),
+                        })
+                    }
+                };
+                let key = row
+                    .key(&record.key_id)
+                    .ok_or_else(|| WitnessError::KeyNotAllowed {
                         agent: record.agent.clone(),
-                    })
+                        key_id: record.key_id,
+                    })?;
+                if !key.active_at(record.time) {
+                    return Err(WitnessError::KeyNotActive {
+                        agent: record.agent.clone(),
+                        key_id: record.key_id,
+                        time: record.time,
+                        not_before: key.not_before,
+                        not_after: key.not_after,
+                    });
                 }
-            };
-            let key = row
-                .key(&record.key_id)
-                .ok_or_else(|| WitnessError::KeyNotAllowed {
-                    agent: record.agent.clone(),
-                    key_id: record.key_id,
-                })?;
-            if !key.active_at(record.time) {
-                return Err(WitnessError::KeyNotActive {
-                    agent: record.agent.clone(),
-                    key_id: record.key_id,
-                    time: record.time,
-                    not_before: key.not_before,
-                    not_after: key.not_after,
-                });
-            }
-            Ok(key.public_key)
-        })
+                Ok((key.public_key, version))
+            })
+    }
+
+    /// The key version to hand the log with a record checked under
+    /// `version`: on a shared registry the store fences it (protocol.md
+    /// §4.1); on redb this process's fence does, and the log is told none.
+    fn fence_of(&self, version: KeyVersion) -> Option<KeyVersion> {
+        self.registry.is_shared().then_some(version)
+    }
+
+    /// On a shared registry, reloads the memory copy now if another front
+    /// wrote (instead of at the next watch period); whether it looked.
+    async fn refresh_registry(&self) -> bool {
+        if !self.registry.is_shared() {
+            return false;
+        }
+        let registry = Arc::clone(&self.registry);
+        match tokio::task::spawn_blocking(move || registry.refresh_if_changed()).await {
+            Ok(Ok(())) => {}
+            Ok(Err(e)) => tracing::warn!("reloading the registry: {e}"),
+            Err(e) => tracing::warn!("reloading the registry: {e}"),
+        }
+        true
     }
 
     /// Step 7: the record's time against the witness clock.
@@ -382,29 +411,35 @@ impl Witness {
         if let Some(admitted) = self.already_admitted(&record)? {
             return Ok(admitted);
         }
-        self.check_key_and_signature(principal, &record)?;
-        // Under the agent's fence against key changes (key_changes.rs), the
-        // keys are looked at once more and the record's time is counted
-        // before it is queued, so no key change can end its key before it.
-        let time = record.time;
-        let mut fence = self.key_changes.fence(&record.agent).await;
-        self.registered_key(principal, &record)?;
-        let pending = {
-            let mut last = self
-                .last_received
-                .lock()
-                .unwrap_or_else(std::sync::PoisonError::into_inner);
-            let now = self.now().max(*last);
-            self.check_skew(&record, now)?;
-            // Queued under the lock, so queue order and receive-time order
-            // are one. The queueing itself never waits.
-            let pending = self.log.enqueue(record, now);
-            *last = now;
-            pending?
+        if let Err(e) = self.check_key_and_signature(principal, &record) {
+            // A front whose copy of a shared registry is behind does not
+            // know a key registered through another front yet: it looks
+            // once more after reloading.
+            if !matches!(e, WitnessError::KeyNotAllowed { .. }) || !self.refresh_registry().await {
+                return Err(e);
+            }
+            self.check_key_and_signature(principal, &record)?;
+        }
+        let shared = self.registry.is_shared();
+        let mut record = record;
+        let mut attempts = 0;
+        let appended = loop {
+            let again = shared.then(|| record.clone());
+            let pending = self.queue_checked(principal, record).await?;
+            match pending.await {
+                // The agent's keys changed (through any front) after the
+                // check: check it again against the new ranges (§4.1).
+                Err(tally_log::AppendError::KeyChanged { .. })
+                    if attempts < KEY_CHANGE_ATTEMPTS =>
+                {
+                    attempts += 1;
+                    self.refresh_registry().await;
+                    record =
+                        again.ok_or_else(|| WitnessError::internal(&"no copy to admit again"))?;
+                }
+                other => break other?,
+            }
         };
-        fence.queued(time);
-        drop(fence);
-        let appended = pending.await?;
         if !appended.duplicate {
             let size = tally_schemas::note::peek_checkpoint(&appended.receipt.checkpoint)
                 .map(|c| c.size.get());
@@ -416,6 +451,36 @@ impl Witness {
             receipt: appended.receipt,
             duplicate: appended.duplicate,
         })
+    }
+
+    /// Queues a record whose signature passed: under the agent's fence
+    /// against key changes (key_changes.rs), the keys are looked at once
+    /// more (noting their key version) and the record's time is counted
+    /// before it is queued, so no key change can end its key before it.
+    async fn queue_checked(
+        &self,
+        principal: &Principal,
+        record: Record,
+    ) -> Result<tally_log::PendingAppend, WitnessError> {
+        let time = record.time;
+        let mut fence = self.key_changes.fence(&record.agent).await;
+        let (_, version) = self.registered_key(principal, &record)?;
+        let pending = {
+            let mut last = self
+                .last_received
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner);
+            let now = self.now().max(*last);
+            self.check_skew(&record, now)?;
+            // Queued under the lock, so queue order and receive-time order
+            // are one. The queueing itself never waits.
+            let pending = self.log.enqueue_fenced(record, now, self.fence_of(version));
+            *last = now;
+            pending?
+        };
+        fence.queued(time);
+        drop(fence);
+        Ok(pending)
     }
 
     /// The original receipt of `record` if the log holds it (covered by
@@ -490,9 +555,80 @@ impl Witness {
             .map_err(|e| WitnessError::internal(&e))??;
         let BatchChecked {
             mut answers,
-            records,
+            mut records,
         } = checked;
+        let shared = self.registry.is_shared();
+        let mut attempts = 0;
+        loop {
+            // Copies of the records, to admit again those whose agent's
+            // keys changed before they were committed (protocol.md §4.1).
+            let copies: Vec<(usize, Record)> = if shared {
+                records
+                    .iter()
+                    .filter_map(|(i, r)| r.as_ref().ok().map(|r| (*i, r.clone())))
+                    .collect()
+            } else {
+                Vec::new()
+            };
+            let (pending, queued_at) = self.queue_batch(principal, records, &mut answers).await?;
+            let appended = pending.await?;
+            let mut again = std::collections::HashSet::new();
+            for (i, result) in queued_at.into_iter().zip(appended) {
+                match result {
+                    Ok(a) => {
+                        if !a.duplicate {
+                            if let Ok(c) =
+                                tally_schemas::note::peek_checkpoint(&a.receipt.checkpoint)
+                            {
+                                self.metrics.receipt(a.receipt.index.get(), c.size.get());
+                            }
+                        }
+                        answers[i] = Some(Ok(Admitted {
+                            receipt: a.receipt,
+                            duplicate: a.duplicate,
+                        }));
+                    }
+                    // The refusal this witness made itself stands.
+                    Err(tally_log::AppendError::RefusedByCaller) => {}
+                    Err(tally_log::AppendError::KeyChanged { .. })
+                        if shared && attempts < KEY_CHANGE_ATTEMPTS =>
+                    {
+                        again.insert(i);
+                    }
+                    Err(e) => answers[i] = Some(Err(e.into())),
+                }
+            }
+            if again.is_empty() {
+                break;
+            }
+            attempts += 1;
+            self.refresh_registry().await;
+            records = copies
+                .into_iter()
+                .filter(|(i, _)| again.contains(i))
+                .map(|(i, r)| (i, Ok(r)))
+                .collect();
+        }
+        Ok(answers
+            .into_iter()
+            .map(|a| {
+                a.unwrap_or_else(|| Err(WitnessError::internal(&"a batch record got no answer")))
+            })
+            .collect())
+    }
 
+    /// The fenced part of a batch: under the fences of every agent with a
+    /// record to queue, the keys are looked at once more (noting their key
+    /// versions), the clock skew is checked at one receive time, and the
+    /// records are queued as one group commit; a refusal here is written to
+    /// `answers` and keeps its place ([`BatchItem::Refused`]). Returns the
+    /// pending batch and each item's place in the request.
+    async fn queue_batch(
+        &self,
+        principal: &Principal,
+        mut records: Vec<(usize, CheckedRecord)>,
+        answers: &mut [Option<Result<Admitted, WitnessError>>],
+    ) -> Result<(tally_log::PendingBatch, Vec<usize>), WitnessError> {
         // Fences of every agent with a record to queue, taken in name order
         // so that two batches never wait on each other.
         let mut agents: Vec<AgentName> = records
@@ -505,13 +641,16 @@ impl Witness {
         for agent in &agents {
             fences.push(self.key_changes.fence(agent).await);
         }
-        let mut records = records;
+        let mut versions = Vec::with_capacity(records.len());
         for (_, r) in &mut records {
+            let mut version = None;
             if let Ok(record) = r {
-                if let Err(e) = self.registered_key(principal, record) {
-                    *r = Err((record.agent.clone(), record.seq, e));
+                match self.registered_key(principal, record) {
+                    Ok((_, v)) => version = self.fence_of(v),
+                    Err(e) => *r = Err((record.agent.clone(), record.seq, e)),
                 }
             }
+            versions.push(version);
         }
         let (pending, queued_at) = {
             let mut last = self
@@ -521,7 +660,7 @@ impl Witness {
             let now = self.now().max(*last);
             let mut items = Vec::with_capacity(records.len());
             let mut at = Vec::with_capacity(records.len());
-            for (i, r) in records {
+            for ((i, r), version) in records.into_iter().zip(versions.iter_mut()) {
                 let item = match r {
                     Ok(record) => match self.check_skew(&record, now) {
                         Ok(()) => BatchItem::Record(record),
@@ -531,6 +670,7 @@ impl Witness {
                                 seq: record.seq,
                             };
                             answers[i] = Some(Err(e));
+                            *version = None;
                             item
                         }
                     },
@@ -549,7 +689,7 @@ impl Witness {
                     BatchItem::Refused { .. } => None,
                 })
                 .collect();
-            let pending = self.log.enqueue_batch(items, now)?;
+            let pending = self.log.enqueue_batch_fenced(items, versions, now)?;
             *last = now;
             for (agent, time) in times {
                 if let Ok(k) = agents.binary_search(&agent) {
@@ -559,31 +699,7 @@ impl Witness {
             (pending, at)
         };
         drop(fences);
-        let appended = pending.await?;
-        for (i, result) in queued_at.into_iter().zip(appended) {
-            match result {
-                Ok(a) => {
-                    if !a.duplicate {
-                        if let Ok(c) = tally_schemas::note::peek_checkpoint(&a.receipt.checkpoint) {
-                            self.metrics.receipt(a.receipt.index.get(), c.size.get());
-                        }
-                    }
-                    answers[i] = Some(Ok(Admitted {
-                        receipt: a.receipt,
-                        duplicate: a.duplicate,
-                    }));
-                }
-                // The refusal this witness made itself stands.
-                Err(tally_log::AppendError::RefusedByCaller) => {}
-                Err(e) => answers[i] = Some(Err(e.into())),
-            }
-        }
-        Ok(answers
-            .into_iter()
-            .map(|a| {
-                a.unwrap_or_else(|| Err(WitnessError::internal(&"a batch record got no answer")))
-            })
-            .collect())
+        Ok((pending, queued_at))
     }
 
     /// The checks of a batch made before the agents' fences (blocking:
@@ -602,6 +718,7 @@ impl Witness {
         let mut answers: Vec<Option<Result<Admitted, WitnessError>>> = vec![None; n];
         let mut records: Vec<(usize, CheckedRecord)> = Vec::with_capacity(n);
         let mut keys: Vec<(usize, tally_schemas::PublicKey)> = Vec::with_capacity(n);
+        let mut refreshed = false;
         for (i, member) in request.records.into_iter().enumerate() {
             let record = match member {
                 Ok(r) => r,
@@ -622,8 +739,21 @@ impl Witness {
                 Ok(None) => {}
                 Err(e) => return Err(e),
             }
-            match self.registered_key(principal, &record) {
-                Ok(key) => {
+            let mut found = self.registered_key(principal, &record);
+            if matches!(found, Err(WitnessError::KeyNotAllowed { .. }))
+                && !refreshed
+                && self.registry.is_shared()
+            {
+                // A key registered through another front, not reloaded yet
+                // (as in `admit_as`): look once more, once per batch.
+                refreshed = true;
+                if let Err(e) = self.registry.refresh_if_changed() {
+                    tracing::warn!("reloading the registry: {e}");
+                }
+                found = self.registered_key(principal, &record);
+            }
+            match found {
+                Ok((key, _)) => {
                     keys.push((records.len(), key));
                     records.push((i, Ok(record)));
                 }

@@ -39,6 +39,7 @@ pub(crate) fn fill(store: &RedbStore, from: u64, to: u64) {
                     nonce: Nonce::from_bytes(nonce.to_vec()).expect("16 bytes"),
                     agent: AgentName::new(&format!("fill-{}", i % AGENTS)).expect("valid"),
                     seq: Seq::new(i / AGENTS).expect("small"),
+                    time: tally_schemas::UnixMillis::new(0),
                     canonical,
                 }
             })
@@ -51,6 +52,7 @@ pub(crate) fn fill(store: &RedbStore, from: u64, to: u64) {
                 entries,
                 hashes,
                 receipt_size: TreeSize::new(end),
+                key_versions: Vec::new(),
             })
             .expect("commit");
         size = end;

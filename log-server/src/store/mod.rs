@@ -40,6 +40,17 @@
 //!    Like checkpoint notes they need no sync of their own: a cosignature
 //!    lost in a crash is asked for again (docs/protocol.md §14.5).
 //!
+//! 8. **Key fences (shared stores).** A store that several processes
+//!    share (PostgreSQL) keeps, per agent, the latest `time` of its
+//!    committed records and a key version that every change of the agent's
+//!    keys increments (docs/protocol.md §4.1). It refuses a batch in which
+//!    an entry of an agent was admitted under another key version than the
+//!    agent's current one ([`BatchWrite::key_versions`]), writing nothing
+//!    ([`StoreError::KeysChanged`]), and checks that in the transaction
+//!    that commits the batch, holding the agents' rows until it commits.
+//!    A store that one process owns (redb, memory) ignores key versions:
+//!    that process fences key changes in its memory.
+//!
 //! The store itself checks no chain, nonce or signature rule: the single
 //! writer (the sequencer) does that before it builds a batch, and the
 //! compare-and-swap of rule 2 makes that check-then-write atomic. The trait
@@ -53,7 +64,33 @@ pub mod redb;
 #[doc(hidden)]
 pub mod redb_v1;
 
-use tally_schemas::{AgentName, Hash, LeafIndex, Nonce, Seq, TreeSize};
+use tally_schemas::{AgentName, Hash, LeafIndex, Nonce, Seq, TreeSize, UnixMillis};
+
+/// The version of an agent's keys in a shared store (contract rule 8):
+/// incremented by every rotation and retirement of the agent. A record
+/// admitted under one version is committed only while it is current.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Default)]
+pub struct KeyVersion(i64);
+
+impl KeyVersion {
+    /// The version stored as `v`.
+    #[must_use]
+    pub const fn new(v: i64) -> Self {
+        Self(v)
+    }
+
+    /// The stored value.
+    #[must_use]
+    pub const fn get(self) -> i64 {
+        self.0
+    }
+}
+
+impl std::fmt::Display for KeyVersion {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        self.0.fmt(f)
+    }
+}
 
 /// Why a storage operation failed.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -75,12 +112,22 @@ pub enum StoreError {
     /// record is safe to send again, to whichever front.
     #[error("fenced: {0}")]
     Fenced(String),
+    /// A shared store refused a batch because the keys of these agents
+    /// changed after some of its records were admitted: each with its
+    /// current key version (contract rule 8). Nothing was written.
+    #[error("the keys of {} changed after records of theirs were admitted", agent_list(.0))]
+    KeysChanged(Vec<(AgentName, KeyVersion)>),
     /// A failure injected by the fault-injecting backend (tests only).
     #[error("injected storage fault ({landed})")]
     Injected {
         /// Whether the write landed despite the error.
         landed: &'static str,
     },
+}
+
+fn agent_list(changed: &[(AgentName, KeyVersion)]) -> String {
+    let names: Vec<&str> = changed.iter().map(|(a, _)| a.as_str()).collect();
+    names.join(", ")
 }
 
 /// The latest record of an agent's chain.
@@ -111,6 +158,9 @@ pub struct NewEntry {
     pub agent: AgentName,
     /// The record's seq.
     pub seq: Seq,
+    /// The record's `time` (the agent's clock), for the agent's latest
+    /// record time (contract rule 8).
+    pub time: UnixMillis,
 }
 
 /// What the sequencer looks up for one queued record before classifying it.
@@ -152,6 +202,11 @@ pub struct BatchWrite {
     /// The tree size of the checkpoint every receipt for this batch is issued
     /// under: the new size.
     pub receipt_size: TreeSize,
+    /// The key versions the batch's records were admitted under, per
+    /// agent (an agent twice when its records were admitted under two):
+    /// a shared store refuses the batch unless each is the agent's current
+    /// one (contract rule 8). Empty when nothing was admitted (a copy).
+    pub key_versions: Vec<(AgentName, KeyVersion)>,
 }
 
 impl BatchWrite {

@@ -30,6 +30,7 @@ use std::time::Duration;
 use tally_schemas::{AgentName, Hash, LeafIndex, Nonce, Seq, TreeSize};
 use tokio_postgres::{Client, Config, NoTls};
 
+pub mod fence;
 mod pending;
 pub use pending::{OpenRow, ANSWERS_CHANNEL, PENDING_CHANNEL};
 
@@ -57,6 +58,10 @@ pub const MIGRATIONS: &[(&str, &str)] = &[
     (
         "0004_pending.sql",
         include_str!("../../migrations/0004_pending.sql"),
+    ),
+    (
+        "0005_agent_fence.sql",
+        include_str!("../../migrations/0005_agent_fence.sql"),
     ),
 ];
 
@@ -699,6 +704,9 @@ impl PostgresStore {
         let new = big(size.get())?;
         let first_hash = big(tlog_tiles::stored_hash_count(first.old_size.get()))?;
         let hash_ids: Vec<i64> = (0..hashes.len() as i64).map(|k| first_hash + k).collect();
+        let (fence_agents, fence_times) = fence::latest_times(batches);
+        let expected: Vec<&(tally_schemas::AgentName, super::KeyVersion)> =
+            batches.iter().flat_map(|b| &b.key_versions).collect();
         let lease = self.lease.as_deref();
         self.write(async |c| {
             let tx = c.transaction().await.map_err(|e| backend(&e))?;
@@ -711,6 +719,8 @@ impl PostgresStore {
                     first.old_size
                 )));
             }
+            // Contract rule 8: the agents' rows are locked until the commit.
+            fence::check_and_record(&tx, &fence_agents, &fence_times, &expected).await?;
             if !idx.is_empty() {
                 tx.execute(
                     "INSERT INTO log_entries

@@ -220,6 +220,7 @@ fn synthetic_log(n: u64) -> (Arc<Log>, Vec<Hash>) {
                 nonce: Nonce::from_bytes([i.to_be_bytes(), [7; 8]].concat()).unwrap(),
                 agent: AgentName::new("synthetic").unwrap(),
                 seq: Seq::new(i).unwrap(),
+                time: tally_schemas::UnixMillis::new(0),
             });
         }
         let old = TreeSize::new(size);
@@ -231,6 +232,7 @@ fn synthetic_log(n: u64) -> (Arc<Log>, Vec<Hash>) {
                 entries,
                 hashes,
                 receipt_size: new_size,
+                key_versions: Vec::new(),
             })
             .unwrap();
         size += take;

@@ -14,7 +14,7 @@ use tally_log::store::postgres::{
     redact_url, schema_version, LeaseOptions, PostgresStore, MIGRATIONS,
 };
 use tally_log::store::{BatchWrite, LogStore, StoreError};
-use tally_log::{AppendError, Log, LogConfig};
+use tally_log::{AppendError, BatchItem, KeyVersion, Log, LogConfig};
 use tally_schemas::TreeSize;
 
 fn database() -> Option<String> {
@@ -84,6 +84,7 @@ fn a_store_without_the_lease_reads_and_a_stale_writer_is_refused() {
         entries: Vec::new(),
         hashes: Vec::new(),
         receipt_size: TreeSize::new(2),
+        key_versions: Vec::new(),
     };
     match a.commit_batch(&stale) {
         Err(StoreError::Conflict(m)) => assert!(m.contains("the stored size is 3"), "{m}"),
@@ -276,5 +277,119 @@ fn a_dropped_listen_connection_is_reopened() {
     assert!(
         wait(Duration::from_secs(10)),
         "not woken after the reopen (connection {second})"
+    );
+}
+
+/// Contract rule 8 (docs/storage.md, "PostgreSQL layout"; protocol.md
+/// §4.1): the commit keeps each agent's latest record time, refuses a
+/// record admitted under a key version older than its agent's current one
+/// (`KeyChanged`, nothing written for it) while the rest of the group
+/// commit goes in, and commits the same record once admitted under the
+/// current version. Records handed over without a version are not fenced.
+#[test]
+fn a_commit_refuses_records_admitted_under_an_older_key_version() {
+    let Some(url) = database() else { return };
+    let store: Arc<dyn LogStore> = Arc::new(PostgresStore::open(&url).unwrap());
+    let log = Log::open(Arc::clone(&store), signer(), LogConfig::default()).unwrap();
+    let pg = tally_testkit::postgres::shared();
+    let db = url.rsplit('/').next().unwrap();
+    let sql = |q: &str| pg.psql(db, q).trim().to_owned();
+    let (mut fenced, mut bystander) = (Agent::new("fenced"), Agent::new("bystander"));
+    let v = |n| Some(KeyVersion::new(n));
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    rt.block_on(async {
+        let first = fenced.next();
+        log.enqueue_fenced(first.clone(), now(), v(0))
+            .unwrap()
+            .await
+            .unwrap();
+        assert_eq!(
+            sql("SELECT latest_time || ':' || key_version FROM log_agent_fence WHERE agent = 'fenced'"),
+            format!("{}:0", first.time.as_millis())
+        );
+
+        // A key change of `fenced` (what the registry's transaction does).
+        sql("UPDATE log_agent_fence SET key_version = key_version + 1 WHERE agent = 'fenced'");
+        let stale = fenced.next();
+        let other = bystander.next();
+        let answers = log
+            .enqueue_batch_fenced(
+                vec![
+                    BatchItem::Record(stale.clone()),
+                    BatchItem::Record(other.clone()),
+                ],
+                vec![v(0), v(0)],
+                now(),
+            )
+            .unwrap()
+            .await
+            .unwrap();
+        assert!(
+            matches!(&answers[0], Err(AppendError::KeyChanged { agent }) if agent.as_str() == "fenced"),
+            "{:?}",
+            answers[0]
+        );
+        assert!(answers[1].is_ok(), "{:?}", answers[1]);
+        assert_eq!(store.index_of_record(&stale.hash()).unwrap(), None);
+        assert_eq!(store.size().unwrap(), TreeSize::new(2));
+
+        // Admitted again under the current version, it is committed; an
+        // unfenced record is not checked.
+        let again = log
+            .enqueue_fenced(stale.clone(), now(), v(1))
+            .unwrap()
+            .await
+            .unwrap();
+        assert!(!again.duplicate);
+        log.enqueue_fenced(fenced.next(), now(), None)
+            .unwrap()
+            .await
+            .unwrap();
+    });
+    assert_eq!(store.size().unwrap(), TreeSize::new(4));
+    assert_eq!(
+        sql("SELECT agent || ':' || key_version FROM log_agent_fence ORDER BY agent"),
+        "bystander:0\nfenced:1"
+    );
+}
+
+/// Migration 5 fills `log_agent_fence` from the log it finds: each agent's
+/// latest record time, parsed from the stored entries.
+#[test]
+fn migration_5_finds_each_agents_latest_record_time() {
+    let Some(url) = database() else { return };
+    let pg = tally_testkit::postgres::shared();
+    let db = url.rsplit('/').next().unwrap();
+    let sql = |q: &str| pg.psql(db, q).trim().to_owned();
+    let mut latest = std::collections::BTreeMap::new();
+    {
+        let store: Arc<dyn LogStore> = Arc::new(PostgresStore::open(&url).unwrap());
+        let log = Log::open(store, signer(), LogConfig::default()).unwrap();
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap();
+        let mut agents = [Agent::new("one"), Agent::new("two")];
+        rt.block_on(async {
+            for k in 0..6 {
+                let a = &mut agents[k % 2];
+                let r = a.next();
+                let t: &mut i64 = latest.entry(r.agent.to_string()).or_insert(i64::MIN);
+                *t = (*t).max(r.time.as_millis());
+                log.append(r, now()).await.unwrap();
+            }
+        });
+        log.shutdown();
+    }
+    // The database as a build before migration 5 left it.
+    sql("DROP TABLE log_agent_fence; DELETE FROM tally_schema_version WHERE version = 5");
+    let _store = PostgresStore::open(&url).unwrap();
+    let want: Vec<String> = latest.iter().map(|(a, t)| format!("{a}:{t}:0")).collect();
+    assert_eq!(
+        sql("SELECT agent || ':' || latest_time || ':' || key_version FROM log_agent_fence ORDER BY agent"),
+        want.join("\n")
     );
 }

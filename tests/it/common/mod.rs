@@ -80,6 +80,18 @@ impl Server {
     /// the agents' state names).
     #[allow(clippy::zombie_processes)]
     pub(crate) fn start_at(data: &Path, listen: &str, extra: &[&str]) -> Self {
+        Self::start_with_env(data, listen, extra, &[])
+    }
+
+    /// [`Server::start_at`] with extra environment variables for the
+    /// server (e.g. `TALLY_REGISTRY_RELOAD_MS`).
+    #[allow(clippy::zombie_processes)]
+    pub(crate) fn start_with_env(
+        data: &Path,
+        listen: &str,
+        extra: &[&str],
+        env: &[(&str, &str)],
+    ) -> Self {
         let mut child = Command::new(TALLY)
             .arg("serve")
             .arg("--data-dir")
@@ -92,6 +104,7 @@ impl Server {
             })
             .args(extra)
             .env("RUST_LOG", "warn")
+            .envs(env.iter().copied())
             .stdout(Stdio::piped())
             .stderr(Stdio::inherit())
             .spawn()

@@ -36,6 +36,10 @@ pub(crate) struct Args {
     /// PostgreSQL URL, postgres://user@host:port/database (docs/operations.md
     /// "Running on PostgreSQL"), where the registry and the console's links
     /// then are too; the key files stay in the data folder [default: redb].
+    /// TLS as libpq: `?sslmode=verify-full&sslrootcert=ca.pem` checks the
+    /// server's certificate and name (sslmode disable, prefer (default),
+    /// require, verify-ca, verify-full; without sslrootcert, the Mozilla
+    /// roots built into tally).
     #[arg(
         long,
         env = "TALLY_STORE",
@@ -468,11 +472,17 @@ async fn serve(mut config: ServeConfig, origin: Option<String>) -> anyhow::Resul
         )?;
         tokio::spawn(cosigning.run());
     }
-    if let StoreChoice::Postgres(_) = &config.store {
+    if let StoreChoice::Postgres(url) = &config.store {
         outln!(
             "tally: the log is in PostgreSQL: {} (with the registry and the console's links)",
             config.store
         )?;
+        if let Some(warning) = tally_log::store::postgres::Connector::parse(url, "tally")
+            .ok()
+            .and_then(|c| c.unverified_warning())
+        {
+            outln!("tally: warning: {warning}")?;
+        }
     }
     outln!(
         "tally: listening on {url} (origin {}, tree size {tree_size}); console at {url}/console",

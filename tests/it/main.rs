@@ -21,6 +21,7 @@ mod newcomer;
 mod postgres_e2e;
 mod postgres_failover;
 mod postgres_fronts;
+mod postgres_tls;
 mod retry_e2e;
 mod storage_migration;
 mod verify_cli;

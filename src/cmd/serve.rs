@@ -466,8 +466,13 @@ async fn serve(mut config: ServeConfig, origin: Option<String>) -> anyhow::Resul
             .iter()
             .map(|c| c.name.as_str())
             .collect();
+        let which = if matches!(config.store, StoreChoice::Postgres(_)) {
+            " (while this front sequences; while another does, serving the cosignatures it stores)"
+        } else {
+            ""
+        };
         outln!(
-            "tally: asking cosigners {} for cosignatures",
+            "tally: asking cosigners {} for cosignatures{which}",
             names.join(", ")
         )?;
         tokio::spawn(cosigning.run());

@@ -18,6 +18,7 @@ mod log_kill9;
 mod log_kill9_batch;
 mod monitor_e2e;
 mod newcomer;
+mod postgres_cosigning;
 mod postgres_e2e;
 mod postgres_failover;
 mod postgres_fronts;

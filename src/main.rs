@@ -98,9 +98,27 @@ fn main() -> ExitCode {
         Err(e) => {
             // Errors quote what witnesses, packs and servers sent: escape
             // what could spoof the line (protocol.md §11.2).
-            let text = format!("{e:#}");
+            let text = error_chain(&e);
             errln!("tally: error: {}", tally_schemas::display::escape(&text));
             ExitCode::from(2)
         }
     }
+}
+
+/// `e` and its causes, joined by `: `, leaving out a cause whose text the
+/// message already ends with (error types that print their source in
+/// their own message would otherwise repeat it once per level).
+fn error_chain(e: &anyhow::Error) -> String {
+    let mut text = String::new();
+    for cause in e.chain() {
+        let line = cause.to_string();
+        if text.ends_with(&line) {
+            continue;
+        }
+        if !text.is_empty() {
+            text.push_str(": ");
+        }
+        text.push_str(&line);
+    }
+    text
 }

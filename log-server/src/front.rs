@@ -337,6 +337,8 @@ pub(crate) struct Front {
     pub(crate) max_batch: usize,
     pub(crate) options: FrontOptions,
     pub(crate) name: String,
+    /// Whether this front sequences now ([`crate::Log::sequences`]).
+    pub(crate) sequencing: Arc<tokio::sync::watch::Sender<bool>>,
 }
 
 /// Starts sequencing over `shared` after `recover` (the caller holds the
@@ -478,6 +480,7 @@ impl Front {
                     tracing::error!(
                         "this front lost the log's lease: it stops sequencing and follows"
                     );
+                    self.sequencing.send_replace(false);
                     drop(s.tx);
                     let _ = tokio::task::spawn_blocking(move || s.handle.join()).await;
                 }
@@ -513,6 +516,7 @@ impl Front {
                             "took the log's lease: this front recovered the log and sequences now"
                         );
                         seq = Some(s);
+                        self.sequencing.send_replace(true);
                         pump_now = true;
                     }
                     Ok(Ok(None)) => {}
@@ -625,6 +629,7 @@ impl Front {
             }
         }
         if let Some(s) = seq.take() {
+            self.sequencing.send_replace(false);
             drop(s.tx);
             let _ = tokio::task::spawn_blocking(move || s.handle.join()).await;
         }

@@ -160,6 +160,9 @@ impl Future for PendingBatch {
 /// each record's signature, key and time.
 pub struct Log {
     shared: Arc<Shared>,
+    /// Whether this process sequences now: always for a log over its own
+    /// store; for a PostgreSQL front, while it holds the lease.
+    sequencing: Arc<tokio::sync::watch::Sender<bool>>,
     queue: Mutex<Option<mpsc::UnboundedSender<Job>>>,
     queued: Arc<AtomicUsize>,
     writer: Mutex<Option<JoinHandle<()>>>,
@@ -218,6 +221,7 @@ impl Log {
             })?;
         Ok(Self {
             shared,
+            sequencing: Arc::new(tokio::sync::watch::Sender::new(true)),
             queue: Mutex::new(Some(tx)),
             queued,
             writer: Mutex::new(Some(handle)),
@@ -263,6 +267,7 @@ impl Log {
         let max_batch = config.max_batch.max(1);
         // Sets the latest checkpoint: recovered, or followed.
         let sequencing = crate::front::open_role(&shared, &store, max_batch)?;
+        let role = Arc::new(tokio::sync::watch::Sender::new(sequencing.is_some()));
         let capacity = config.queue_capacity.max(1);
         let (tx, rx) = mpsc::unbounded_channel();
         let queued = Arc::new(AtomicUsize::new(0));
@@ -273,6 +278,7 @@ impl Log {
             max_batch,
             options,
             name: format!("{}:{}", std::process::id(), shared.signer.verifier().name()),
+            sequencing: Arc::clone(&role),
         };
         let handle = std::thread::Builder::new()
             .name("tally-log-front".into())
@@ -284,6 +290,7 @@ impl Log {
             })?;
         Ok(Self {
             shared,
+            sequencing: role,
             queue: Mutex::new(Some(tx)),
             queued,
             writer: Mutex::new(Some(handle)),
@@ -509,6 +516,22 @@ impl Log {
     #[must_use]
     pub fn watch_checkpoints(&self) -> tokio::sync::watch::Receiver<TreeSize> {
         self.shared.signed.subscribe()
+    }
+
+    /// Whether this process sequences the log now, and so signs its
+    /// checkpoints and asks its cosigners (docs/operations.md, "Cosigners
+    /// for the log"): always for a log over its own store; for a front on
+    /// PostgreSQL, while it holds the lease.
+    #[must_use]
+    pub fn sequences(&self) -> bool {
+        *self.sequencing.borrow()
+    }
+
+    /// Follows [`Log::sequences`]: a front that takes the lease, or loses
+    /// it, changes it.
+    #[must_use]
+    pub fn watch_sequencing(&self) -> tokio::sync::watch::Receiver<bool> {
+        self.sequencing.subscribe()
     }
 
     /// The checkpoint the log publishes at `/checkpoint` (docs/protocol.md

@@ -36,6 +36,10 @@ pub(crate) struct Args {
     /// PostgreSQL URL, postgres://user@host:port/database (docs/operations.md
     /// "Running on PostgreSQL"), where the registry and the console's links
     /// then are too; the key files stay in the data folder [default: redb].
+    /// TLS as libpq: `?sslmode=verify-full&sslrootcert=ca.pem` checks the
+    /// server's certificate and name (sslmode disable, prefer (default),
+    /// require, verify-ca, verify-full; without sslrootcert, the Mozilla
+    /// roots built into tally).
     #[arg(
         long,
         env = "TALLY_STORE",
@@ -462,17 +466,28 @@ async fn serve(mut config: ServeConfig, origin: Option<String>) -> anyhow::Resul
             .iter()
             .map(|c| c.name.as_str())
             .collect();
+        let which = if matches!(config.store, StoreChoice::Postgres(_)) {
+            " (while this front sequences; while another does, serving the cosignatures it stores)"
+        } else {
+            ""
+        };
         outln!(
-            "tally: asking cosigners {} for cosignatures",
+            "tally: asking cosigners {} for cosignatures{which}",
             names.join(", ")
         )?;
         tokio::spawn(cosigning.run());
     }
-    if let StoreChoice::Postgres(_) = &config.store {
+    if let StoreChoice::Postgres(url) = &config.store {
         outln!(
             "tally: the log is in PostgreSQL: {} (with the registry and the console's links)",
             config.store
         )?;
+        if let Some(warning) = tally_log::store::postgres::Connector::parse(url, "tally")
+            .ok()
+            .and_then(|c| c.unverified_warning())
+        {
+            outln!("tally: warning: {warning}")?;
+        }
     }
     outln!(
         "tally: listening on {url} (origin {}, tree size {tree_size}); console at {url}/console",

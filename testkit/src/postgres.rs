@@ -15,6 +15,10 @@
 //!   watchdog process stops it (fast shutdown) and removes its folder when
 //!   the test process exits, however it exits; [`PgServer::start`] gives a
 //!   private server that [`Drop`] stops.
+//! - [`PgServer::start_tls`] gives a private server with `ssl = on` and a
+//!   certificate for `localhost` signed by a CA made for the test (the
+//!   `openssl` command; [`PgServer::ca_file`]), and a second CA that
+//!   signed nothing ([`PgServer::other_ca_file`]).
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
@@ -91,6 +95,34 @@ impl PgServer {
     /// When PostgreSQL is missing or does not start (with its log).
     #[must_use]
     pub fn start() -> Self {
+        Self::start_with(false)
+    }
+
+    /// Starts a new server with TLS (`ssl = on`): its certificate names
+    /// `localhost` only (DNS), not `127.0.0.1`, and is signed by the CA in
+    /// [`PgServer::ca_file`]. Connect with `host=localhost` and
+    /// `hostaddr=127.0.0.1` for a name that matches.
+    ///
+    /// # Panics
+    /// As [`PgServer::start`], and when `openssl` fails.
+    #[must_use]
+    pub fn start_tls() -> Self {
+        Self::start_with(true)
+    }
+
+    /// The PEM file of the CA that signed a TLS server's certificate.
+    #[must_use]
+    pub fn ca_file(&self) -> PathBuf {
+        self.dir.join("tls").join("ca.pem")
+    }
+
+    /// The PEM file of a CA that signed nothing this server presents.
+    #[must_use]
+    pub fn other_ca_file(&self) -> PathBuf {
+        self.dir.join("tls").join("other-ca.pem")
+    }
+
+    fn start_with(tls: bool) -> Self {
         let bin = bin_dir();
         let run_as = running_as_root()
             .then(|| std::env::var("TALLY_PG_USER").unwrap_or_else(|_| "nobody".into()));
@@ -133,11 +165,21 @@ impl PgServer {
             String::from_utf8_lossy(&out.stderr)
         );
         let mut server = server;
+        let ssl = if tls {
+            let (cert, key) = server.make_certificates();
+            format!(
+                " -c ssl=on -c ssl_cert_file={} -c ssl_key_file={}",
+                cert.display(),
+                key.display()
+            )
+        } else {
+            String::new()
+        };
         for attempt in 0..5 {
             server.port = free_port();
             let opts = format!(
                 "-p {} -k {} -c listen_addresses=127.0.0.1 -c max_connections=300 \
-                 -c shared_buffers=32MB",
+                 -c shared_buffers=32MB{ssl}",
                 server.port,
                 server.dir.display()
             );
@@ -161,6 +203,110 @@ impl PgServer {
             "PostgreSQL did not start; its log:\n{}",
             std::fs::read_to_string(server.dir.join("server.log")).unwrap_or_default()
         );
+    }
+
+    /// Makes the test CA, a second CA, and the server's certificate and
+    /// key (owned by the server's user, mode 0600, as PostgreSQL demands)
+    /// in `tls/`; returns the certificate's and the key's paths.
+    fn make_certificates(&self) -> (PathBuf, PathBuf) {
+        let tls = self.dir.join("tls");
+        std::fs::create_dir_all(&tls).expect("create the tls folder");
+        std::fs::write(
+            tls.join("openssl.cnf"),
+            "[req]\ndistinguished_name = dn\nprompt = no\n[dn]\nCN = tally test\n\
+             [ca_ext]\nbasicConstraints = critical,CA:TRUE\nkeyUsage = critical,keyCertSign,cRLSign\n\
+             subjectKeyIdentifier = hash\n\
+             [server_ext]\nbasicConstraints = critical,CA:FALSE\nkeyUsage = critical,digitalSignature\n\
+             extendedKeyUsage = serverAuth\nsubjectAltName = DNS:localhost\n\
+             subjectKeyIdentifier = hash\nauthorityKeyIdentifier = keyid\n",
+        )
+        .expect("write openssl.cnf");
+        let openssl = |args: &[&str]| {
+            let out = Command::new("openssl")
+                .args(args)
+                .current_dir(&tls)
+                .stdin(Stdio::null())
+                .output()
+                .expect("run openssl (install it: apt-get install openssl)");
+            assert!(
+                out.status.success(),
+                "openssl {args:?} failed: {}",
+                String::from_utf8_lossy(&out.stderr)
+            );
+        };
+        let ec = [
+            "-newkey",
+            "ec",
+            "-pkeyopt",
+            "ec_paramgen_curve:prime256v1",
+            "-nodes",
+        ];
+        for (name, subject) in [
+            ("ca", "/CN=tally test CA"),
+            ("other-ca", "/CN=tally other CA"),
+        ] {
+            let (key, pem) = (format!("{name}.key"), format!("{name}.pem"));
+            let mut args = vec![
+                "req",
+                "-x509",
+                "-config",
+                "openssl.cnf",
+                "-extensions",
+                "ca_ext",
+            ];
+            args.extend(ec);
+            args.extend([
+                "-keyout", &key, "-out", &pem, "-days", "3", "-subj", subject,
+            ]);
+            openssl(&args);
+        }
+        let mut args = vec!["req", "-new", "-config", "openssl.cnf"];
+        args.extend(ec);
+        args.extend([
+            "-keyout",
+            "server.key",
+            "-out",
+            "server.csr",
+            "-subj",
+            "/CN=localhost",
+        ]);
+        openssl(&args);
+        openssl(&[
+            "x509",
+            "-req",
+            "-in",
+            "server.csr",
+            "-CA",
+            "ca.pem",
+            "-CAkey",
+            "ca.key",
+            "-set_serial",
+            "4242",
+            "-days",
+            "3",
+            "-extfile",
+            "openssl.cnf",
+            "-extensions",
+            "server_ext",
+            "-out",
+            "server.crt",
+        ]);
+        let (cert, key) = (tls.join("server.crt"), tls.join("server.key"));
+        {
+            use std::os::unix::fs::PermissionsExt;
+            std::fs::set_permissions(&key, std::fs::Permissions::from_mode(0o600))
+                .expect("chmod the server key");
+        }
+        if let Some(user) = &self.run_as {
+            let ok = Command::new("chown")
+                .arg(format!("{user}:"))
+                .arg(&cert)
+                .arg(&key)
+                .status()
+                .is_ok_and(|s| s.success());
+            assert!(ok, "chown {user}: the server's certificate failed");
+        }
+        (cert, key)
     }
 
     /// A command for the binary `name`, as the server's user.

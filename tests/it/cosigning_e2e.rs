@@ -23,8 +23,8 @@ use common::{add_agent, record_notes, tally, Server, TALLY};
 use tally_schemas::note::{peek_checkpoint, SignedNote};
 
 /// A running `tally cosigner serve` on a fixed address, killed on drop.
-struct CosignerProc {
-    child: Child,
+pub(crate) struct CosignerProc {
+    pub(crate) child: Child,
 }
 
 impl Drop for CosignerProc {
@@ -37,7 +37,7 @@ impl Drop for CosignerProc {
 impl CosignerProc {
     // The child is reaped by Drop.
     #[allow(clippy::zombie_processes)]
-    fn start(dir: &Path, port: u16) -> Self {
+    pub(crate) fn start(dir: &Path, port: u16) -> Self {
         let mut child = Command::new(TALLY)
             .args(["cosigner", "serve", "--listen"])
             .arg(format!("127.0.0.1:{port}"))
@@ -62,7 +62,7 @@ impl CosignerProc {
 
 /// A loopback port that was free a moment ago (the cosigners need fixed
 /// addresses: the log is configured with their URLs and they restart).
-fn free_port() -> u16 {
+pub(crate) fn free_port() -> u16 {
     std::net::TcpListener::bind("127.0.0.1:0")
         .unwrap()
         .local_addr()
@@ -71,7 +71,7 @@ fn free_port() -> u16 {
 }
 
 /// `tally cosigner init` + `add-log`; returns the cosigner's vkey.
-fn init_cosigner(dir: &Path, name: &str, log_vkey: &str) -> String {
+pub(crate) fn init_cosigner(dir: &Path, name: &str, log_vkey: &str) -> String {
     let d = dir.to_str().unwrap();
     let (ok, out, err) = tally(&["cosigner", "init", "--name", name, "--data-dir", d], &[]);
     assert!(ok, "{err}");

@@ -13,13 +13,21 @@
 //! expires, so a cosigner that is down or slow never holds up admission or
 //! checkpoint signing (they never wait for this task), and delays the
 //! publication of a checkpoint by at most one timeout.
+//!
+//! With several fronts on PostgreSQL (docs/operations.md, "Cosigners for
+//! the log") every front may run this task with the same cosigners, and
+//! only the one that sequences ([`Log::sequences`]) asks them and stores
+//! their lines. The others ask nothing: each reads the lines the sequencer
+//! stored for the checkpoint it follows and publishes them, so every front
+//! serves the same cosigned checkpoint; the one that takes the lease over
+//! carries on asking from the sizes those lines showed.
 
 use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use tally_cosigner::client::{ClientError, CosignerClient};
-use tally_log::{Log, SignedCheckpoint};
+use tally_log::{Log, SignedCheckpoint, StoreError};
 use tally_schemas::cosignature::CosignatureVerifier;
 use tally_schemas::TreeSize;
 use tokio::sync::watch;
@@ -28,6 +36,12 @@ use tokio::sync::watch;
 pub const BACKOFF_FIRST: Duration = Duration::from_secs(1);
 /// Longest wait between attempts at a failing cosigner.
 pub const BACKOFF_MAX: Duration = Duration::from_secs(30);
+/// How often a front that does not sequence looks for cosignatures of the
+/// latest checkpoint that are not stored yet: soon while the sequencer may
+/// still be asking (the cosigner timeout), then now and then (a cosigner
+/// in backoff may answer later).
+const FOLLOW_POLL: Duration = Duration::from_millis(250);
+const FOLLOW_POLL_LATE: Duration = Duration::from_secs(1);
 
 /// One configured cosigner (docs/operations.md "Cosigners for the log").
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -259,6 +273,9 @@ pub struct Cosigning {
     /// The size of the latest checkpoint every cosigner not in backoff was
     /// asked about (a finished round).
     rounds: watch::Sender<TreeSize>,
+    /// On a front that does not sequence: the checkpoint followed and when
+    /// this front first saw it.
+    followed: Mutex<Option<(TreeSize, Instant)>>,
 }
 
 impl std::fmt::Debug for Cosigning {
@@ -300,6 +317,7 @@ impl Cosigning {
             cosigners,
             started: SystemTime::now(),
             rounds: watch::Sender::new(TreeSize::new(0)),
+            followed: Mutex::new(None),
         })
     }
 
@@ -309,18 +327,32 @@ impl Cosigning {
         &self.config
     }
 
-    /// Runs forever: a round for each new latest checkpoint (coalescing
-    /// those signed meanwhile), and another when a failing cosigner's
-    /// backoff expires while the latest checkpoint lacks its cosignature.
+    /// Runs forever: while this process sequences, a round for each new
+    /// latest checkpoint (coalescing those signed meanwhile), and another
+    /// when a failing cosigner's backoff expires while the latest
+    /// checkpoint lacks its cosignature; while another front sequences,
+    /// the cosignatures it stored for each checkpoint followed, published
+    /// as they appear.
     pub async fn run(self: Arc<Self>) {
         let mut signed = self.log.watch_checkpoints();
+        let mut role = self.log.watch_sequencing();
         loop {
             signed.borrow_and_update();
+            let sequences = *role.borrow_and_update();
             let cp = self.log.latest_checkpoint();
-            self.round(&cp).await;
-            let retry = self.next_retry(cp.checkpoint.size);
+            let retry = if sequences {
+                self.round(&cp).await;
+                self.next_retry(cp.checkpoint.size)
+            } else {
+                self.follow(&cp).await
+            };
             tokio::select! {
                 changed = signed.changed() => {
+                    if changed.is_err() {
+                        return;
+                    }
+                }
+                changed = role.changed() => {
                     if changed.is_err() {
                         return;
                     }
@@ -328,6 +360,67 @@ impl Cosigning {
                 () = sleep_until(retry), if retry.is_some() => {}
             }
         }
+    }
+
+    /// On a front that does not sequence: publishes `cp` with the lines
+    /// the sequencer stored for it and takes each cosigner's state from
+    /// them (a line stored is a cosignature it returned). The round counts
+    /// as finished (for exports) once every cosigner's line is there, or
+    /// once the request timeout has passed since this front saw `cp` (the
+    /// sequencer has asked by then). Returns when to look again: soon
+    /// while a line is missing.
+    async fn follow(&self, cp: &Arc<SignedCheckpoint>) -> Option<Instant> {
+        let size = cp.checkpoint.size;
+        let stored = match self.stored_lines(size).await {
+            Ok(lines) => lines,
+            Err(e) => {
+                tracing::warn!("reading the cosignatures of checkpoint {size}: {e}");
+                BTreeMap::new()
+            }
+        };
+        let mut missing = false;
+        for c in &self.cosigners {
+            let mut t = c.track();
+            if stored.contains_key(&c.config.store_key()) {
+                if t.cosigned_size.is_none_or(|s| s < size) {
+                    t.cosigned_size = Some(size);
+                    t.last_success = Some(SystemTime::now());
+                    t.consecutive_failures = 0;
+                    t.last_error = None;
+                }
+                t.believed = t.believed.max(size);
+                t.retry_at = None;
+            } else {
+                missing = true;
+            }
+        }
+        let lines: Vec<(String, String)> = stored.into_iter().collect();
+        if let Err(e) = self.log.publish(with_lines(cp, &lines)) {
+            tracing::warn!("publishing checkpoint {size}: {e}");
+        }
+        let seen = {
+            let mut followed = self
+                .followed
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner);
+            match *followed {
+                Some((s, at)) if s == size => at,
+                _ => {
+                    let now = Instant::now();
+                    *followed = Some((size, now));
+                    now
+                }
+            }
+        };
+        let late = seen.elapsed() >= self.config.timeout;
+        if !missing || late {
+            self.rounds.send_if_modified(|s| {
+                let newer = *s < size;
+                *s = (*s).max(size);
+                newer
+            });
+        }
+        missing.then(|| Instant::now() + if late { FOLLOW_POLL_LATE } else { FOLLOW_POLL })
     }
 
     /// Waits until cosigners were asked about a checkpoint of at least
@@ -518,13 +611,26 @@ impl Cosigning {
             let c = &self.cosigners[i];
             match got {
                 Ok(cosignature) => {
-                    if let Err(e) = self.keep(size, c, &cosignature.line).await {
-                        tracing::warn!(
-                            "keeping the cosignature of {} on checkpoint {size}: {e}",
-                            c.config.name
-                        );
-                        self.failed(c, format!("storing its cosignature: {e}"));
-                        continue;
+                    match self.keep(size, c, &cosignature.line).await {
+                        Ok(()) => {}
+                        Err(StoreError::Fenced(e)) => {
+                            // Another front took the lease meanwhile: it
+                            // asks and stores from now on. Not the
+                            // cosigner's fault.
+                            tracing::info!(
+                                "not keeping the cosignature of {} on checkpoint {size}: {e}",
+                                c.config.name
+                            );
+                            continue;
+                        }
+                        Err(e) => {
+                            tracing::warn!(
+                                "keeping the cosignature of {} on checkpoint {size}: {e}",
+                                c.config.name
+                            );
+                            self.failed(c, format!("storing its cosignature: {e}"));
+                            continue;
+                        }
                     }
                     // Published before the status says so: whoever sees
                     // the cosigned size in /metrics finds the line served.
@@ -580,14 +686,13 @@ impl Cosigning {
         Ok(rows.into_iter().collect())
     }
 
-    async fn keep(&self, size: TreeSize, c: &Cosigner, line: &str) -> Result<(), String> {
+    async fn keep(&self, size: TreeSize, c: &Cosigner, line: &str) -> Result<(), StoreError> {
         let log = Arc::clone(&self.log);
         let key = c.config.store_key();
         let line = line.to_owned();
         tokio::task::spawn_blocking(move || log.store().put_cosignature(size, &key, &line))
             .await
-            .map_err(|e| e.to_string())?
-            .map_err(|e| e.to_string())
+            .map_err(|e| StoreError::Backend(e.to_string()))?
     }
 
     /// Publishes `cp` with every line stored for it.

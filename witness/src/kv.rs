@@ -25,9 +25,10 @@ use std::time::Duration;
 
 use redb::{Database, ReadableDatabase, ReadableTable, TableDefinition};
 use tally_log::store::postgres::fence;
+use tally_log::store::postgres::Connector;
 use tally_log::KeyVersion;
 use tally_schemas::UnixMillis;
-use tokio_postgres::{Client, Config, NoTls};
+use tokio_postgres::Client;
 
 /// How often a store on PostgreSQL checks whether another front wrote.
 pub const WATCH_PERIOD: Duration = Duration::from_millis(500);
@@ -378,7 +379,7 @@ fn pg(e: &tokio_postgres::Error) -> KvError {
 /// `futures::executor::block_on`, so it may be called from any thread.
 pub struct PostgresKv {
     rt: Option<tokio::runtime::Runtime>,
-    config: Config,
+    connector: Connector,
     scope: &'static str,
     tables: Vec<String>,
     client: Mutex<Option<Client>>,
@@ -401,13 +402,9 @@ impl PostgresKv {
         tables: &'static [&'static str],
     ) -> Result<Self, KvError> {
         let redacted = tally_log::store::postgres::redact_url(url);
-        let mut config: Config = url.parse().map_err(|e: tokio_postgres::Error| {
+        let connector = Connector::parse(url, "tally-registry").map_err(|e| {
             KvError::Storage(format!("not a PostgreSQL connection URL ({redacted}): {e}"))
         })?;
-        if config.get_connect_timeout().is_none() {
-            config.connect_timeout(Duration::from_secs(10));
-        }
-        config.application_name("tally-registry");
         let rt = tokio::runtime::Builder::new_multi_thread()
             .worker_threads(1)
             .thread_name("tally-registry-pg")
@@ -416,7 +413,7 @@ impl PostgresKv {
             .map_err(|e| KvError::Storage(format!("postgresql runtime: {e}")))?;
         let kv = Self {
             rt: Some(rt),
-            config,
+            connector,
             scope,
             tables: tables.iter().map(|t| (*t).to_owned()).collect(),
             client: Mutex::new(None),
@@ -432,9 +429,9 @@ impl PostgresKv {
             .rt
             .as_ref()
             .ok_or_else(|| KvError::Storage("postgresql store is closed".into()))?;
-        let config = self.config.clone();
+        let connector = self.connector.clone();
         let task = rt.spawn(async move {
-            let (client, connection) = config.connect(NoTls).await?;
+            let (client, connection) = connector.connect().await?;
             tokio::spawn(async move {
                 if let Err(e) = connection.await {
                     tracing::warn!("postgresql connection of the registry ended: {e}");
@@ -444,7 +441,8 @@ impl PostgresKv {
         });
         match futures::executor::block_on(task) {
             Ok(Ok(client)) => Ok(client),
-            Ok(Err(e)) => Err(pg(&e)),
+            Ok(Err(e)) if e.as_db_error().is_some() => Err(pg(&e)),
+            Ok(Err(e)) => Err(KvError::Storage(self.connector.explain(&e))),
             Err(e) => Err(KvError::Storage(format!("postgresql connect: {e}"))),
         }
     }

@@ -28,11 +28,13 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use tally_schemas::{AgentName, Hash, LeafIndex, Nonce, Seq, TreeSize};
-use tokio_postgres::{Client, Config, NoTls};
+use tokio_postgres::Client;
 
 pub mod fence;
 mod pending;
+mod tls;
 pub use pending::{OpenRow, ANSWERS_CHANNEL, PENDING_CHANNEL};
+pub use tls::{Connector, PgConnection, PgTlsStream, SslMode};
 
 use super::{
     check_put_checkpoint, check_put_cosignature, BatchWrite, ChainHead, Found, LogStore, Lookup,
@@ -110,19 +112,11 @@ fn hash_of(bytes: &[u8], what: &str) -> Result<Hash, StoreError> {
         .map_err(|_| corrupt(format!("{what} is not 32 bytes")))
 }
 
-/// Hides the password of a connection URL, for messages.
+/// Hides the password of a connection URL or key/value string, for
+/// messages (`user:***@`, `password=***`).
 #[must_use]
 pub fn redact_url(url: &str) -> String {
-    match (url.find("://"), url.rfind('@')) {
-        (Some(s), Some(at)) if at > s => {
-            let user_pass = &url[s + 3..at];
-            match user_pass.find(':') {
-                Some(c) => format!("{}{}:***{}", &url[..s + 3], &user_pass[..c], &url[at..]),
-                None => url.to_owned(),
-            }
-        }
-        _ => url.to_owned(),
-    }
+    tls::redact(url)
 }
 
 /// How a store takes the sequencer's lease (docs/operations.md, "Running
@@ -298,7 +292,7 @@ pub struct PostgresStore {
     /// Drives the connections; shut down without blocking on drop (the
     /// store may be dropped on a runtime thread).
     rt: Option<tokio::runtime::Runtime>,
-    config: Config,
+    connector: Connector,
     writer: Mutex<Option<Client>>,
     readers: Vec<Mutex<Option<Arc<Client>>>>,
     next_reader: AtomicUsize,
@@ -343,16 +337,12 @@ impl PostgresStore {
     /// As [`PostgresStore::open`], and [`StoreError::Conflict`] when the
     /// lease is held elsewhere and `wait` is false.
     pub fn open_with(url: &str, lease: Option<LeaseOptions>) -> Result<Self, StoreError> {
-        let mut config: Config = url.parse().map_err(|e: tokio_postgres::Error| {
+        let connector = Connector::parse(url, "tally").map_err(|e| {
             StoreError::Backend(format!(
                 "not a PostgreSQL connection URL ({}): {e}",
                 redact_url(url)
             ))
         })?;
-        if config.get_connect_timeout().is_none() {
-            config.connect_timeout(Duration::from_secs(10));
-        }
-        config.application_name("tally");
         let rt = tokio::runtime::Builder::new_multi_thread()
             .worker_threads(1)
             .thread_name("tally-postgres")
@@ -361,7 +351,7 @@ impl PostgresStore {
             .map_err(|e| StoreError::Backend(format!("postgresql runtime: {e}")))?;
         let store = Self {
             rt: Some(rt),
-            config,
+            connector,
             writer: Mutex::new(None),
             readers: (0..READERS).map(|_| Mutex::new(None)).collect(),
             next_reader: AtomicUsize::new(0),
@@ -529,9 +519,9 @@ impl PostgresStore {
             .rt
             .as_ref()
             .ok_or_else(|| StoreError::Backend("postgresql store is closed".into()))?;
-        let config = self.config.clone();
+        let connector = self.connector.clone();
         let task = rt.spawn(async move {
-            let (client, connection) = config.connect(NoTls).await?;
+            let (client, connection) = connector.connect().await?;
             tokio::spawn(async move {
                 if let Err(e) = connection.await {
                     tracing::warn!("postgresql connection ended: {e}");
@@ -541,7 +531,7 @@ impl PostgresStore {
         });
         match futures::executor::block_on(task) {
             Ok(Ok(client)) => Ok(client),
-            Ok(Err(e)) => Err(backend(&e)),
+            Ok(Err(e)) => Err(StoreError::Backend(self.connector.explain(&e))),
             Err(e) => Err(StoreError::Backend(format!("postgresql connect: {e}"))),
         }
     }

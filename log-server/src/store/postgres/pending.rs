@@ -7,9 +7,9 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use tokio_postgres::{AsyncMessage, Client, Config};
+use tokio_postgres::{AsyncMessage, Client};
 
-use super::{backend, PostgresStore};
+use super::{backend, Connector, PostgresStore};
 use crate::store::StoreError;
 
 /// The channel a front notifies after inserting requests.
@@ -161,18 +161,19 @@ impl PostgresStore {
             .rt
             .as_ref()
             .ok_or_else(|| StoreError::Backend("postgresql store is closed".into()))?;
-        let config = self.config.clone();
+        let connector = self.connector.clone();
         let notify = Arc::new(tokio::sync::Notify::new());
         let wake = Arc::clone(&notify);
         let channel = channel.to_owned();
         let first = rt.spawn(async move {
-            let first = open_listener(&config, &channel, &wake).await?;
-            tokio::spawn(keep_listening(config, channel, wake, first));
+            let first = open_listener(&connector, &channel, &wake).await?;
+            tokio::spawn(keep_listening(connector, channel, wake, first));
             Ok::<_, tokio_postgres::Error>(())
         });
         match futures::executor::block_on(first) {
             Ok(Ok(())) => Ok(notify),
-            Ok(Err(e)) => Err(backend(&e)),
+            Ok(Err(e)) if e.as_db_error().is_some() => Err(backend(&e)),
+            Ok(Err(e)) => Err(StoreError::Backend(self.connector.explain(&e))),
             Err(e) => Err(StoreError::Backend(format!("postgresql listen: {e}"))),
         }
     }
@@ -184,11 +185,11 @@ type Listener = (Client, tokio::task::JoinHandle<()>);
 
 /// Connects, LISTENs on `channel`, and wakes `wake` on each notification.
 async fn open_listener(
-    config: &Config,
+    connector: &Connector,
     channel: &str,
     wake: &Arc<tokio::sync::Notify>,
 ) -> Result<Listener, tokio_postgres::Error> {
-    let (client, mut connection) = config.connect(tokio_postgres::NoTls).await?;
+    let (client, mut connection) = connector.connect().await?;
     let (wake, name) = (Arc::clone(wake), channel.to_owned());
     let messages = tokio::spawn(async move {
         let mut messages = futures::stream::poll_fn(move |cx| connection.poll_message(cx));
@@ -211,7 +212,7 @@ async fn open_listener(
 /// Keeps a LISTEN on `channel` open for as long as the store's runtime
 /// runs: each time the connection ends it is reopened, with back-off.
 async fn keep_listening(
-    config: Config,
+    connector: Connector,
     channel: String,
     wake: Arc<tokio::sync::Notify>,
     first: Listener,
@@ -225,7 +226,7 @@ async fn keep_listening(
         let mut backoff = FIRST;
         (client, messages) = loop {
             tokio::time::sleep(backoff).await;
-            match open_listener(&config, &channel, &wake).await {
+            match open_listener(&connector, &channel, &wake).await {
                 Ok(l) => break l,
                 Err(e) => {
                     backoff = (backoff * 2).min(MOST);

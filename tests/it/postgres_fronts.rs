@@ -299,12 +299,14 @@ async fn a_follower_without_a_sequencer_answers_503_and_the_record_is_integrated
     };
     let tmp = tempfile::tempdir().unwrap();
     let (data_a, data_b) = (tmp.path().join("a"), tmp.path().join("b"));
-    // ttl 1 s: a waiting bound of 4 s.
+    // ttl 2 s: a waiting bound of 6 s. The sequencer renews every third of
+    // the ttl, so its lease has at least 1.3 s left when it is stopped: time
+    // for the test to extend it before the follower could take it.
     let args = [
         "--store",
         db_url.as_str(),
         "--lease-ttl",
-        "1",
+        "2",
         "--rate-limit",
         "0",
     ];
@@ -345,8 +347,16 @@ async fn a_follower_without_a_sequencer_answers_503_and_the_record_is_integrated
     agent.accepted(&first);
 
     // The sequencer stops answering, and keeps its lease.
+    let token = sql("SELECT token FROM log_lease WHERE id = 1");
     a.signal("-STOP");
-    sql("UPDATE log_lease SET expires_at = clock_timestamp() + interval '1 hour' WHERE id = 1");
+    let kept = sql(&format!(
+        "UPDATE log_lease SET expires_at = clock_timestamp() + interval '1 hour' \
+         WHERE id = 1 AND token = {token} AND expires_at > clock_timestamp() RETURNING token"
+    ));
+    assert_eq!(
+        kept, token,
+        "the stopped sequencer's lease ran out before the test could extend it"
+    );
     let r = agent.record("while nobody sequences", Nonce::random(&mut OsRng));
     let started = std::time::Instant::now();
     let resp = common::post_record(&http, &b.url, &api_key, &r)
@@ -368,7 +378,7 @@ async fn a_follower_without_a_sequencer_answers_503_and_the_record_is_integrated
     assert!(seconds >= 1);
     let v: Value = serde_json::from_slice(&body).unwrap();
     assert!(v["error"]["retry_after_ms"].as_u64().is_some(), "{v}");
-    eprintln!("the follower answered 503 sequencer_unavailable after {waited:?} (lease ttl 1 s, bound 4 s)");
+    eprintln!("the follower answered 503 sequencer_unavailable after {waited:?} (lease ttl 2 s, bound 6 s)");
     // Nothing was integrated meanwhile, and the request waits in the table.
     assert_eq!(sql("SELECT count(*) FROM log_entries"), "1");
     assert_eq!(

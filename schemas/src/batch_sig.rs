@@ -217,6 +217,15 @@ mod tests {
             other.push(1);
             assert!(p.verify_raw(&other, &sig).is_err());
         }
+        // In pieces, split anywhere, the same answers.
+        let msg = b"pieces of one message".to_vec();
+        let sig = k.sign_raw(&msg);
+        for cut in 0..=msg.len() {
+            let (a, b) = msg.split_at(cut);
+            assert!(p.verify_parts(&[a, b], &sig).is_ok());
+            assert!(p.verify_parts(&[b, a], &sig).is_err() || a.is_empty() || b.is_empty());
+            assert!(p.verify_parts(&[a, b, b"x"], &sig).is_err());
+        }
         let sig = k.sign(b"d\n", b"m");
         assert!(p.verify(b"d\n", b"m", &sig).is_ok());
         assert!(p.verify(b"e\n", b"m", &sig).is_err());

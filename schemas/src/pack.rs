@@ -784,6 +784,15 @@ mod tests {
         }
     }
 
+    /// `text` with the first character after `after` that `pick` takes
+    /// written as a JSON `\u00xx` escape (the same string, not canonical).
+    fn escape_first(text: &str, after: &str, pick: impl Fn(char) -> bool) -> String {
+        let from = text.find(after).unwrap() + after.len();
+        let (i, c) = text[from..].char_indices().find(|(_, c)| pick(*c)).unwrap();
+        let at = from + i;
+        format!("{}\\u{:04x}{}", &text[..at], u32::from(c), &text[at + 1..])
+    }
+
     #[test]
     fn other_lines_take_the_strict_road_with_its_answers() {
         let text = String::from_utf8(line(2, true, true).to_json().unwrap()).unwrap();
@@ -834,6 +843,40 @@ mod tests {
             ),
             (text.replace("{\"receipt\":", "{ \"receipt\":"), Ok(())),
             (big_proof, Err("too_large")),
+            // Hashes and times are read at their fixed width: the same
+            // value spelled with an escape, or cut short, or in uppercase,
+            // is the strict road's to judge.
+            (
+                escape_first(&text, "\"inclusion\":[\"", |c| c.is_ascii_hexdigit()),
+                Ok(()),
+            ),
+            (
+                escape_first(&text, "\"received\":\"", |c| c.is_ascii_digit()),
+                Ok(()),
+            ),
+            (
+                escape_first(&text, "\"record_hash\":\"", |c| c.is_ascii_hexdigit()),
+                Ok(()),
+            ),
+            (
+                {
+                    let at = text.find("\"inclusion\":[\"").unwrap() + 14;
+                    format!("{}{}", &text[..at], &text[at + 2..])
+                },
+                Err("schema"),
+            ),
+            (
+                {
+                    let from = text.find("\"inclusion\":[\"").unwrap() + 14;
+                    let at = from
+                        + text[from..from + 64]
+                            .find(|c: char| c.is_ascii_lowercase())
+                            .unwrap();
+                    let upper = text[at..=at].to_ascii_uppercase();
+                    format!("{}{upper}{}", &text[..at], &text[at + 1..])
+                },
+                Err("schema"),
+            ),
         ];
         for (bytes, expect) in cases {
             assert_ne!(bytes, text);

@@ -94,6 +94,20 @@ impl PreparedKey {
     /// # Errors
     /// [`BadSignature`] when `verify_strict` would refuse it.
     pub fn verify_raw(&self, signed: &[u8], signature: &Signature) -> Result<(), BadSignature> {
+        self.verify_parts(&[signed], signature)
+    }
+
+    /// [`PreparedKey::verify_raw`] over the pieces of `signed` read end to
+    /// end (as [`crate::Record::signed_message_parts`] gives them), which
+    /// are hashed in place instead of copied into one message first.
+    ///
+    /// # Errors
+    /// [`BadSignature`] when `verify_strict` would refuse the joined message.
+    pub fn verify_parts(
+        &self,
+        signed: &[&[u8]],
+        signature: &Signature,
+    ) -> Result<(), BadSignature> {
         let bytes = signature.as_bytes();
         let mut r_bytes = [0u8; 32];
         r_bytes.copy_from_slice(&bytes[..32]);
@@ -109,7 +123,9 @@ impl PreparedKey {
         let mut h = Sha512::new();
         h.update(r_bytes);
         h.update(self.key.as_dalek().as_bytes());
-        h.update(signed);
+        for part in signed {
+            h.update(part);
+        }
         let k = Scalar::from_bytes_mod_order_wide(&h.finalize().into());
         let expected = EdwardsPoint::mul_base(&s) + self.minus_a.mul_base(&k);
         if expected.compress() != CompressedEdwardsY(r_bytes) || expected.is_small_order() {
@@ -200,6 +216,15 @@ mod tests {
             let mut other = msg.clone();
             other.push(1);
             assert!(p.verify_raw(&other, &sig).is_err());
+        }
+        // In pieces, split anywhere, the same answers.
+        let msg = b"pieces of one message".to_vec();
+        let sig = k.sign_raw(&msg);
+        for cut in 0..=msg.len() {
+            let (a, b) = msg.split_at(cut);
+            assert!(p.verify_parts(&[a, b], &sig).is_ok());
+            assert!(p.verify_parts(&[b, a], &sig).is_err() || a.is_empty() || b.is_empty());
+            assert!(p.verify_parts(&[a, b, b"x"], &sig).is_err());
         }
         let sig = k.sign(b"d\n", b"m");
         assert!(p.verify(b"d\n", b"m", &sig).is_ok());

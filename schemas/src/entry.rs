@@ -9,7 +9,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
 use crate::canonical::{self, CanonicalError, Limits};
-use crate::hash::{leaf_hash, Hash};
+use crate::hash::{leaf_hash, leaf_hash_of_parts, Hash};
 use crate::limits::{MAX_ENTRY_BYTES, MAX_PROOF_HASHES};
 use crate::note::{open_checkpoint, Checkpoint, NoteError, NoteVerifier};
 use crate::record::{check_version, Nonce, Record, RecordError};
@@ -89,18 +89,46 @@ pub struct Entry {
 /// larger entry, a verifier fails the proof of one.
 #[must_use]
 pub fn leaf_data(index: LeafIndex, received: UnixMillis, record: &Record) -> Vec<u8> {
-    let head = format!(
-        "{{\"index\":{},\"received\":\"{}\",\"record\":",
-        index.get(),
-        received
-    );
+    let head = entry_head(index, received);
     let record = record.canonical_bytes();
-    let mut out = Vec::with_capacity(head.len() + record.len() + 8);
-    out.extend_from_slice(head.as_bytes());
+    let mut out = Vec::with_capacity(head.len() + record.len() + ENTRY_TAIL.len());
+    out.extend_from_slice(&head);
     out.extend_from_slice(record);
-    out.extend_from_slice(b",\"v\":1}");
+    out.extend_from_slice(ENTRY_TAIL);
     out
 }
+
+/// The leaf hash of [`leaf_data`]`(index, received, record)` and that
+/// entry's length in bytes, hashed from its three pieces in place instead
+/// of copying the record into one buffer first.
+#[must_use]
+pub fn entry_leaf_hash(index: LeafIndex, received: UnixMillis, record: &Record) -> (Hash, usize) {
+    let head = entry_head(index, received);
+    let record = record.canonical_bytes();
+    let hash = leaf_hash_of_parts(&[&head, record, ENTRY_TAIL]);
+    (hash, head.len() + record.len() + ENTRY_TAIL.len())
+}
+
+/// The entry's members before the record, in JCS order. (A time outside
+/// the wire range, which no parsed entry holds, is spelled as `Display`
+/// spells it.)
+fn entry_head(index: LeafIndex, received: UnixMillis) -> Vec<u8> {
+    use std::io::Write as _;
+    let mut head = Vec::with_capacity(80);
+    head.extend_from_slice(b"{\"index\":");
+    // Writing to a Vec cannot fail.
+    let _ = write!(head, "{}", index.get());
+    head.extend_from_slice(b",\"received\":\"");
+    match received.rfc3339_bytes() {
+        Ok(text) => head.extend_from_slice(&text),
+        Err(_) => head.extend_from_slice(received.to_string().as_bytes()),
+    }
+    head.extend_from_slice(b"\",\"record\":");
+    head
+}
+
+/// The entry's member after the record, and its end.
+const ENTRY_TAIL: &[u8] = b",\"v\":1}";
 
 impl Entry {
     /// Builds the entry the witness appends for `record`.
@@ -360,9 +388,11 @@ mod tests {
                     record: &record,
                 })
                 .unwrap();
+                let (index, received) = (LeafIndex::new(index), UnixMillis::new(received));
+                assert_eq!(leaf_data(index, received, &record), general);
                 assert_eq!(
-                    leaf_data(LeafIndex::new(index), UnixMillis::new(received), &record),
-                    general
+                    entry_leaf_hash(index, received, &record),
+                    (leaf_hash(&general), general.len())
                 );
             }
         }

@@ -123,6 +123,17 @@ pub fn leaf_hash(entry: &[u8]) -> Hash {
     Hash(h.finalize().into())
 }
 
+/// [`leaf_hash`] of the pieces of an entry read end to end.
+#[must_use]
+pub fn leaf_hash_of_parts(parts: &[&[u8]]) -> Hash {
+    let mut h = Sha256::new();
+    h.update([0x00]);
+    for part in parts {
+        h.update(part);
+    }
+    Hash(h.finalize().into())
+}
+
 /// RFC 9162 §2.1.1: the hash of an interior node, `SHA-256(0x01 ‖ left ‖ right)`.
 #[must_use]
 pub fn node_hash(left: &Hash, right: &Hash) -> Hash {

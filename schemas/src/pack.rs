@@ -248,7 +248,8 @@ fn read_record_line(line: &[u8]) -> Option<FastRecordLine> {
         None
     } else {
         c.expect(b"{\"inclusion\":[")?;
-        let mut inclusion = Vec::new();
+        // A proof in a log of up to 2^32 entries, without growing.
+        let mut inclusion = Vec::with_capacity(32);
         if !c.eat(b"]") {
             loop {
                 inclusion.push(c.hash()?);
@@ -289,26 +290,51 @@ fn fast_record_line(line: &[u8]) -> Option<PackRecord> {
     }
     let fields = read_record_line(line)?;
     let record = fields.record.into_record()?;
-    let mut out = Vec::with_capacity(line.len());
-    out.extend_from_slice(START);
-    match &fields.receipt {
+    let same = LINE.with_borrow_mut(|out| {
+        out.clear();
+        write_record_line(out, &fields.receipt, &record, &fields.witnessed)?;
+        Some(out == line)
+    })?;
+    same.then_some(PackRecord {
+        record,
+        witnessed: fields.witnessed,
+        receipt: fields.receipt,
+    })
+}
+
+thread_local! {
+    /// The canonical line [`fast_record_line`] compares with its input,
+    /// one buffer per thread for every line it reads.
+    static LINE: std::cell::RefCell<Vec<u8>> = const { std::cell::RefCell::new(Vec::new()) };
+}
+
+/// Appends a record line's canonical bytes; `None` for a counter above
+/// 2^53 − 1 or a time out of range, which a read line cannot hold.
+fn write_record_line(
+    out: &mut Vec<u8>,
+    receipt: &Option<PackReceipt>,
+    record: &Record,
+    witnessed: &Option<Witnessed>,
+) -> Option<()> {
+    out.extend_from_slice(b"{\"receipt\":");
+    match receipt {
         None => out.extend_from_slice(b"null"),
         Some(r) => {
             out.extend_from_slice(b"{\"index\":");
-            put_counter(&mut out, r.index.get())?;
+            put_counter(out, r.index.get())?;
             out.extend_from_slice(b",\"nonce\":");
-            put_hex(&mut out, r.nonce.as_bytes());
+            put_hex(out, r.nonce.as_bytes());
             out.extend_from_slice(b",\"record_hash\":");
-            put_hex(&mut out, r.record_hash.as_bytes());
+            put_hex(out, r.record_hash.as_bytes());
             out.extend_from_slice(b",\"tree_size\":");
-            put_counter(&mut out, r.tree_size.get())?;
+            put_counter(out, r.tree_size.get())?;
             out.push(b'}');
         }
     }
     out.extend_from_slice(b",\"record\":");
     out.extend_from_slice(record.canonical_bytes());
     out.extend_from_slice(b",\"type\":\"record\",\"witnessed\":");
-    match &fields.witnessed {
+    match witnessed {
         None => out.extend_from_slice(b"null"),
         Some(w) => {
             out.extend_from_slice(b"{\"inclusion\":[");
@@ -316,21 +342,17 @@ fn fast_record_line(line: &[u8]) -> Option<PackRecord> {
                 if i > 0 {
                     out.push(b',');
                 }
-                put_hex(&mut out, h.as_bytes());
+                put_hex(out, h.as_bytes());
             }
             out.extend_from_slice(b"],\"index\":");
-            put_counter(&mut out, w.index.get())?;
+            put_counter(out, w.index.get())?;
             out.extend_from_slice(b",\"received\":");
-            put_time(&mut out, w.received)?;
+            put_time(out, w.received)?;
             out.push(b'}');
         }
     }
     out.push(b'}');
-    (out == line).then_some(PackRecord {
-        record,
-        witnessed: fields.witnessed,
-        receipt: fields.receipt,
-    })
+    Some(())
 }
 
 /// Last line of a pack.
@@ -762,6 +784,15 @@ mod tests {
         }
     }
 
+    /// `text` with the first character after `after` that `pick` takes
+    /// written as a JSON `\u00xx` escape (the same string, not canonical).
+    fn escape_first(text: &str, after: &str, pick: impl Fn(char) -> bool) -> String {
+        let from = text.find(after).unwrap() + after.len();
+        let (i, c) = text[from..].char_indices().find(|(_, c)| pick(*c)).unwrap();
+        let at = from + i;
+        format!("{}\\u{:04x}{}", &text[..at], u32::from(c), &text[at + 1..])
+    }
+
     #[test]
     fn other_lines_take_the_strict_road_with_its_answers() {
         let text = String::from_utf8(line(2, true, true).to_json().unwrap()).unwrap();
@@ -812,6 +843,40 @@ mod tests {
             ),
             (text.replace("{\"receipt\":", "{ \"receipt\":"), Ok(())),
             (big_proof, Err("too_large")),
+            // Hashes and times are read at their fixed width: the same
+            // value spelled with an escape, or cut short, or in uppercase,
+            // is the strict road's to judge.
+            (
+                escape_first(&text, "\"inclusion\":[\"", |c| c.is_ascii_hexdigit()),
+                Ok(()),
+            ),
+            (
+                escape_first(&text, "\"received\":\"", |c| c.is_ascii_digit()),
+                Ok(()),
+            ),
+            (
+                escape_first(&text, "\"record_hash\":\"", |c| c.is_ascii_hexdigit()),
+                Ok(()),
+            ),
+            (
+                {
+                    let at = text.find("\"inclusion\":[\"").unwrap() + 14;
+                    format!("{}{}", &text[..at], &text[at + 2..])
+                },
+                Err("schema"),
+            ),
+            (
+                {
+                    let from = text.find("\"inclusion\":[\"").unwrap() + 14;
+                    let at = from
+                        + text[from..from + 64]
+                            .find(|c: char| c.is_ascii_lowercase())
+                            .unwrap();
+                    let upper = text[at..=at].to_ascii_uppercase();
+                    format!("{}{upper}{}", &text[..at], &text[at + 1..])
+                },
+                Err("schema"),
+            ),
         ];
         for (bytes, expect) in cases {
             assert_ne!(bytes, text);

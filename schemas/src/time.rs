@@ -90,23 +90,43 @@ impl UnixMillis {
     /// [`TimeRangeError`] for a time outside `MIN_TIME..=MAX_TIME`, which
     /// has no wire form (it is never silently moved into range).
     pub fn to_rfc3339(self) -> Result<String, TimeRangeError> {
+        let text = self.rfc3339_bytes()?;
+        // Digits and ASCII punctuation only.
+        Ok(text.iter().map(|&b| char::from(b)).collect())
+    }
+
+    /// The wire form as its 24 ASCII bytes, written without allocating
+    /// (a pack line holds two times, and the verifier writes both back).
+    ///
+    /// # Errors
+    /// [`TimeRangeError`] for a time outside `MIN_TIME..=MAX_TIME`.
+    pub fn rfc3339_bytes(self) -> Result<[u8; 24], TimeRangeError> {
         if !self.in_range() {
             return Err(TimeRangeError { millis: self.0 });
         }
-        let secs = self.0.div_euclid(1000);
-        let ms = self.0.rem_euclid(1000);
-        let dt = time::OffsetDateTime::from_unix_timestamp(secs)
-            .map_err(|_| TimeRangeError { millis: self.0 })?;
-        Ok(format!(
-            "{:04}-{:02}-{:02}T{:02}:{:02}:{:02}.{:03}Z",
-            dt.year(),
-            u8::from(dt.month()),
-            dt.day(),
-            dt.hour(),
-            dt.minute(),
-            dt.second(),
-            ms
-        ))
+        // In range, so non-negative and the year has four digits.
+        let millis = self.0.unsigned_abs();
+        let (days, ms_of_day) = (millis / 86_400_000, millis % 86_400_000);
+        let (year, month, day) = civil_from_days(days);
+        let secs = ms_of_day / 1000;
+        let fields = [
+            (0, 4, year),
+            (5, 2, month),
+            (8, 2, day),
+            (11, 2, secs / 3600),
+            (14, 2, secs / 60 % 60),
+            (17, 2, secs % 60),
+            (20, 3, ms_of_day % 1000),
+        ];
+        let mut out = *b"0000-00-00T00:00:00.000Z";
+        for (at, width, mut value) in fields {
+            for i in (at..at + width).rev() {
+                // `value % 10` is below 10, so the cast keeps it.
+                out[i] = b'0' + (value % 10) as u8;
+                value /= 10;
+            }
+        }
+        Ok(out)
     }
 
     /// Parses the wire form.
@@ -158,6 +178,29 @@ impl UnixMillis {
         }
         Ok(Self(millis))
     }
+}
+
+/// The proleptic Gregorian date `(year, month, day)` of the day `days` after
+/// 1970-01-01 (the inverse of the day count of a date, in 400-year eras of
+/// 146,097 days that start on March 1, so the leap day ends a year).
+const fn civil_from_days(days: u64) -> (u64, u64, u64) {
+    // Days since 0000-03-01.
+    let z = days + 719_468;
+    let era = z / 146_097;
+    let day_of_era = z % 146_097;
+    let year_of_era =
+        (day_of_era - day_of_era / 1460 + day_of_era / 36_524 - day_of_era / 146_096) / 365;
+    let day_of_year = day_of_era - (365 * year_of_era + year_of_era / 4 - year_of_era / 100);
+    // Months from March: 0 is March, 11 is February.
+    let month_from_march = (5 * day_of_year + 2) / 153;
+    let day = day_of_year - (153 * month_from_march + 2) / 5 + 1;
+    let month = if month_from_march < 10 {
+        month_from_march + 3
+    } else {
+        month_from_march - 9
+    };
+    let year = era * 400 + year_of_era + if month <= 2 { 1 } else { 0 };
+    (year, month, day)
 }
 
 /// The wire form; a time outside the wire range shows as its count of
@@ -239,6 +282,55 @@ mod tests {
             UnixMillis::parse_rfc3339("1970-01-01T00:00:00.000Z"),
             Ok(MIN_TIME)
         );
+    }
+
+    /// The wire form as the `time` crate spells it (how it was written
+    /// before the writer of its own), the oracle for `rfc3339_bytes`.
+    fn oracle(t: UnixMillis) -> String {
+        let dt = time::OffsetDateTime::from_unix_timestamp(t.0.div_euclid(1000)).unwrap();
+        format!(
+            "{:04}-{:02}-{:02}T{:02}:{:02}:{:02}.{:03}Z",
+            dt.year(),
+            u8::from(dt.month()),
+            dt.day(),
+            dt.hour(),
+            dt.minute(),
+            dt.second(),
+            t.0.rem_euclid(1000)
+        )
+    }
+
+    #[test]
+    fn the_writer_spells_every_day_as_the_time_crate_does() {
+        // Every day from 1970 to 9999 has the time crate's date; every 97th
+        // day, at its first and last millisecond and one that moves with
+        // it, the whole spelling, which parses back.
+        let last_day = MAX_TIME.0 / 86_400_000;
+        for day in 0..=last_day {
+            let date = time::OffsetDateTime::from_unix_timestamp(day * 86_400)
+                .unwrap()
+                .date();
+            let want = (
+                u64::try_from(date.year()).unwrap(),
+                u64::from(u8::from(date.month())),
+                u64::from(date.day()),
+            );
+            assert_eq!(civil_from_days(day.unsigned_abs()), want, "day {day}");
+            if day % 97 == 0 || day == last_day {
+                let start = day * 86_400_000;
+                for t in [
+                    start,
+                    start + (day * 7_919_993) % 86_400_000,
+                    start + 86_399_999,
+                ] {
+                    let t = UnixMillis::new(t);
+                    let text = t.to_rfc3339().unwrap();
+                    assert_eq!(text, oracle(t));
+                    assert_eq!(t.rfc3339_bytes().unwrap(), text.as_bytes());
+                    assert_eq!(UnixMillis::parse_rfc3339(&text), Ok(t));
+                }
+            }
+        }
     }
 
     #[test]

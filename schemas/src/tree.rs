@@ -185,22 +185,116 @@ pub fn root_from_inclusion_proof(
             want,
         });
     }
-    let (mut fnode, mut snode) = (index.0, size.0 - 1);
-    let mut r = *leaf;
+    let mut state = PathState {
+        fnode: index.0,
+        snode: size.0 - 1,
+        hash: *leaf,
+    };
     for p in proof {
-        if fnode & 1 == 1 || fnode == snode {
-            r = node_hash(p, &r);
-            while fnode & 1 == 0 && fnode != 0 {
-                fnode >>= 1;
-                snode >>= 1;
+        state.step(p);
+    }
+    Ok(state.hash)
+}
+
+/// Where the walk of RFC 9162 §2.1.3.2 stands before a proof hash: the
+/// node positions `fn` and `sn` and the hash `r` computed so far. The rest
+/// of the walk depends only on this state and the proof hashes left.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct PathState {
+    fnode: u64,
+    snode: u64,
+    hash: Hash,
+}
+
+impl PathState {
+    /// One step of the walk, with the proof hash `p`.
+    fn step(&mut self, p: &Hash) {
+        if self.fnode & 1 == 1 || self.fnode == self.snode {
+            self.hash = node_hash(p, &self.hash);
+            while self.fnode & 1 == 0 && self.fnode != 0 {
+                self.fnode >>= 1;
+                self.snode >>= 1;
             }
         } else {
-            r = node_hash(&r, p);
+            self.hash = node_hash(&self.hash, p);
         }
-        fnode >>= 1;
-        snode >>= 1;
+        self.fnode >>= 1;
+        self.snode >>= 1;
     }
-    Ok(r)
+}
+
+/// Checks many inclusion proofs, giving exactly [`verify_inclusion`]'s
+/// answers, faster when consecutive proofs are into the same tree: the
+/// proofs of neighbouring leaves share their upper part, which is hashed
+/// once. It keeps the walk of the last proof that reached its root (the
+/// state before each step, and the proof); a later proof into the same tree
+/// (size and root) that comes to the same state with the same proof hashes
+/// left would finish that walk the same way, at that root, so it is
+/// accepted there. Anything else (no such state, another tree, a proof that
+/// fails) is walked to the end, and a proof that does not reach its root is
+/// handed to [`verify_inclusion`] for its error.
+#[derive(Debug, Default, Clone)]
+pub struct InclusionPaths {
+    /// The tree the last accepted walk reached, if any.
+    tree: Option<(TreeSize, Hash)>,
+    /// The state before each step of that walk, and its proof.
+    states: Vec<PathState>,
+    proof: Vec<Hash>,
+    /// The walk under way (kept to reuse its allocation).
+    walk: Vec<PathState>,
+}
+
+impl InclusionPaths {
+    /// [`verify_inclusion`], remembering the walk of an accepted proof.
+    ///
+    /// # Errors
+    /// The [`ProofError`] [`verify_inclusion`] gives.
+    pub fn verify(
+        &mut self,
+        index: LeafIndex,
+        size: TreeSize,
+        leaf: &Hash,
+        proof: &[Hash],
+        root: &Hash,
+    ) -> Result<(), ProofError> {
+        if !size.contains(index) || proof.len() != inclusion_proof_len(index.0, size.0) {
+            return verify_inclusion(index, size, leaf, proof, root);
+        }
+        // Step `t` of this walk lines up with step `j = t + last - len` of
+        // the last one: both have `len - t` hashes left.
+        let same_tree = self.tree == Some((size, *root));
+        let (last, len) = (self.states.len(), proof.len());
+        let mut state = PathState {
+            fnode: index.0,
+            snode: size.0 - 1,
+            hash: *leaf,
+        };
+        self.walk.clear();
+        for (t, p) in proof.iter().enumerate() {
+            if same_tree && t + last >= len {
+                let j = t + last - len;
+                if self.states[j] == state && self.proof[j..] == proof[t..] {
+                    // The rest is the last walk's, which reached `root`.
+                    // Keep this walk's steps below it for the next proof.
+                    self.walk.extend_from_slice(&self.states[j..]);
+                    std::mem::swap(&mut self.walk, &mut self.states);
+                    self.proof.clear();
+                    self.proof.extend_from_slice(proof);
+                    return Ok(());
+                }
+            }
+            self.walk.push(state);
+            state.step(p);
+        }
+        if state.hash != *root {
+            return verify_inclusion(index, size, leaf, proof, root);
+        }
+        std::mem::swap(&mut self.walk, &mut self.states);
+        self.proof.clear();
+        self.proof.extend_from_slice(proof);
+        self.tree = Some((size, *root));
+        Ok(())
+    }
 }
 
 /// Checks that `leaf` is at `index` in the tree of `size` with `root`.
@@ -390,6 +484,73 @@ mod tests {
 
     fn leaves(n: usize) -> Vec<Hash> {
         (0..n).map(|i| leaf_hash(&i.to_be_bytes())).collect()
+    }
+
+    #[test]
+    fn remembered_walks_answer_exactly_as_verify_inclusion() {
+        // Proofs in pack order and in other orders, into two trees taken in
+        // turn, intact and with one hash, the leaf, the index, the size, the
+        // root or the length wrong: each answer is verify_inclusion's.
+        let mut paths = InclusionPaths::default();
+        let mut seed = 0x9e37_79b9_7f4a_7c15_u64;
+        let mut next = move || {
+            seed ^= seed << 13;
+            seed ^= seed >> 7;
+            seed ^= seed << 17;
+            seed
+        };
+        let mut accepted = 0;
+        for n in [1usize, 2, 3, 5, 8, 13, 31, 32, 33, 64, 100] {
+            let l = leaves(n);
+            let smaller = &l[..n.div_ceil(2)];
+            let trees = [
+                (n, reference::root(&l)),
+                (smaller.len(), reference::root(smaller)),
+            ];
+            let orders: [Vec<usize>; 3] = [
+                (0..n).collect(),
+                (0..n).rev().collect(),
+                (0..2 * n).map(|_| (next() % n as u64) as usize).collect(),
+            ];
+            for (k, i) in orders.iter().flatten().enumerate() {
+                let (size, root) = trees[k % 2];
+                let i = *i % size;
+                let proof = reference::inclusion_proof(i, &l[..size]);
+                let mut cases = vec![(i as u64, size as u64, l[i], proof.clone(), root)];
+                if !proof.is_empty() {
+                    let mut bad = proof.clone();
+                    let at = (next() % proof.len() as u64) as usize;
+                    bad[at] = leaf_hash(&[at as u8]);
+                    cases.push((i as u64, size as u64, l[i], bad, root));
+                    cases.push((i as u64, size as u64, l[i], proof[1..].to_vec(), root));
+                }
+                let mut longer = proof.clone();
+                longer.push(root);
+                cases.push((i as u64, size as u64, l[i], longer, root));
+                cases.push((i as u64, size as u64, leaf_hash(b"x"), proof.clone(), root));
+                cases.push((
+                    ((i + 1) % size) as u64,
+                    size as u64,
+                    l[i],
+                    proof.clone(),
+                    root,
+                ));
+                cases.push((i as u64, size as u64 + 1, l[i], proof.clone(), root));
+                cases.push((i as u64, size as u64, l[i], proof.clone(), leaf_hash(b"r")));
+                cases.push((size as u64, size as u64, l[i], proof, root));
+                for (index, size, leaf, proof, root) in cases {
+                    let (index, size) = (LeafIndex::new(index), TreeSize::new(size));
+                    let want = verify_inclusion(index, size, &leaf, &proof, &root);
+                    accepted += usize::from(want.is_ok());
+                    assert_eq!(
+                        paths.verify(index, size, &leaf, &proof, &root),
+                        want,
+                        "{index} in {size}"
+                    );
+                }
+            }
+        }
+        assert!(accepted > 500);
     }
 
     #[test]

@@ -8,22 +8,21 @@ use std::collections::hash_map::RandomState;
 use std::collections::HashMap;
 use std::hash::BuildHasher;
 use std::sync::mpsc::{channel, sync_channel, Receiver, SyncSender};
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
 
-use tally_schemas::entry::leaf_data;
-use tally_schemas::hash::leaf_hash;
+use tally_schemas::entry::entry_leaf_hash;
 use tally_schemas::limits::{MAX_ENTRY_BYTES, MAX_PROOF_HASHES};
 use tally_schemas::pack::{AgentKey, PackCheckpoint, PackEnd, PackError, PackLine, PackRecord};
 use tally_schemas::time::UnixMillis;
-use tally_schemas::tree::{verify_inclusion, LeafIndex, TreeSize};
+use tally_schemas::tree::{InclusionPaths, LeafIndex, TreeSize};
 use tally_schemas::{Hash, Record};
 
-use crate::sig::PreparedKeys;
+use crate::sig::{KeyTables, PreparedKeys};
 
 /// Lines per batch handed to a worker, at most. Small enough that the
 /// batches in flight (queued, being worked, results waiting) hold a few
 /// megabytes; large enough that handing them over costs nothing measurable.
-pub(crate) const BATCH_LINES: usize = 64;
+pub(crate) const BATCH_LINES: usize = 128;
 /// Bytes of lines per batch, at least once reached (a batch is sent when it
 /// has `BATCH_LINES` lines or this many bytes, so one batch holds at most
 /// this plus one line).
@@ -66,7 +65,8 @@ pub(crate) enum KeyStatus {
 
 /// One record line after the parallel checks.
 pub(crate) struct RecordWork {
-    pub line: PackRecord,
+    /// The line as parsed (boxed by the parser; kept in its box).
+    pub line: Box<PackRecord>,
     pub key: KeyStatus,
     /// `None` when no trusted key is named (the record is `agent_keys`'s).
     pub sig_ok: Option<bool>,
@@ -79,7 +79,7 @@ pub(crate) struct RecordWork {
 pub(crate) enum Parsed {
     Header,
     Checkpoint(Box<PackCheckpoint>),
-    Record(Box<RecordWork>),
+    Record(RecordWork),
     End(PackEnd),
     Bad(String),
     TooLong(u64),
@@ -112,8 +112,11 @@ impl Batch {
     }
 }
 
-/// Proves an entry at `index` in the tree `(size, root)`.
+/// Proves an entry at `index` in the tree `(size, root)`; `paths` is the
+/// caller's memory of the last proof walked (it changes the speed, never the
+/// answer).
 pub(crate) fn prove_entry(
+    paths: &mut InclusionPaths,
     index: LeafIndex,
     received: UnixMillis,
     record: &Record,
@@ -127,14 +130,13 @@ pub(crate) fn prove_entry(
             proof.len()
         ));
     }
-    let data = leaf_data(index, received, record);
-    if data.len() > MAX_ENTRY_BYTES {
+    let (leaf, entry_len) = entry_leaf_hash(index, received, record);
+    if entry_len > MAX_ENTRY_BYTES {
         return Err(format!(
-            "entry is {} bytes, more than {MAX_ENTRY_BYTES}",
-            data.len()
+            "entry is {entry_len} bytes, more than {MAX_ENTRY_BYTES}"
         ));
     }
-    verify_inclusion(index, size, &leaf_hash(&data), proof, root).map_err(|e| {
+    paths.verify(index, size, &leaf, proof, root).map_err(|e| {
         format!("entry not proven at index {index} in the checkpoint of size {size}: {e}")
     })
 }
@@ -154,13 +156,45 @@ pub(crate) fn lookup_key<'a>(
     }
 }
 
-fn work_record(line: PackRecord, ctx: &Context, keys: &mut PreparedKeys) -> RecordWork {
+/// What one worker thread keeps from line to line: its view of the
+/// prepared keys, and the last inclusion proof it walked.
+pub(crate) struct Worker {
+    keys: PreparedKeys,
+    paths: InclusionPaths,
+}
+
+impl Worker {
+    pub(crate) fn new(tables: Arc<KeyTables>) -> Self {
+        Self {
+            keys: PreparedKeys::new(tables),
+            paths: InclusionPaths::default(),
+        }
+    }
+}
+
+fn work_record(mut line: Box<PackRecord>, ctx: &Context, worker: &mut Worker) -> RecordWork {
     let record = &line.record;
     let (key, trusted) = lookup_key(&ctx.keys, record);
-    let sig_ok = trusted.map(|k| keys.verify_record(record, &k.public_key));
-    let inclusion = line.witnessed.as_ref().map(|w| match &ctx.pack_tree {
-        Some((size, root)) => prove_entry(w.index, w.received, record, &w.inclusion, *size, root),
-        None => Err("the pack checkpoint could not be read, so no entry can be proven".to_owned()),
+    let sig_ok = trusted.map(|k| worker.keys.verify_record(record, &k.public_key));
+    let inclusion = line.witnessed.as_mut().map(|w| {
+        let proven = match &ctx.pack_tree {
+            Some((size, root)) => prove_entry(
+                &mut worker.paths,
+                w.index,
+                w.received,
+                record,
+                &w.inclusion,
+                *size,
+                root,
+            ),
+            None => {
+                Err("the pack checkpoint could not be read, so no entry can be proven".to_owned())
+            }
+        };
+        // The proof has been checked and no ordered check reads it: it is
+        // freed here, on the thread that made it.
+        w.inclusion = Vec::new();
+        proven
     });
     let nonce_fp = ctx.fingerprint(record.nonce.as_bytes());
     RecordWork {
@@ -172,9 +206,8 @@ fn work_record(line: PackRecord, ctx: &Context, keys: &mut PreparedKeys) -> Reco
     }
 }
 
-/// The parallel half for one line of `data`; `keys` is the worker's own
-/// cache of prepared keys.
-pub(crate) fn work(line: RawLine, data: &[u8], ctx: &Context, keys: &mut PreparedKeys) -> Parsed {
+/// The parallel half for one line of `data`, on `worker`'s thread.
+pub(crate) fn work(line: RawLine, data: &[u8], ctx: &Context, worker: &mut Worker) -> Parsed {
     let bytes = match line {
         RawLine::TooLong(len) => return Parsed::TooLong(len),
         RawLine::Text(range) => &data[range],
@@ -182,7 +215,7 @@ pub(crate) fn work(line: RawLine, data: &[u8], ctx: &Context, keys: &mut Prepare
     match PackLine::from_json(bytes) {
         Ok(PackLine::Header(_)) => Parsed::Header,
         Ok(PackLine::Checkpoint(c)) => Parsed::Checkpoint(Box::new(c)),
-        Ok(PackLine::Record(r)) => Parsed::Record(Box::new(work_record(*r, ctx, keys))),
+        Ok(PackLine::Record(r)) => Parsed::Record(work_record(r, ctx, worker)),
         Ok(PackLine::End(e)) => Parsed::End(e),
         Err(PackError::UnsupportedVersion { what, found }) => {
             Parsed::Bad(format!("{what} format version {found} is not supported"))
@@ -237,11 +270,13 @@ impl<'a> Pipeline<'a> {
         'env: 'a,
     {
         let (res_tx, res_rx) = channel();
+        let tables = Arc::new(KeyTables::default());
         for _ in 0..threads {
+            let tables = Arc::clone(&tables);
             let res_tx = res_tx.clone();
             let rx = &queue.rx;
             scope.spawn(move || {
-                let mut keys = PreparedKeys::default();
+                let mut worker = Worker::new(tables);
                 loop {
                     let job = rx
                         .lock()
@@ -252,7 +287,7 @@ impl<'a> Pipeline<'a> {
                     let out: Vec<Parsed> = batch
                         .lines
                         .into_iter()
-                        .map(|l| work(l, data, ctx, &mut keys))
+                        .map(|l| work(l, data, ctx, &mut worker))
                         .collect();
                     if res_tx.send((id, out)).is_err() {
                         break;

@@ -119,8 +119,26 @@ impl<'a> Cursor<'a> {
         (n <= MAX_COUNTER).then_some(n)
     }
 
+    /// The `len` bytes between a quote here and a quote `len + 1` bytes on:
+    /// the only spelling JCS gives a hash or a time. The callers parse them
+    /// with parsers that refuse a quote, a backslash or a control character
+    /// (hex digits only; the time's digits and punctuation only), so an
+    /// escaped or cut string is refused there, which costs only the strict
+    /// road.
+    fn fixed_string(&mut self, len: usize) -> Option<&'a str> {
+        let b = self.text.as_bytes();
+        let start = self.at + 1;
+        let end = start.checked_add(len)?;
+        if b.get(self.at) != Some(&b'"') || b.get(end) != Some(&b'"') {
+            return None;
+        }
+        let text = self.text.get(start..end)?;
+        self.at = end + 1;
+        Some(text)
+    }
+
     pub(crate) fn hash(&mut self) -> Option<Hash> {
-        Hash::from_hex(&self.string()?).ok()
+        Hash::from_hex(self.fixed_string(2 * crate::hash::HASH_LEN)?).ok()
     }
 
     pub(crate) fn nonce(&mut self) -> Option<Nonce> {
@@ -128,7 +146,8 @@ impl<'a> Cursor<'a> {
     }
 
     pub(crate) fn time(&mut self) -> Option<UnixMillis> {
-        UnixMillis::parse_rfc3339(&self.string()?).ok()
+        // `YYYY-MM-DDTHH:MM:SS.mmmZ`
+        UnixMillis::parse_rfc3339(self.fixed_string(24)?).ok()
     }
 
     /// A string naming a variant of a unit enum (its serde name).

@@ -228,6 +228,9 @@ pub struct Record {
     unsigned: UnsignedRecord,
     sig: Signature,
     canonical: Vec<u8>,
+    /// Where the `,"sig":"…"` member is in `canonical`
+    /// ([`Record::signed_message_parts`]).
+    sig_member: std::ops::Range<usize>,
     hash: Hash,
 }
 
@@ -241,7 +244,7 @@ impl Deref for Record {
 impl Record {
     fn assemble(unsigned: UnsignedRecord, sig: Signature) -> Result<Self, RecordError> {
         let mut canonical = Vec::with_capacity(512);
-        write_canonical(&unsigned, Some(&sig), &mut canonical)?;
+        let sig_member = write_canonical(&unsigned, Some(&sig), &mut canonical)?;
         if canonical.len() > MAX_RECORD_BYTES {
             return Err(RecordError::TooLarge {
                 size: canonical.len(),
@@ -253,6 +256,7 @@ impl Record {
             unsigned,
             sig,
             canonical,
+            sig_member,
             hash,
         })
     }
@@ -357,45 +361,31 @@ impl Record {
     /// The message the signature is over (§3.1):
     /// `"tally/record/v1\n" ‖ JCS(record without "sig")`. The one place
     /// these bytes are built for a parsed record.
-    ///
-    /// JCS sorts members, so the top-level `"sig"` member sits between `seq`
-    /// and `time`, and no body has a member named `sig`; inside JSON strings
-    /// every `"` is escaped, so the bytes `,"sig":"` occur only there. Cutting
-    /// that member out of the canonical bytes gives the canonical bytes
-    /// without it, without re-serialising the record; should the cut not find
-    /// exactly the record's own signature, the bytes are written afresh.
     #[must_use]
     pub fn signed_message(&self) -> Vec<u8> {
-        const KEY: &[u8] = b",\"sig\":\"";
-        let canonical = &self.canonical;
-        let sig = self.sig.to_base64();
-        let spliced = canonical
-            .windows(KEY.len())
-            .position(|w| w == KEY)
-            .and_then(|at| {
-                let value_start = at + KEY.len();
-                let value_end = value_start + sig.len();
-                (canonical.get(value_start..value_end) == Some(sig.as_bytes())
-                    && canonical.get(value_end) == Some(&b'"'))
-                .then_some((at, value_end + 1))
-            });
-        let mut message = Vec::with_capacity(RECORD_SIGNATURE_DOMAIN.len() + canonical.len());
-        message.extend_from_slice(RECORD_SIGNATURE_DOMAIN);
-        match spliced {
-            Some((from, to)) => {
-                message.extend_from_slice(&canonical[..from]);
-                message.extend_from_slice(&canonical[to..]);
-            }
-            None => {
-                // A parsed record was written by `write_canonical`, whose only
-                // failure (a time outside the wire range) it has passed.
-                let mut unsigned = Vec::with_capacity(canonical.len());
-                if write_canonical(&self.unsigned, None, &mut unsigned).is_ok() {
-                    message.extend_from_slice(&unsigned);
-                }
-            }
+        let parts = self.signed_message_parts();
+        let mut message = Vec::with_capacity(parts.iter().map(|p| p.len()).sum());
+        for p in parts {
+            message.extend_from_slice(p);
         }
         message
+    }
+
+    /// [`Record::signed_message`] as three pieces to be read end to end,
+    /// without copying: the domain, then the record's canonical bytes
+    /// before and after its `,"sig":"…"` member. The canonical writer puts
+    /// every other byte the same with or without that member (JCS sorts
+    /// members, so `sig` sits between `seq` and `time`), and it noted where
+    /// the member went, so cutting it out gives `JCS(record without "sig")`
+    /// exactly; `signing_bytes` writes the same bytes afresh (a test holds
+    /// them equal).
+    #[must_use]
+    pub fn signed_message_parts(&self) -> [&[u8]; 3] {
+        [
+            RECORD_SIGNATURE_DOMAIN,
+            &self.canonical[..self.sig_member.start],
+            &self.canonical[self.sig_member.end..],
+        ]
     }
 
     /// Checks the signature with `key`, which the caller trusts for this

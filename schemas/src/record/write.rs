@@ -80,8 +80,9 @@ pub(crate) fn put_counter(out: &mut Vec<u8>, n: u64) -> Option<()> {
 /// Appends a time in its one wire spelling (it needs no escaping); `None`
 /// for a time outside the wire range.
 pub(crate) fn put_time(out: &mut Vec<u8>, time: UnixMillis) -> Option<()> {
+    let text = time.rfc3339_bytes().ok()?;
     out.push(b'"');
-    out.extend_from_slice(time.to_rfc3339().ok()?.as_bytes());
+    out.extend_from_slice(&text);
     out.push(b'"');
     Some(())
 }
@@ -195,7 +196,11 @@ fn write_body(out: &mut Vec<u8>, body: &Body) {
 
 /// Appends `JCS(record)`, or `JCS(record without "sig")` when `sig` is
 /// `None`: the members in RFC 8785 order (all names are ASCII, so UTF-16
-/// order is byte order), the numbers all counters below 2^53.
+/// order is byte order), the numbers all counters below 2^53. Returns where
+/// in `out` the `,"sig":"…"` member went (an empty range where it would go
+/// when `sig` is `None`): every other byte is written the same with or
+/// without it, so cutting that range out of `JCS(record)` gives
+/// `JCS(record without "sig")`.
 ///
 /// # Errors
 /// [`RecordError::Invalid`] for a time outside the wire range (only a record
@@ -204,7 +209,7 @@ pub(super) fn write_canonical(
     u: &UnsignedRecord,
     sig: Option<&Signature>,
     out: &mut Vec<u8>,
-) -> Result<(), RecordError> {
+) -> Result<std::ops::Range<usize>, RecordError> {
     out.extend_from_slice(b"{\"agent\":");
     put_str(out, u.agent.as_str());
     out.extend_from_slice(b",\"body\":");
@@ -223,17 +228,19 @@ pub(super) fn write_canonical(
     out.extend_from_slice(b",\"seq\":");
     // A `Seq` is at most 2^53 − 1 by construction.
     let _ = put_counter(out, u.seq.get());
+    let sig_start = out.len();
     if let Some(sig) = sig {
         out.extend_from_slice(b",\"sig\":");
         put_base64(out, sig.as_bytes());
     }
+    let sig_member = sig_start..out.len();
     out.extend_from_slice(b",\"time\":");
     put_time(out, u.time).ok_or_else(|| RecordError::Invalid {
         field: "time",
         reason: format!("{} is outside the years 1970-9999", u.time),
     })?;
     out.extend_from_slice(b",\"v\":1}");
-    Ok(())
+    Ok(sig_member)
 }
 
 #[cfg(test)]

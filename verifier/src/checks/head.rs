@@ -20,7 +20,7 @@ use tally_schemas::note::{open_checkpoint, peek_checkpoint, NoteVerifier};
 use tally_schemas::pack::Head;
 use tally_schemas::report::{CheckId, CheckResult, RecordRef};
 use tally_schemas::time::UnixMillis;
-use tally_schemas::tree::{verify_consistency, TreeSize};
+use tally_schemas::tree::{verify_consistency, InclusionPaths, TreeSize};
 use tally_schemas::Hash;
 
 use super::log_consistency::LogConsistency;
@@ -143,6 +143,7 @@ impl HeadCheck {
                 );
             }
             if let Err(e) = pool::prove_entry(
+                &mut InclusionPaths::default(),
                 ha.witnessed.index,
                 ha.witnessed.received,
                 r,

@@ -94,12 +94,17 @@ fn the_record_message_is_the_domain_and_the_canonical_record_without_sig() {
 fn prepared_keys_answer_exactly_as_single_strict_verification_on_records() {
     use tally_schemas::keys::Signature as Sig;
     use tally_testkit::fixture::{self, note, Fixture};
-    use tally_verifier::sig::{verify_record, PreparedKeys};
+    use tally_verifier::sig::{verify_record, KeyTables, PreparedKeys};
     let mut fx = Fixture::new("tally.local/log", "log");
     for a in ["a", "b", "c"] {
         fx.add_agent(a, &format!("{a}/1"));
     }
-    let mut keys = PreparedKeys::default();
+    // Two workers' views of one set of tables, taking records in turn.
+    let tables = std::sync::Arc::new(KeyTables::default());
+    let mut views = [
+        PreparedKeys::new(std::sync::Arc::clone(&tables)),
+        PreparedKeys::new(tables),
+    ];
     let mut accepted = 0;
     // Enough records per key that each key is prepared part-way through.
     let per_key = tally_schemas::batch_sig::PREPARE_MIN_SIGNATURES + 20;
@@ -120,7 +125,8 @@ fn prepared_keys_answer_exactly_as_single_strict_verification_on_records() {
             record
         };
         let want = verify_record(&record, &key);
-        assert_eq!(keys.verify_record(&record, &key), want, "record {i}");
+        let view = &mut views[usize::from(i / 2 % 2)];
+        assert_eq!(view.verify_record(&record, &key), want, "record {i}");
         accepted += usize::from(want);
     }
     assert_eq!(

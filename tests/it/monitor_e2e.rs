@@ -10,7 +10,7 @@ use crate::common;
 use std::path::Path;
 use std::process::Command;
 
-use common::{add_agent, record_notes, Server, TALLY};
+use common::{add_agent, copy_dir, record_notes, Server, TALLY};
 
 /// One `tally monitor --once` round: (exit code, stdout + stderr).
 fn monitor(server: &Server, vkey: &str, state: &Path, tiles: bool) -> (i32, String) {
@@ -35,14 +35,6 @@ fn monitor(server: &Server, vkey: &str, state: &Path, tiles: bool) -> (i32, Stri
         String::from_utf8_lossy(&out.stderr)
     );
     (out.status.code().unwrap_or(-1), text)
-}
-
-fn copy_dir(from: &Path, to: &Path) {
-    std::fs::create_dir_all(to).unwrap();
-    for e in std::fs::read_dir(from).unwrap() {
-        let e = e.unwrap();
-        std::fs::copy(e.path(), to.join(e.file_name())).unwrap();
-    }
 }
 
 #[test]

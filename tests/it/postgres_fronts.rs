@@ -15,46 +15,14 @@
 use std::time::Duration;
 
 use rand_core::OsRng;
-use serde_json::{json, Value};
+use serde_json::Value;
 use tally_schemas::note::{open_checkpoint, NoteVerifier};
-use tally_schemas::record::NoteBody;
-use tally_schemas::{
-    AgentName, Body, Hash, Nonce, Receipt, Record, SecretKey, Seq, UnixMillis, UnsignedRecord,
-};
+use tally_schemas::{Nonce, Receipt, Record};
 
 use crate::common;
 
+use common::agent::Agent;
 use common::Server;
-
-struct Agent {
-    name: AgentName,
-    key: SecretKey,
-    seq: u64,
-    prev: Option<Hash>,
-}
-
-impl Agent {
-    fn record(&self, text: &str, nonce: Nonce) -> Record {
-        UnsignedRecord {
-            agent: self.name.clone(),
-            key_id: self.key.public_key().key_id(),
-            seq: Seq::new(self.seq).unwrap(),
-            prev: self.prev,
-            time: UnixMillis::now(),
-            nonce,
-            body: Body::Note(NoteBody {
-                text: text.to_owned(),
-            }),
-        }
-        .sign(&self.key)
-        .unwrap()
-    }
-
-    fn accepted(&mut self, r: &Record) {
-        self.seq = r.seq.get() + 1;
-        self.prev = Some(r.hash());
-    }
-}
 
 async fn post(http: &reqwest::Client, url: &str, key: &str, r: &Record) -> (u16, Vec<u8>) {
     let resp = common::post_record(http, url, key, r).await.unwrap();
@@ -91,28 +59,14 @@ async fn two_active_fronts_give_one_receipt_per_record_and_one_winner_per_race()
         .unwrap();
 
     // Front a makes the data folder and registers the agents; b gets a
-    // copy (the registry is per front until it moves to PostgreSQL).
+    // copy (for the log's key; the registry is in the database).
     let a = Server::start(&data_a, &args);
     let api_key = a.banner_value("API key");
     let vkey = a.banner_value("witness key");
     let log_key = NoteVerifier::from_vkey(&vkey).unwrap();
-    let mut agents: Vec<Agent> = (0..4)
-        .map(|i| Agent {
-            name: AgentName::new(&format!("front-{i}")).unwrap(),
-            key: SecretKey::generate(&mut OsRng),
-            seq: 0,
-            prev: None,
-        })
-        .collect();
+    let mut agents: Vec<Agent> = (0..4).map(|i| Agent::new(&format!("front-{i}"))).collect();
     for ag in &agents {
-        let r = http
-            .post(format!("{}/v1/agents", a.url))
-            .bearer_auth(&api_key)
-            .json(&json!({"agent": ag.name, "public_key": ag.key.public_key(), "not_before": UnixMillis::new(UnixMillis::now().as_millis() - 60_000)}))
-            .send()
-            .await
-            .unwrap();
-        assert_eq!(r.status().as_u16(), 201);
+        ag.register(&http, &a.url, &api_key).await;
     }
     let listen_a = a.url.trim_start_matches("http://").to_owned();
     assert!(a.sigterm().success());
@@ -317,20 +271,8 @@ async fn a_follower_without_a_sequencer_answers_503_and_the_record_is_integrated
     let a = Server::start(&data_a, &args);
     let api_key = a.banner_value("API key");
     let log_key = NoteVerifier::from_vkey(&a.banner_value("witness key")).unwrap();
-    let mut agent = Agent {
-        name: AgentName::new("waiter").unwrap(),
-        key: SecretKey::generate(&mut OsRng),
-        seq: 0,
-        prev: None,
-    };
-    let r = http
-        .post(format!("{}/v1/agents", a.url))
-        .bearer_auth(&api_key)
-        .json(&json!({"agent": agent.name, "public_key": agent.key.public_key(), "not_before": UnixMillis::new(UnixMillis::now().as_millis() - 60_000)}))
-        .send()
-        .await
-        .unwrap();
-    assert_eq!(r.status().as_u16(), 201);
+    let mut agent = Agent::new("waiter");
+    agent.register(&http, &a.url, &api_key).await;
     let listen_a = a.url.trim_start_matches("http://").to_owned();
     assert!(a.sigterm().success());
     common::copy_dir(&data_a, &data_b);
@@ -418,7 +360,7 @@ async fn a_follower_without_a_sequencer_answers_503_and_the_record_is_integrated
 
 /// `tally bench ingest` through two fronts of one log (docs/benchmarks.md,
 /// "Ingest on PostgreSQL, beside redb"): it registers every agent on both
-/// (the registry is per front), splits the workers between them, and every
+/// (the second answers 409, as they share the registry), splits the workers between them, and every
 /// record gets its receipt: the log holds them all, once.
 #[test]
 fn bench_ingest_posts_through_two_fronts() {

@@ -25,62 +25,15 @@ use rand_core::OsRng;
 use serde_json::{json, Value};
 use tally_schemas::api::{AgentList, RegisteredAgent};
 use tally_schemas::note::NoteVerifier;
-use tally_schemas::record::NoteBody;
-use tally_schemas::{
-    AgentName, Body, Entry, Hash, Nonce, Receipt, Record, SecretKey, Seq, UnixMillis,
-    UnsignedRecord,
-};
+use tally_schemas::{AgentName, Entry, Nonce, Receipt, Record, SecretKey, UnixMillis};
 
 use crate::common;
 
+use common::agent::Agent;
 use common::Server;
 
 /// Long enough that no front reloads its registry during a test.
 const SLOW_RELOAD_MS: &str = "600000";
-
-struct Agent {
-    name: AgentName,
-    key: SecretKey,
-    seq: u64,
-    prev: Option<Hash>,
-}
-
-impl Agent {
-    fn new(name: &str) -> Self {
-        Self {
-            name: AgentName::new(name).unwrap(),
-            key: SecretKey::generate(&mut OsRng),
-            seq: 0,
-            prev: None,
-        }
-    }
-
-    /// The agent's next record, signed with `key`, timed `time`.
-    fn record_with(&self, key: &SecretKey, text: &str, time: UnixMillis) -> Record {
-        UnsignedRecord {
-            agent: self.name.clone(),
-            key_id: key.public_key().key_id(),
-            seq: Seq::new(self.seq).unwrap(),
-            prev: self.prev,
-            time,
-            nonce: Nonce::random(&mut OsRng),
-            body: Body::Note(NoteBody {
-                text: text.to_owned(),
-            }),
-        }
-        .sign(key)
-        .unwrap()
-    }
-
-    fn record(&self, text: &str) -> Record {
-        self.record_with(&self.key, text, UnixMillis::now())
-    }
-
-    fn accepted(&mut self, r: &Record) {
-        self.seq = r.seq.get() + 1;
-        self.prev = Some(r.hash());
-    }
-}
 
 async fn post(http: &reqwest::Client, url: &str, key: &str, r: &Record) -> (u16, Value) {
     let resp = common::post_record(http, url, key, r).await.unwrap();
@@ -130,14 +83,7 @@ async fn two_slow_fronts(
     let api_key = a.banner_value("API key");
     let log_key = NoteVerifier::from_vkey(&a.banner_value("witness key")).unwrap();
     for ag in agents {
-        let r = http
-            .post(format!("{}/v1/agents", a.url))
-            .bearer_auth(&api_key)
-            .json(&json!({"agent": ag.name, "public_key": ag.key.public_key(), "not_before": UnixMillis::new(UnixMillis::now().as_millis() - 60_000)}))
-            .send()
-            .await
-            .unwrap();
-        assert_eq!(r.status().as_u16(), 201);
+        ag.register(http, &a.url, &api_key).await;
     }
     // Both fronts need the log's key: b gets a copy of a's data folder.
     let listen_a = a.url.trim_start_matches("http://").to_owned();
@@ -176,7 +122,7 @@ async fn a_key_change_through_one_front_binds_records_admitted_by_another() {
     // Both fronts admit the agents' records.
     for ag in [&mut retiree, &mut rotor, &mut rekeyed] {
         for url in [&a.url, &b.url] {
-            let r = ag.record("before");
+            let r = ag.record("before", Nonce::random(&mut OsRng));
             let (s, v) = post(&http, url, &key, &r).await;
             assert_eq!(s, 200, "{v}");
             ag.accepted(&r);
@@ -187,7 +133,7 @@ async fn a_key_change_through_one_front_binds_records_admitted_by_another() {
     let (s, v) = change(&http, &a.url, &key, &retiree.name, "retire", json!({})).await;
     assert_eq!(s, 200, "{v}");
     let at = time_of(&v["keys"][0]["not_after"]);
-    let r = retiree.record("after the retirement");
+    let r = retiree.record("after the retirement", Nonce::random(&mut OsRng));
     assert!(r.time >= at, "the record is timed after the change");
     let (s, v) = post(&http, &b.url, &key, &r).await;
     assert_eq!(
@@ -211,7 +157,7 @@ async fn a_key_change_through_one_front_binds_records_admitted_by_another() {
     .await;
     assert_eq!(s, 200, "{v}");
     rekeyed.key = new_key;
-    let r = rekeyed.record("new key");
+    let r = rekeyed.record("new key", Nonce::random(&mut OsRng));
     let (s, v) = post(&http, &a.url, &key, &r).await;
     assert_eq!(
         s, 200,
@@ -233,7 +179,12 @@ async fn a_key_change_through_one_front_binds_records_admitted_by_another() {
     let agent: RegisteredAgent = serde_json::from_value(v).unwrap();
     let at = agent.keys[1].not_before;
     let old = rotor.key.clone();
-    let late = rotor.record_with(&old, "old key after the rotation", UnixMillis::now());
+    let late = rotor.record_with(
+        &old,
+        "old key after the rotation",
+        UnixMillis::now(),
+        Nonce::random(&mut OsRng),
+    );
     assert!(late.time >= at);
     let (s, v) = post(&http, &a.url, &key, &late).await;
     assert_eq!(
@@ -247,6 +198,7 @@ async fn a_key_change_through_one_front_binds_records_admitted_by_another() {
         &old,
         "old key before the rotation",
         UnixMillis::new(at.as_millis() - 1),
+        Nonce::random(&mut OsRng),
     );
     let (s, v) = post(&http, &a.url, &key, &early).await;
     assert_eq!(s, 200, "{v}");
@@ -257,7 +209,7 @@ async fn a_key_change_through_one_front_binds_records_admitted_by_another() {
     rotor.accepted(&early);
     rotor.key = new_key;
     for url in [&a.url, &b.url] {
-        let r = rotor.record("new key");
+        let r = rotor.record("new key", Nonce::random(&mut OsRng));
         let (s, v) = post(&http, url, &key, &r).await;
         assert_eq!(s, 200, "{v}");
         rotor.accepted(&r);
@@ -277,7 +229,7 @@ async fn a_key_change_sees_records_committed_through_another_front() {
     let mut ag = Agent::new("late-reader");
     let (a, b, key, _) = two_slow_fronts(&http, tmp.path(), &db_url, &[&ag]).await;
 
-    let first = ag.record("first");
+    let first = ag.record("first", Nonce::random(&mut OsRng));
     let (s, v) = post(&http, &a.url, &key, &first).await;
     assert_eq!(s, 200, "{v}");
     ag.accepted(&first);
@@ -300,6 +252,7 @@ async fn a_key_change_sees_records_committed_through_another_front() {
         &ag.key.clone(),
         "ahead",
         UnixMillis::new(UnixMillis::now().as_millis() + 2_000),
+        Nonce::random(&mut OsRng),
     );
     let (s, v) = post(&http, &a.url, &key, &ahead).await;
     assert_eq!(s, 200, "{v}");
@@ -414,7 +367,7 @@ async fn records_posted_through_both_fronts_during_rotations_all_pass_check_2() 
             let mut k = 0usize;
             while k < 40 || (!switched && k < 2000) {
                 k += 1;
-                let r = ag.record(&format!("{i}: {k}"));
+                let r = ag.record(&format!("{i}: {k}"), Nonce::random(&mut OsRng));
                 let (s, v) = post(&http, &fronts[(i + k) % 2], &key, &r).await;
                 match (s, code(&v)) {
                     (200, _) => {

@@ -10,6 +10,7 @@ use std::path::Path;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
+pub(crate) mod agent;
 pub(crate) mod hostile;
 pub(crate) mod kill9;
 

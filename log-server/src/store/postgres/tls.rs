@@ -342,24 +342,12 @@ fn take_tls_params(url: &str) -> Result<(String, TlsParams), String> {
     Ok((rest, params))
 }
 
-/// `%XX` escapes decoded (bytes that do not form UTF-8 are replaced).
+/// `%XX` escapes decoded (bytes that do not form UTF-8 are replaced; a
+/// `%` not followed by two hex digits is kept).
 fn percent_decode(s: &str) -> String {
-    let b = s.as_bytes();
-    let mut out = Vec::with_capacity(b.len());
-    let mut i = 0;
-    while i < b.len() {
-        let hex = |c: u8| (c as char).to_digit(16);
-        if b[i] == b'%' && i + 2 < b.len() {
-            if let (Some(h), Some(l)) = (hex(b[i + 1]), hex(b[i + 2])) {
-                out.push(u8::try_from(h * 16 + l).unwrap_or(b'?'));
-                i += 3;
-                continue;
-            }
-        }
-        out.push(b[i]);
-        i += 1;
-    }
-    String::from_utf8_lossy(&out).into_owned()
+    percent_encoding::percent_decode_str(s)
+        .decode_utf8_lossy()
+        .into_owned()
 }
 
 /// One `key = value` of a libpq key/value string, with where it is.

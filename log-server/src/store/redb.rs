@@ -11,6 +11,7 @@
 //! (nonce, record hash, leaf hash). A prefix can be shared by two entries,
 //! so every index hit is confirmed against the entry before it is answered.
 
+use std::collections::HashMap;
 use std::path::Path;
 
 use redb::{
@@ -89,12 +90,21 @@ pub(crate) fn hashes_of_leaf(index: u64) -> usize {
 /// A `leaves` row: receipt size, then the leaf's stored hashes.
 pub(crate) fn leaf_row(receipt_size: TreeSize, hashes: &[Hash]) -> Vec<u8> {
     let mut row = Vec::with_capacity(8 + 32 * hashes.len());
+    write_leaf_row(&mut row, receipt_size, hashes);
+    row
+}
+
+/// [`leaf_row`] into `row`, which it clears first (a commit reuses one buffer).
+fn write_leaf_row(row: &mut Vec<u8>, receipt_size: TreeSize, hashes: &[Hash]) {
+    row.clear();
     row.extend_from_slice(&receipt_size.get().to_le_bytes());
     for h in hashes {
         row.extend_from_slice(h.as_bytes());
     }
-    row
 }
+
+/// A `chains` row: (agent, seq) → (leaf index, record hash).
+type ChainRow<'a> = ((&'a str, u64), (u64, [u8; 32]));
 
 fn corrupt(what: String) -> StoreError {
     StoreError::Corrupt(what)
@@ -201,7 +211,14 @@ fn id_candidates(tx: &ReadTransaction, key: [u8; 16]) -> Result<Vec<u64>, StoreE
 }
 
 fn read_entry(tx: &ReadTransaction, index: u64) -> Result<Entry, StoreError> {
-    let entries = tx.open_table(ENTRIES).map_err(backend)?;
+    entry_in(&tx.open_table(ENTRIES).map_err(backend)?, index)
+}
+
+/// The entry at `index` of an open `entries` table, parsed.
+fn entry_in(
+    entries: &impl ReadableTable<u64, &'static [u8]>,
+    index: u64,
+) -> Result<Entry, StoreError> {
     let row = entries
         .get(index)
         .map_err(backend)?
@@ -221,7 +238,14 @@ fn find_nonce(tx: &ReadTransaction, nonce: &Nonce) -> Result<Option<LeafIndex>, 
 }
 
 fn chain_head_in(tx: &ReadTransaction, agent: &AgentName) -> Result<Option<ChainHead>, StoreError> {
-    let chains = tx.open_table(CHAINS).map_err(backend)?;
+    chain_head_of(&tx.open_table(CHAINS).map_err(backend)?, agent)
+}
+
+/// The head of `agent`'s chain in an open `chains` table: its last row.
+fn chain_head_of(
+    chains: &impl ReadableTable<(&'static str, u64), (u64, [u8; 32])>,
+    agent: &AgentName,
+) -> Result<Option<ChainHead>, StoreError> {
     let last = chains
         .range((agent.as_str(), 0)..=(agent.as_str(), u64::MAX))
         .map_err(backend)?
@@ -385,9 +409,17 @@ impl LogStore for RedbStore {
 
     fn lookup(&self, lookups: &[Lookup<'_>]) -> Result<Vec<Found>, StoreError> {
         self.read(|tx| {
+            // Each table is opened once for the whole batch, each agent's
+            // head read once (this read sees one state), and the nonce
+            // index, whose keys are random, is searched in key order so
+            // that neighbouring searches walk the same pages.
             let chains = tx.open_table(CHAINS).map_err(backend)?;
+            let ids = tx.open_table(IDS).map_err(backend)?;
+            let entries = tx.open_table(ENTRIES).map_err(backend)?;
+            let mut heads: HashMap<&str, Option<ChainHead>> = HashMap::new();
             let mut out = Vec::with_capacity(lookups.len());
-            for l in lookups {
+            let mut nonces: Vec<([u8; 16], usize)> = Vec::new();
+            for (k, l) in lookups.iter().enumerate() {
                 // A committed record with this hash is the agent's entry at
                 // this seq: the hash covers both.
                 let record = chains
@@ -396,16 +428,34 @@ impl LogStore for RedbStore {
                     .map(|g| g.value())
                     .filter(|(_, h)| *h == *l.record_hash.as_bytes())
                     .map(|(i, _)| LeafIndex::new(i));
-                let nonce = match record {
-                    // The same record, so the same nonce.
-                    Some(i) => Some(i),
-                    None => find_nonce(tx, l.nonce)?,
+                let head = match heads.get(l.agent.as_str()) {
+                    Some(h) => h.clone(),
+                    None => {
+                        let h = chain_head_of(&chains, l.agent)?;
+                        heads.insert(l.agent.as_str(), h.clone());
+                        h
+                    }
                 };
+                if record.is_none() {
+                    nonces.push((nonce_key(l.nonce), k));
+                }
                 out.push(Found {
                     record,
-                    nonce,
-                    head: chain_head_in(tx, l.agent)?,
+                    // The same record, so the same nonce.
+                    nonce: record,
+                    head,
                 });
+            }
+            nonces.sort_unstable();
+            for (key, k) in nonces {
+                let nonce = lookups[k].nonce;
+                for row in ids.range((key, 0)..=(key, u64::MAX)).map_err(backend)? {
+                    let i = row.map_err(backend)?.0.value().1;
+                    if entry_in(&entries, i)?.record().nonce == *nonce {
+                        out[k].nonce = Some(LeafIndex::new(i));
+                        break;
+                    }
+                }
             }
             Ok(out)
         })
@@ -442,6 +492,14 @@ impl LogStore for RedbStore {
             let mut entries = tx.open_table(ENTRIES).map_err(backend)?;
             let mut chains = tx.open_table(CHAINS).map_err(backend)?;
             let mut ids = tx.open_table(IDS).map_err(backend)?;
+            // The entries and leaf rows go in index order, at the end of
+            // their tables. The chain and index rows are written sorted by
+            // key (the same rows): the index keys are random digests, and
+            // in key order the inserts of one commit walk each B-tree once,
+            // left to right, meeting each page's rows together.
+            let mut chain_rows: Vec<ChainRow<'_>> = Vec::with_capacity(batch.entries.len());
+            let mut id_rows: Vec<([u8; 16], u64)> = Vec::with_capacity(3 * batch.entries.len());
+            let mut row = Vec::new();
             let mut next_hash = 0usize;
             for e in &batch.entries {
                 let i = e.index.get();
@@ -454,20 +512,23 @@ impl LogStore for RedbStore {
                     })?;
                 next_hash += count;
                 entries.insert(i, e.canonical.as_slice()).map_err(backend)?;
-                leaves
-                    .insert(i, leaf_row(batch.receipt_size, hashes).as_slice())
-                    .map_err(backend)?;
-                chains
-                    .insert(
-                        (e.agent.as_str(), e.seq.get()),
-                        (i, *e.record_hash.as_bytes()),
-                    )
-                    .map_err(backend)?;
-                ids.insert((nonce_key(&e.nonce), i), ()).map_err(backend)?;
-                ids.insert((id_key(ID_RECORD, &e.record_hash), i), ())
-                    .map_err(backend)?;
-                ids.insert((id_key(ID_LEAF, &e.leaf_hash), i), ())
-                    .map_err(backend)?;
+                write_leaf_row(&mut row, batch.receipt_size, hashes);
+                leaves.insert(i, row.as_slice()).map_err(backend)?;
+                chain_rows.push((
+                    (e.agent.as_str(), e.seq.get()),
+                    (i, *e.record_hash.as_bytes()),
+                ));
+                id_rows.push((nonce_key(&e.nonce), i));
+                id_rows.push((id_key(ID_RECORD, &e.record_hash), i));
+                id_rows.push((id_key(ID_LEAF, &e.leaf_hash), i));
+            }
+            chain_rows.sort_unstable_by(|a, b| a.0.cmp(&b.0));
+            for (key, value) in chain_rows {
+                chains.insert(key, value).map_err(backend)?;
+            }
+            id_rows.sort_unstable();
+            for key in id_rows {
+                ids.insert(key, ()).map_err(backend)?;
             }
             if next_hash != batch.hashes.len() {
                 return Err(StoreError::Conflict(

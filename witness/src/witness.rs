@@ -18,7 +18,6 @@ use std::time::Instant;
 use rand_core::CryptoRngCore;
 use tally_log::{BatchItem, ChainHead, KeyVersion, Log};
 use tally_schemas::batch::BatchRequest;
-use tally_schemas::canonical;
 use tally_schemas::time::Clock;
 use tally_schemas::{AgentName, LeafIndex, Receipt, Record, UnixMillis};
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
@@ -508,7 +507,9 @@ impl Witness {
         started: Instant,
     ) -> Result<Vec<u8>, WitnessError> {
         let result = self.admit_as(principal, body).await.and_then(|a| {
-            canonical::canonicalize(&a.receipt).map_err(|e| WitnessError::internal(&e))
+            a.receipt
+                .to_canonical_json()
+                .map_err(|e| WitnessError::internal(&e))
         });
         let (status, code) = match &result {
             Ok(_) => (200, "ok"),

@@ -574,14 +574,26 @@ impl Witness {
             let (pending, queued_at) = self.queue_batch(principal, records, &mut answers).await?;
             let appended = pending.await?;
             let mut again = std::collections::HashSet::new();
+            // The receipts of one group commit share their checkpoint note:
+            // its size is read once, not once per record.
+            let mut peeked: Option<(String, Option<u64>)> = None;
             for (i, result) in queued_at.into_iter().zip(appended) {
                 match result {
                     Ok(a) => {
                         if !a.duplicate {
-                            if let Ok(c) =
-                                tally_schemas::note::peek_checkpoint(&a.receipt.checkpoint)
-                            {
-                                self.metrics.receipt(a.receipt.index.get(), c.size.get());
+                            let note = &a.receipt.checkpoint;
+                            let size = match &peeked {
+                                Some((seen, size)) if seen == note => *size,
+                                _ => {
+                                    let size = tally_schemas::note::peek_checkpoint(note)
+                                        .ok()
+                                        .map(|c| c.size.get());
+                                    peeked = Some((note.clone(), size));
+                                    size
+                                }
+                            };
+                            if let Some(size) = size {
+                                self.metrics.receipt(a.receipt.index.get(), size);
                             }
                         }
                         answers[i] = Some(Ok(Admitted {

@@ -286,11 +286,7 @@ impl Witness {
         // The registry answers the key registered under the record's key
         // id, so the ids match; the signature is checked strictly, with the
         // key's table when it has one (sigcache.rs).
-        if key.key_id() == record.key_id
-            && self
-                .prepared
-                .verify(&key, &record.signed_message(), record.signature())
-        {
+        if key.key_id() == record.key_id && self.prepared.verify_record(&key, record) {
             Ok(())
         } else {
             Err(WitnessError::BadSignature {
@@ -776,9 +772,7 @@ impl Witness {
         let verdicts: Vec<bool> = keys
             .iter()
             .map(|(k, key)| match &records[*k].1 {
-                Ok(r) => self
-                    .prepared
-                    .verify(key, &r.signed_message(), r.signature()),
+                Ok(r) => self.prepared.verify_record(key, r),
                 Err(_) => false,
             })
             .collect();

@@ -12,7 +12,9 @@ use crate::canonical::{self, CanonicalError, Limits};
 use crate::hash::{leaf_hash, leaf_hash_of_parts, Hash};
 use crate::limits::{MAX_ENTRY_BYTES, MAX_PROOF_HASHES};
 use crate::note::{open_checkpoint, Checkpoint, NoteError, NoteVerifier};
-use crate::record::{check_version, Nonce, Record, RecordError};
+use crate::record::{
+    check_version, put_counter, put_hex, put_str, put_time, Nonce, Record, RecordError,
+};
 use crate::time::UnixMillis;
 use crate::tree::{verify_inclusion, LeafIndex, ProofError};
 
@@ -298,6 +300,49 @@ pub enum ReceiptParseError {
 }
 
 impl Receipt {
+    /// The receipt's RFC 8785 canonical bytes, what the witness answers
+    /// with (docs/protocol.md §8). Written straight from the fields, members
+    /// in JCS order (a test holds it byte-equal to the general
+    /// canonicaliser); a receipt that writer cannot hold (a counter beyond
+    /// 2^53 − 1, a time out of the wire range) goes through
+    /// [`canonical::canonicalize`] for its error.
+    ///
+    /// # Errors
+    /// As [`canonical::canonicalize`].
+    pub fn to_canonical_json(&self) -> Result<Vec<u8>, CanonicalError> {
+        // The note, the proof's hashes (66 bytes each with quotes and
+        // comma) and about 200 bytes of other members.
+        let mut out = Vec::with_capacity(self.checkpoint.len() + 66 * self.inclusion.len() + 256);
+        match self.write_canonical(&mut out) {
+            Some(()) => Ok(out),
+            None => canonical::canonicalize(self),
+        }
+    }
+
+    fn write_canonical(&self, out: &mut Vec<u8>) -> Option<()> {
+        out.extend_from_slice(b"{\"checkpoint\":");
+        put_str(out, &self.checkpoint);
+        out.extend_from_slice(b",\"inclusion\":[");
+        for (i, h) in self.inclusion.iter().enumerate() {
+            if i > 0 {
+                out.push(b',');
+            }
+            put_hex(out, h.as_bytes());
+        }
+        out.extend_from_slice(b"],\"index\":");
+        put_counter(out, self.index.get())?;
+        out.extend_from_slice(b",\"nonce\":");
+        put_hex(out, self.nonce.as_bytes());
+        out.extend_from_slice(b",\"received\":");
+        put_time(out, self.received)?;
+        out.extend_from_slice(b",\"record_hash\":");
+        put_hex(out, self.record_hash.as_bytes());
+        out.extend_from_slice(b",\"v\":");
+        put_counter(out, self.v)?;
+        out.push(b'}');
+        Some(())
+    }
+
     /// Decodes a receipt (strict JSON, v1 schema). Decoding proves nothing:
     /// call [`Receipt::verify`].
     ///
@@ -364,6 +409,54 @@ mod tests {
     use super::*;
     use crate::keys::SecretKey;
     use crate::record::{AgentName, Body, NoteBody, Seq, UnsignedRecord};
+
+    #[test]
+    fn a_receipt_is_written_as_the_general_canonicaliser_writes_it() {
+        let every_ascii: String = (0u8..0x80).map(char::from).collect();
+        let notes = [
+            "example.org/log\n3\nAAAA\n\n\u{2014} example.org/log abc=\n".to_owned(),
+            String::new(),
+            format!("{every_ascii}\u{e9}\u{2028}\u{1F600}\u{FEFF}"),
+        ];
+        for (n, note) in notes.into_iter().enumerate() {
+            for (index, received, proof) in [
+                (0u64, 0i64, 0usize),
+                (5, 1_796_025_600_123, 3),
+                (9_007_199_254_740_991, 253_402_300_799_999, 63),
+            ] {
+                let receipt = Receipt {
+                    v: RECEIPT_VERSION,
+                    record_hash: Hash::sha256(&[n as u8]),
+                    nonce: Nonce::from_bytes(vec![0xa5; 16 + n]).unwrap(),
+                    index: LeafIndex::new(index),
+                    received: UnixMillis::new(received),
+                    checkpoint: note.clone(),
+                    inclusion: (0..proof).map(|i| Hash::sha256(&[i as u8])).collect(),
+                };
+                assert_eq!(
+                    receipt.to_canonical_json().unwrap(),
+                    canonical::canonicalize(&receipt).unwrap(),
+                    "{receipt:?}"
+                );
+            }
+        }
+        // What the writer cannot hold gets the general canonicaliser's error.
+        let mut bad = Receipt {
+            v: RECEIPT_VERSION,
+            record_hash: Hash::sha256(b"r"),
+            nonce: Nonce::from_bytes(vec![1; 16]).unwrap(),
+            index: LeafIndex::new(9_007_199_254_740_992),
+            received: UnixMillis::new(0),
+            checkpoint: String::new(),
+            inclusion: Vec::new(),
+        };
+        assert!(canonical::canonicalize(&bad).is_err());
+        assert_eq!(bad.to_canonical_json(), canonical::canonicalize(&bad));
+        bad.index = LeafIndex::new(1);
+        bad.received = UnixMillis::new(-1);
+        assert!(canonical::canonicalize(&bad).is_err());
+        assert_eq!(bad.to_canonical_json(), canonical::canonicalize(&bad));
+    }
 
     #[test]
     fn leaf_data_is_the_general_canonicaliser_of_the_entry() {

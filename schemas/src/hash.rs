@@ -49,7 +49,7 @@ impl Hash {
     /// Lowercase hex, the wire form.
     #[must_use]
     pub fn to_hex(&self) -> String {
-        hex::encode(self.0)
+        lower_hex(&self.0)
     }
 
     /// Parses the wire form: exactly 64 lowercase hex digits.
@@ -78,6 +78,20 @@ impl Hash {
         }
         Ok(Self(out))
     }
+}
+
+/// `bytes` as lowercase hex, written into a string of the right size
+/// (`hex::encode` collects an iterator of chars, which showed in the
+/// witness's profile at a few hashes per record).
+#[must_use]
+pub(crate) fn lower_hex(bytes: &[u8]) -> String {
+    const DIGITS: &[u8; 16] = b"0123456789abcdef";
+    let mut out = String::with_capacity(2 * bytes.len());
+    for &b in bytes {
+        out.push(char::from(DIGITS[usize::from(b >> 4)]));
+        out.push(char::from(DIGITS[usize::from(b & 0x0f)]));
+    }
+    out
 }
 
 /// The value of a lowercase hex digit, or 0xff for any other byte.
@@ -221,6 +235,13 @@ mod tests {
                 }
             }
         }
+    }
+
+    #[test]
+    fn lower_hex_spells_every_byte_as_the_hex_crate_does() {
+        let every: Vec<u8> = (0u8..=255).collect();
+        assert_eq!(lower_hex(&every), hex::encode(&every));
+        assert_eq!(lower_hex(&[]), "");
     }
 
     #[test]

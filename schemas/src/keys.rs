@@ -271,7 +271,7 @@ impl KeyId {
     /// The wire form.
     #[must_use]
     pub fn to_hex(&self) -> String {
-        hex::encode(self.0)
+        crate::hash::lower_hex(&self.0)
     }
 }
 

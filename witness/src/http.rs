@@ -29,7 +29,6 @@ use tally_schemas::api::{
     ReadTokenRevoked, ReadTokenSummary, RegisteredAgent, RetireRequest, RotateKeyRequest,
 };
 use tally_schemas::batch::{BatchAnswer, BatchOutcome};
-use tally_schemas::canonical;
 use tally_schemas::{AgentName, KeyError, PublicKey, Seq, TreeSize, UnixMillis};
 
 use crate::config::LogRead;
@@ -434,7 +433,9 @@ async fn post_batch(State(w): State<Arc<Witness>>, headers: HeaderMap, body: Bod
     let mut refusals = crate::refusal_log::BatchRefusals::default();
     for result in results {
         let outcome = match result.and_then(|a| {
-            canonical::canonicalize(&a.receipt).map_err(|e| WitnessError::internal(&e))
+            a.receipt
+                .to_canonical_json()
+                .map_err(|e| WitnessError::internal(&e))
         }) {
             Ok(receipt) => {
                 w.metrics().batch_record(200, "ok");

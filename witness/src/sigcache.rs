@@ -32,7 +32,7 @@ use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, Instant};
 
 use tally_schemas::batch_sig::{PreparedKey, PREPARE_MIN_SIGNATURES};
-use tally_schemas::{PublicKey, Signature};
+use tally_schemas::{PublicKey, Record};
 
 /// Most keys the witness keeps prepared (about 30 KiB each: 15 MiB).
 pub(crate) const MAX_PREPARED_KEYS: usize = 512;
@@ -136,10 +136,31 @@ fn build_tables(keys: &Receiver<PublicKey>, inner: &Mutex<Inner>) {
 impl PreparedKeys {
     /// Whether `signature` over `signed` by `key` verifies strictly: exactly
     /// `key.verify_raw(signed, signature).is_ok()`.
-    pub(crate) fn verify(&self, key: &PublicKey, signed: &[u8], signature: &Signature) -> bool {
+    #[cfg(test)]
+    pub(crate) fn verify(
+        &self,
+        key: &PublicKey,
+        signed: &[u8],
+        signature: &tally_schemas::Signature,
+    ) -> bool {
         match self.prepared(key) {
             Some(p) => p.verify_raw(signed, signature).is_ok(),
             None => key.verify_raw(signed, signature).is_ok(),
+        }
+    }
+
+    /// Whether `record`'s signature by `key` verifies strictly: exactly
+    /// `key.verify_raw(&record.signed_message(), record.signature()).is_ok()`.
+    /// With a table, the message is hashed in its pieces where they lie
+    /// ([`Record::signed_message_parts`]), not copied into one first.
+    pub(crate) fn verify_record(&self, key: &PublicKey, record: &Record) -> bool {
+        match self.prepared(key) {
+            Some(p) => p
+                .verify_parts(&record.signed_message_parts(), record.signature())
+                .is_ok(),
+            None => key
+                .verify_raw(&record.signed_message(), record.signature())
+                .is_ok(),
         }
     }
 
@@ -220,6 +241,57 @@ mod tests {
         inner
             .uses
             .insert(public.to_bytes(), PREPARE_MIN_SIGNATURES - 1);
+    }
+
+    #[test]
+    fn a_record_is_answered_as_verify_strict_answers_before_and_after_its_key_is_prepared() {
+        use tally_schemas::record::NoteBody;
+        use tally_schemas::{AgentName, Body, Nonce, Seq, UnixMillis, UnsignedRecord};
+        let cache = PreparedKeys::default();
+        let k = SecretKey::from_seed(&[6u8; 32]);
+        let public = k.public_key();
+        let record = |n: usize| {
+            UnsignedRecord {
+                agent: AgentName::new("sig-bot").unwrap(),
+                key_id: public.key_id(),
+                seq: Seq::GENESIS,
+                prev: None,
+                time: UnixMillis::new(1_796_025_600_000),
+                nonce: Nonce::from_bytes(vec![n as u8; 16]).unwrap(),
+                body: Body::Note(NoteBody {
+                    text: format!("note {n}"),
+                }),
+            }
+            .sign(&k)
+            .unwrap()
+        };
+        let check = |n: usize| {
+            let good = record(n);
+            assert!(cache.verify_record(&public, &good), "good record {n}");
+            // The key's signature of another record, put on this one.
+            let other = record(n + 1000);
+            let text = String::from_utf8(good.canonical_bytes().to_vec()).unwrap();
+            let swapped = text.replace(
+                &good.signature().to_base64(),
+                &other.signature().to_base64(),
+            );
+            let forged = Record::from_json(swapped.as_bytes()).unwrap();
+            assert!(public
+                .verify_raw(&forged.signed_message(), forged.signature())
+                .is_err());
+            assert!(
+                !cache.verify_record(&public, &forged),
+                "swapped signature {n}"
+            );
+        };
+        for n in 0..PREPARE_MIN_SIGNATURES {
+            check(n);
+        }
+        cache.settle();
+        assert_eq!(cache.len(), 1, "the key earned a table");
+        for n in 0..8 {
+            check(PREPARE_MIN_SIGNATURES + n);
+        }
     }
 
     #[test]

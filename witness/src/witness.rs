@@ -18,7 +18,6 @@ use std::time::Instant;
 use rand_core::CryptoRngCore;
 use tally_log::{BatchItem, ChainHead, KeyVersion, Log};
 use tally_schemas::batch::BatchRequest;
-use tally_schemas::canonical;
 use tally_schemas::time::Clock;
 use tally_schemas::{AgentName, LeafIndex, Receipt, Record, UnixMillis};
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
@@ -287,11 +286,7 @@ impl Witness {
         // The registry answers the key registered under the record's key
         // id, so the ids match; the signature is checked strictly, with the
         // key's table when it has one (sigcache.rs).
-        if key.key_id() == record.key_id
-            && self
-                .prepared
-                .verify(&key, &record.signed_message(), record.signature())
-        {
+        if key.key_id() == record.key_id && self.prepared.verify_record(&key, record) {
             Ok(())
         } else {
             Err(WitnessError::BadSignature {
@@ -508,7 +503,9 @@ impl Witness {
         started: Instant,
     ) -> Result<Vec<u8>, WitnessError> {
         let result = self.admit_as(principal, body).await.and_then(|a| {
-            canonical::canonicalize(&a.receipt).map_err(|e| WitnessError::internal(&e))
+            a.receipt
+                .to_canonical_json()
+                .map_err(|e| WitnessError::internal(&e))
         });
         let (status, code) = match &result {
             Ok(_) => (200, "ok"),
@@ -573,14 +570,26 @@ impl Witness {
             let (pending, queued_at) = self.queue_batch(principal, records, &mut answers).await?;
             let appended = pending.await?;
             let mut again = std::collections::HashSet::new();
+            // The receipts of one group commit share their checkpoint note:
+            // its size is read once, not once per record.
+            let mut peeked: Option<(String, Option<u64>)> = None;
             for (i, result) in queued_at.into_iter().zip(appended) {
                 match result {
                     Ok(a) => {
                         if !a.duplicate {
-                            if let Ok(c) =
-                                tally_schemas::note::peek_checkpoint(&a.receipt.checkpoint)
-                            {
-                                self.metrics.receipt(a.receipt.index.get(), c.size.get());
+                            let note = &a.receipt.checkpoint;
+                            let size = match &peeked {
+                                Some((seen, size)) if seen == note => *size,
+                                _ => {
+                                    let size = tally_schemas::note::peek_checkpoint(note)
+                                        .ok()
+                                        .map(|c| c.size.get());
+                                    peeked = Some((note.clone(), size));
+                                    size
+                                }
+                            };
+                            if let Some(size) = size {
+                                self.metrics.receipt(a.receipt.index.get(), size);
                             }
                         }
                         answers[i] = Some(Ok(Admitted {
@@ -763,9 +772,7 @@ impl Witness {
         let verdicts: Vec<bool> = keys
             .iter()
             .map(|(k, key)| match &records[*k].1 {
-                Ok(r) => self
-                    .prepared
-                    .verify(key, &r.signed_message(), r.signature()),
+                Ok(r) => self.prepared.verify_record(key, r),
                 Err(_) => false,
             })
             .collect();

@@ -36,6 +36,16 @@ impl<'a> Cursor<'a> {
         self.at == self.text.len()
     }
 
+    /// The bytes from `start` up to the cursor.
+    pub(crate) fn since(&self, start: usize) -> &'a [u8] {
+        &self.text.as_bytes()[start..self.at]
+    }
+
+    /// The cursor's offset in the input.
+    pub(crate) fn position(&self) -> usize {
+        self.at
+    }
+
     /// Consumes `lit` if the input goes on with it.
     pub(crate) fn eat(&mut self, lit: &[u8]) -> bool {
         let found = self.text.as_bytes()[self.at..].starts_with(lit);

@@ -209,7 +209,7 @@ impl Nonce {
     /// Lowercase hex.
     #[must_use]
     pub fn to_hex(&self) -> String {
-        hex::encode(&self.0)
+        crate::hash::lower_hex(&self.0)
     }
 }
 

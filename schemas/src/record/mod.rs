@@ -31,7 +31,7 @@ pub use body::{
 };
 pub(crate) use fast::{Cursor, FastRecord};
 pub use fields::{AgentName, Nonce, Seq};
-pub(crate) use write::{put_counter, put_hex, put_time};
+pub(crate) use write::{put_counter, put_hex, put_str, put_time};
 
 use std::ops::Deref;
 
@@ -280,12 +280,18 @@ impl Record {
     /// sends the input down the strict road, which names what is wrong.
     fn from_canonical(bytes: &[u8]) -> Option<Self> {
         let mut cursor = Cursor::new(bytes)?;
-        let fields = FastRecord::read(&mut cursor)?;
-        if !cursor.at_end() {
-            return None;
-        }
+        let record = Self::read_canonical(&mut cursor)?;
+        cursor.at_end().then_some(record)
+    }
+
+    /// The fast road for one record at the cursor (a record alone, or a
+    /// member of a batch request): read in canonical layout, accepted only
+    /// when its canonical bytes are the bytes the cursor went over.
+    pub(crate) fn read_canonical(cursor: &mut Cursor<'_>) -> Option<Self> {
+        let start = cursor.position();
+        let fields = FastRecord::read(cursor)?;
         let record = fields.into_record()?;
-        (record.canonical == bytes).then_some(record)
+        (record.canonical == cursor.since(start)).then_some(record)
     }
 
     /// Parses a record from a JSON value that was itself parsed strictly

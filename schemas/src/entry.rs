@@ -13,7 +13,7 @@ use crate::hash::{leaf_hash, leaf_hash_of_parts, Hash};
 use crate::limits::{MAX_ENTRY_BYTES, MAX_PROOF_HASHES};
 use crate::note::{open_checkpoint, Checkpoint, NoteError, NoteVerifier};
 use crate::record::{
-    check_version, put_counter, put_hex, put_str, put_time, Nonce, Record, RecordError,
+    check_version, put_counter, put_hashes, put_hex, put_str, put_time, Nonce, Record, RecordError,
 };
 use crate::time::UnixMillis;
 use crate::tree::{verify_inclusion, LeafIndex, ProofError};
@@ -322,14 +322,9 @@ impl Receipt {
     fn write_canonical(&self, out: &mut Vec<u8>) -> Option<()> {
         out.extend_from_slice(b"{\"checkpoint\":");
         put_str(out, &self.checkpoint);
-        out.extend_from_slice(b",\"inclusion\":[");
-        for (i, h) in self.inclusion.iter().enumerate() {
-            if i > 0 {
-                out.push(b',');
-            }
-            put_hex(out, h.as_bytes());
-        }
-        out.extend_from_slice(b"],\"index\":");
+        out.extend_from_slice(b",\"inclusion\":");
+        put_hashes(out, &self.inclusion);
+        out.extend_from_slice(b",\"index\":");
         put_counter(out, self.index.get())?;
         out.extend_from_slice(b",\"nonce\":");
         put_hex(out, self.nonce.as_bytes());

@@ -17,8 +17,8 @@ use crate::limits::{
     MAX_AGENTS_PER_PACK, MAX_KEYS_PER_AGENT, MAX_PROOF_HASHES, MAX_WIRE_OBJECT_BYTES,
 };
 use crate::record::{
-    check_version, put_counter, put_hex, put_time, AgentName, Cursor, FastRecord, Nonce, Record,
-    RecordError, Seq,
+    check_version, put_counter, put_hashes, put_hex, put_time, AgentName, Cursor, FastRecord,
+    Nonce, Record, RecordError, Seq,
 };
 use crate::time::UnixMillis;
 use crate::tree::{LeafIndex, TreeSize};
@@ -337,14 +337,9 @@ fn write_record_line(
     match witnessed {
         None => out.extend_from_slice(b"null"),
         Some(w) => {
-            out.extend_from_slice(b"{\"inclusion\":[");
-            for (i, h) in w.inclusion.iter().enumerate() {
-                if i > 0 {
-                    out.push(b',');
-                }
-                put_hex(out, h.as_bytes());
-            }
-            out.extend_from_slice(b"],\"index\":");
+            out.extend_from_slice(b"{\"inclusion\":");
+            put_hashes(out, &w.inclusion);
+            out.extend_from_slice(b",\"index\":");
             put_counter(out, w.index.get())?;
             out.extend_from_slice(b",\"received\":");
             put_time(out, w.received)?;

@@ -243,6 +243,19 @@ mod tests {
             .insert(public.to_bytes(), PREPARE_MIN_SIGNATURES - 1);
     }
 
+    /// Runs `check` on the key's first [`PREPARE_MIN_SIGNATURES`] uses (no
+    /// table yet), then, once the table the key earned is built, on 8 more.
+    fn before_and_after_its_table(cache: &PreparedKeys, check: impl Fn(usize)) {
+        for n in 0..PREPARE_MIN_SIGNATURES {
+            check(n);
+        }
+        cache.settle();
+        assert_eq!(cache.len(), 1, "the key earned a table");
+        for n in 0..8 {
+            check(PREPARE_MIN_SIGNATURES + n);
+        }
+    }
+
     #[test]
     fn a_record_is_answered_as_verify_strict_answers_before_and_after_its_key_is_prepared() {
         use tally_schemas::record::NoteBody;
@@ -284,14 +297,7 @@ mod tests {
                 "swapped signature {n}"
             );
         };
-        for n in 0..PREPARE_MIN_SIGNATURES {
-            check(n);
-        }
-        cache.settle();
-        assert_eq!(cache.len(), 1, "the key earned a table");
-        for n in 0..8 {
-            check(PREPARE_MIN_SIGNATURES + n);
-        }
+        before_and_after_its_table(&cache, check);
     }
 
     #[test]
@@ -307,14 +313,7 @@ mod tests {
             other.push(b'!');
             assert!(!cache.verify(&public, &other, &sig), "wrong message {n}");
         };
-        for n in 0..PREPARE_MIN_SIGNATURES {
-            check(n);
-        }
-        cache.settle();
-        assert_eq!(cache.len(), 1, "the key earned a table");
-        for n in 0..8 {
-            check(PREPARE_MIN_SIGNATURES + n);
-        }
+        before_and_after_its_table(&cache, check);
     }
 
     #[test]

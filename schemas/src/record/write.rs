@@ -55,6 +55,19 @@ pub(crate) fn put_hex(out: &mut Vec<u8>, bytes: &[u8]) {
     }
 }
 
+/// Appends `hashes` as a JSON array of lowercase hex strings (an inclusion
+/// proof's form in receipts and pack lines).
+pub(crate) fn put_hashes(out: &mut Vec<u8>, hashes: &[crate::Hash]) {
+    out.push(b'[');
+    for (i, h) in hashes.iter().enumerate() {
+        if i > 0 {
+            out.push(b',');
+        }
+        put_hex(out, h.as_bytes());
+    }
+    out.push(b']');
+}
+
 /// Appends a counter as a JSON integer; `None` above 2^53 − 1, which tally's
 /// JSON refuses (§2), so nothing beyond it is ever written.
 pub(crate) fn put_counter(out: &mut Vec<u8>, n: u64) -> Option<()> {

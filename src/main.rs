@@ -7,12 +7,6 @@
 
 mod cmd;
 
-/// mimalloc instead of the system allocator: the witness allocates and frees
-/// small buffers per record on every thread, and glibc's malloc spent a
-/// sixth of its CPU doing that (docs/dependencies.md, docs/benchmarks.md).
-#[global_allocator]
-static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
-
 use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};

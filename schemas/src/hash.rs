@@ -85,11 +85,11 @@ impl Hash {
 /// witness's profile at a few hashes per record).
 #[must_use]
 pub(crate) fn lower_hex(bytes: &[u8]) -> String {
-    const DIGITS: &[u8; 16] = b"0123456789abcdef";
+    use crate::record::HEX_DIGITS;
     let mut out = String::with_capacity(2 * bytes.len());
     for &b in bytes {
-        out.push(char::from(DIGITS[usize::from(b >> 4)]));
-        out.push(char::from(DIGITS[usize::from(b & 0x0f)]));
+        out.push(char::from(HEX_DIGITS[usize::from(b >> 4)]));
+        out.push(char::from(HEX_DIGITS[usize::from(b & 0x0f)]));
     }
     out
 }

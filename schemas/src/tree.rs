@@ -277,9 +277,7 @@ impl InclusionPaths {
                     // The rest is the last walk's, which reached `root`.
                     // Keep this walk's steps below it for the next proof.
                     self.walk.extend_from_slice(&self.states[j..]);
-                    std::mem::swap(&mut self.walk, &mut self.states);
-                    self.proof.clear();
-                    self.proof.extend_from_slice(proof);
+                    self.remember(size, root, proof);
                     return Ok(());
                 }
             }
@@ -289,11 +287,16 @@ impl InclusionPaths {
         if state.hash != *root {
             return verify_inclusion(index, size, leaf, proof, root);
         }
+        self.remember(size, root, proof);
+        Ok(())
+    }
+
+    /// Keeps the walk just made (in `walk`) and its proof for the next one.
+    fn remember(&mut self, size: TreeSize, root: &Hash, proof: &[Hash]) {
         std::mem::swap(&mut self.walk, &mut self.states);
         self.proof.clear();
         self.proof.extend_from_slice(proof);
         self.tree = Some((size, *root));
-        Ok(())
     }
 }
 

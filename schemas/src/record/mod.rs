@@ -31,7 +31,7 @@ pub use body::{
 };
 pub(crate) use fast::{Cursor, FastRecord};
 pub use fields::{AgentName, Nonce, Seq};
-pub(crate) use write::{put_counter, put_hashes, put_hex, put_str, put_time};
+pub(crate) use write::{put_counter, put_hashes, put_hex, put_str, put_time, HEX_DIGITS};
 
 use std::ops::Deref;
 

@@ -15,6 +15,7 @@
 use serde_json::{Map, Value};
 
 use crate::canonical::{self, CanonicalError, Limits};
+use crate::entry::Receipt;
 use crate::limits::{
     MAX_BATCH_ANSWER_BYTES, MAX_BATCH_BYTES, MAX_BATCH_RECORDS, MAX_DEPTH, MAX_WIRE_OBJECT_BYTES,
 };
@@ -292,6 +293,11 @@ impl BatchAnswer {
     /// # Errors
     /// [`BatchError`] when the answer is not of the batch answer's shape.
     pub fn from_json(bytes: &[u8]) -> Result<Self, BatchError> {
+        Self::from_canonical(bytes).map_or_else(|| Self::from_strict(bytes), Ok)
+    }
+
+    /// [`BatchAnswer::from_json`] for any layout: strict JSON, then the shape.
+    fn from_strict(bytes: &[u8]) -> Result<Self, BatchError> {
         let value = canonical::parse_strict(bytes, ANSWER_LIMITS)?;
         let items = members(value, "results")?;
         let results = items
@@ -300,6 +306,43 @@ impl BatchAnswer {
             .map(|(i, item)| outcome(item).map_err(|m| schema(format!("results[{i}]: {m}"))))
             .collect::<Result<_, _>>()?;
         Ok(Self { results })
+    }
+}
+
+impl BatchAnswer {
+    /// The fast road for an answer in the layout [`BatchAnswer::to_json`]
+    /// writes when every record got a receipt: `{"results":[`, then
+    /// `{"receipt":R,"status":200}` for each, `],"v":1}`, nothing else,
+    /// where each `R` is read by [`Receipt::read_canonical`] (accepted only
+    /// when it is canonical), at least one. Such a body is canonical JSON within
+    /// [`MAX_BATCH_ANSWER_BYTES`] with receipts within
+    /// [`MAX_WIRE_OBJECT_BYTES`], so the strict road would give the same
+    /// answer. `None` sends any other body (a refusal among the results,
+    /// other spacing or order, an unknown member) down the strict road.
+    fn from_canonical(bytes: &[u8]) -> Option<Self> {
+        if bytes.len() > MAX_BATCH_ANSWER_BYTES {
+            return None;
+        }
+        let mut cursor = Cursor::new(bytes)?;
+        cursor.expect(b"{\"results\":[")?;
+        let mut results = Vec::with_capacity(bytes.len() / 1024 + 1);
+        loop {
+            cursor.expect(b"{\"receipt\":")?;
+            let start = cursor.position();
+            Receipt::read_canonical(&mut cursor)?;
+            let receipt = cursor.since(start);
+            if receipt.len() > MAX_WIRE_OBJECT_BYTES {
+                return None;
+            }
+            results.push(BatchOutcome::Receipt(receipt.to_vec()));
+            cursor.expect(b",\"status\":200}")?;
+            if cursor.eat(b"]") {
+                break;
+            }
+            cursor.expect(b",")?;
+        }
+        cursor.expect(b",\"v\":1}")?;
+        cursor.at_end().then_some(Self { results })
     }
 }
 
@@ -476,5 +519,99 @@ mod tests {
         assert_eq!(BatchAnswer::from_json(&bytes).unwrap(), answer);
         assert_eq!(answer.results[1].code(), Some("chain_conflict"));
         assert!(BatchAnswer::from_json(b"{\"v\":1,\"results\":[{\"status\":200}]}").is_err());
+    }
+
+    /// Receipts as the witness writes them, with notes that need escapes
+    /// and proofs of 0 to 63 hashes.
+    fn receipts() -> Vec<crate::entry::Receipt> {
+        let controls: String = (0u8..0x20).map(char::from).collect();
+        let notes = [
+            "example.org/log\n3\nAAAA\n\n\u{2014} example.org/log abc=\n".to_owned(),
+            format!("{controls}\"\\/\u{7f}\u{e9}\u{2028}\u{1F600}\u{FEFF}"),
+            String::new(),
+        ];
+        notes
+            .into_iter()
+            .zip([(0u64, 0usize), (5, 3), (9_007_199_254_740_991, 63)])
+            .map(|(checkpoint, (index, proof))| crate::entry::Receipt {
+                v: 1,
+                record_hash: crate::Hash::sha256(checkpoint.as_bytes()),
+                nonce: record(0).nonce.clone(),
+                index: crate::tree::LeafIndex::new(index),
+                received: crate::UnixMillis::new(1_796_025_600_123),
+                inclusion: (0..proof)
+                    .map(|i| crate::Hash::sha256(&[u8::try_from(i).unwrap()]))
+                    .collect(),
+                checkpoint,
+            })
+            .collect()
+    }
+
+    #[test]
+    fn an_answer_of_receipts_takes_the_fast_road_to_the_strict_roads_answer() {
+        let answer = BatchAnswer {
+            results: receipts()
+                .iter()
+                .map(|r| BatchOutcome::Receipt(r.to_canonical_json().unwrap()))
+                .collect(),
+        };
+        let bytes = answer.to_json().unwrap();
+        assert_eq!(BatchAnswer::from_canonical(&bytes), Some(answer.clone()));
+        assert_eq!(BatchAnswer::from_strict(&bytes), Ok(answer.clone()));
+        assert_eq!(BatchAnswer::from_json(&bytes), Ok(answer));
+    }
+
+    #[test]
+    fn the_fast_road_answers_as_the_strict_road_or_not_at_all() {
+        let two: Vec<Vec<u8>> = receipts()
+            .into_iter()
+            .filter(|r| r.inclusion.len() < 10)
+            .map(|r| r.to_canonical_json().unwrap())
+            .collect();
+        let body = BatchAnswer {
+            results: two.into_iter().map(BatchOutcome::Receipt).collect(),
+        }
+        .to_json()
+        .unwrap();
+        let text = String::from_utf8(body.clone()).unwrap();
+        // Whole-body variants the fast road must leave to the strict road.
+        let left = [
+            text.replacen("{\"results\"", "{ \"results\"", 1),
+            text.replacen("],\"v\":1}", "],\"v\":2}", 1),
+            text.replacen(",\"status\":200}", ",\"status\":201}", 1),
+            text.replacen("\"v\":1},", "\"v\":1,\"x\":0},", 1),
+            text.replacen("{\"checkpoint\":", "{\"a\":0,\"checkpoint\":", 1),
+            text.replacen("\\u0001", "\\u0001\\ud83d", 1),
+            format!("{text} "),
+            "{\"results\":[],\"v\":1}".to_owned(),
+            text.replacen(
+                "],\"v\":1}",
+                ",{\"error\":{\"code\":\"chain_conflict\"},\"status\":409}],\"v\":1}",
+                1,
+            ),
+        ];
+        for variant in &left {
+            assert_ne!(variant, &text);
+            assert_eq!(
+                BatchAnswer::from_canonical(variant.as_bytes()),
+                None,
+                "{variant}"
+            );
+        }
+        // Every byte changed to a few others: whatever the fast road reads,
+        // the strict road reads the same.
+        let mut fast = 0;
+        for i in 0..body.len() {
+            for b in [b' ', b'0', b'A', b'a', b'"', b'\\', b'}', b'f'] {
+                let mut m = body.clone();
+                m[i] = b;
+                if let Some(answer) = BatchAnswer::from_canonical(&m) {
+                    assert_eq!(BatchAnswer::from_strict(&m), Ok(answer), "byte {i} to {b}");
+                    fast += 1;
+                }
+            }
+        }
+        // Hex digits and the note's letters change into other valid ones.
+        assert!(fast > 100, "only {fast} mutated bodies took the fast road");
     }
 }

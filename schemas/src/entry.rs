@@ -13,7 +13,8 @@ use crate::hash::{leaf_hash, leaf_hash_of_parts, Hash};
 use crate::limits::{MAX_ENTRY_BYTES, MAX_PROOF_HASHES};
 use crate::note::{open_checkpoint, Checkpoint, NoteError, NoteVerifier};
 use crate::record::{
-    check_version, put_counter, put_hashes, put_hex, put_str, put_time, Nonce, Record, RecordError,
+    check_version, put_counter, put_hashes, put_hex, put_str, put_time, Cursor, Nonce, Record,
+    RecordError,
 };
 use crate::time::UnixMillis;
 use crate::tree::{verify_inclusion, LeafIndex, ProofError};
@@ -336,6 +337,54 @@ impl Receipt {
         put_counter(out, self.v)?;
         out.push(b'}');
         Some(())
+    }
+
+    /// Reads a receipt in the one canonical layout [`Receipt::to_canonical_json`]
+    /// writes, at `cursor`; accepted only when writing it back gives the
+    /// bytes read (so they are canonical JSON of a v1-shaped receipt).
+    /// `None` at anything else, which the caller hands to the strict road.
+    pub(crate) fn read_canonical(cursor: &mut Cursor<'_>) -> Option<Self> {
+        let start = cursor.position();
+        cursor.expect(b"{\"checkpoint\":")?;
+        let checkpoint = cursor.string()?.into_owned();
+        cursor.expect(b",\"inclusion\":[")?;
+        let mut inclusion = Vec::new();
+        if !cursor.eat(b"]") {
+            loop {
+                if inclusion.len() == MAX_PROOF_HASHES {
+                    return None;
+                }
+                inclusion.push(cursor.hash()?);
+                if cursor.eat(b"]") {
+                    break;
+                }
+                cursor.expect(b",")?;
+            }
+        }
+        cursor.expect(b",\"index\":")?;
+        let index = LeafIndex::new(cursor.counter()?);
+        cursor.expect(b",\"nonce\":")?;
+        let nonce = cursor.nonce()?;
+        cursor.expect(b",\"received\":")?;
+        let received = cursor.time()?;
+        cursor.expect(b",\"record_hash\":")?;
+        let record_hash = cursor.hash()?;
+        cursor.expect(b",\"v\":")?;
+        let v = cursor.counter()?;
+        cursor.expect(b"}")?;
+        let receipt = Self {
+            v,
+            record_hash,
+            nonce,
+            index,
+            received,
+            checkpoint,
+            inclusion,
+        };
+        let read = cursor.since(start);
+        let mut written = Vec::with_capacity(read.len());
+        receipt.write_canonical(&mut written)?;
+        (written == read).then_some(receipt)
     }
 
     /// Decodes a receipt (strict JSON, v1 schema). Decoding proves nothing:

@@ -1,6 +1,6 @@
-//! Strict Ed25519 verification of many signatures at once, docs/protocol.md
-//! §4.3: the same accept/reject set as [`PublicKey::verify_raw`]
-//! (ed25519-dalek `verify_strict`), faster when one key signs many messages.
+//! Strict Ed25519 verification of many signatures, docs/protocol.md §4.3:
+//! the same accept/reject set as [`PublicKey::verify_raw`] (ed25519-dalek
+//! `verify_strict`), one signature at a time, a little faster per signature.
 //!
 //! # Why not ed25519-dalek's batch verification
 //! Batch verification checks one random linear combination
@@ -17,47 +17,47 @@
 //! saves. `tests/it/batch_sig.rs` builds such signatures and shows both.
 //!
 //! # What this does instead
-//! It computes the strict equation itself, for each signature, exactly as
-//! `verify_strict` does, but with `[k]A` taken from a table precomputed once
-//! per key ([`PreparedKey`], radix-16 like the base point's own table):
+//! It computes each signature's own strict equation, exactly as
+//! `verify_strict` does, with one decompression fewer:
 //! 1. `S` must be canonical (`S < ℓ`);
-//! 2. `A` must not be of small order (checked once, when the key is prepared);
+//! 2. `A` must not be of small order (checked once, when the key is
+//!    prepared, with `−A` kept decoded);
 //! 3. `k = SHA-512(R ‖ A ‖ M) mod ℓ`, over the bytes of `R` and `A` as given;
-//! 4. `R' = [S]B − [k]A`, and the encoding of `R'` must equal the 32 bytes of
-//!    `R` (so `R` is canonical and decodes to `R'`);
-//! 5. `R'` must not be of small order (what `verify_strict` checks on the
-//!    decoded `R`, which is `R'`).
+//! 4. `R' = [S]B − [k]A`, computed as `verify_strict` computes it
+//!    (`EdwardsPoint::vartime_double_scalar_mul_basepoint`), and the encoding
+//!    of `R'` must equal the 32 bytes of `R`;
+//! 5. `R'` must not be of small order.
 //!
-//! This is the same test as `verify_strict`, step for step, with the same
-//! arithmetic results; only the way `[k]A` is multiplied differs. Two
-//! fixed-base multiplications (about 64 point additions each, no doublings)
-//! replace one double-scalar multiplication (about 250 doublings), and `R`
-//! is never decompressed. A prepared key verifies about 1.3–1.7 times as
-//! fast as `verify_strict`, but preparing it (256 table points, each
-//! normalised with a field inversion) costs about 20 verifications and
-//! 30 KiB: it pays for itself only after some 45–90 signatures
-//! (`examples/sig_rate.rs` prints the figures), so a key is prepared only
-//! once it signs [`PREPARE_MIN_SIGNATURES`] messages. The edge-case corpus (testdata/sigs/), mixed-order
-//! and small-order cases and random mutations are checked against
-//! `verify_strict` in `tests/it/batch_sig.rs`.
+//! `verify_strict` also decompresses `R` first and refuses an `R` that does
+//! not decompress or is of small order. Both are implied here: the encoding
+//! of a point is canonical and decompresses to that point, so when `R`'s
+//! bytes are `R'`'s encoding, `R` decompresses to `R'`, whose order step 5
+//! checks. Skipping that decompression (a square root, about the cost of the
+//! field inversion in step 4's encoding) makes a prepared key about 1.1–1.2
+//! times as fast per signature as `verify_strict`, and preparing a key costs
+//! next to nothing (a small-order test), so every key is prepared.
+//! (`examples/sig_rate.rs` prints the figures.) An earlier version kept a
+//! table of multiples of `−A` per key, radix 16 like the base point's: about
+//! as fast per signature on this machine's AVX2 arithmetic, but 30 KiB and
+//! about 1.3 ms to build per key, so it paid off only after some 45–90
+//! signatures by one key (docs/benchmarks.md, "Batches"). The edge-case
+//! corpus (testdata/sigs/), mixed-order and small-order cases and random
+//! mutations are checked against `verify_strict` in `tests/it/batch_sig.rs`.
 
-use std::collections::HashMap;
-
-use curve25519_dalek::edwards::{CompressedEdwardsY, EdwardsBasepointTable, EdwardsPoint};
+use curve25519_dalek::edwards::{CompressedEdwardsY, EdwardsPoint};
 use curve25519_dalek::scalar::Scalar;
-use curve25519_dalek::traits::BasepointTable as _;
 use sha2::{Digest, Sha512};
 
 use crate::keys::{BadSignature, PublicKey, Signature};
 
-/// A public key with a table of multiples of `−A`, for verifying many
-/// signatures by it. About 30 KiB.
-#[derive(Clone)]
+/// A public key decoded for the strict equation: `−A`, and whether `A` is
+/// of small order. About 200 bytes.
+#[derive(Clone, Copy)]
 pub struct PreparedKey {
     key: PublicKey,
     /// `A` is of small order: `verify_strict` refuses every signature.
     weak: bool,
-    minus_a: Box<EdwardsBasepointTable>,
+    minus_a: EdwardsPoint,
 }
 
 impl std::fmt::Debug for PreparedKey {
@@ -70,15 +70,15 @@ impl std::fmt::Debug for PreparedKey {
 }
 
 impl PreparedKey {
-    /// Precomputes the table for `key` (about the cost of 20 verifications:
-    /// see the module docs).
+    /// Prepares `key` (a small-order test: about a fiftieth of a
+    /// verification).
     #[must_use]
     pub fn new(key: &PublicKey) -> Self {
         let point = EdwardsPoint::from(*key.as_dalek());
         Self {
             key: *key,
             weak: point.is_small_order(),
-            minus_a: Box::new(EdwardsBasepointTable::create(&-point)),
+            minus_a: -point,
         }
     }
 
@@ -127,11 +127,21 @@ impl PreparedKey {
             h.update(part);
         }
         let k = Scalar::from_bytes_mod_order_wide(&h.finalize().into());
-        let expected = EdwardsPoint::mul_base(&s) + self.minus_a.mul_base(&k);
+        let expected = EdwardsPoint::vartime_double_scalar_mul_basepoint(&k, &self.minus_a, &s);
         if expected.compress() != CompressedEdwardsY(r_bytes) || expected.is_small_order() {
             return Err(BadSignature);
         }
         Ok(())
+    }
+
+    /// Whether `record`'s signature verifies strictly with this key: exactly
+    /// `key.verify_raw(&record.signed_message(), record.signature()).is_ok()`,
+    /// over the message's pieces where they lie
+    /// ([`crate::Record::signed_message_parts`]).
+    #[must_use]
+    pub fn verify_record(&self, record: &crate::Record) -> bool {
+        self.verify_parts(&record.signed_message_parts(), record.signature())
+            .is_ok()
     }
 
     /// [`PreparedKey::verify_raw`] over `domain ‖ message`, as [`PublicKey::verify`].
@@ -163,39 +173,18 @@ pub struct SignedMessage<'a> {
     pub signature: &'a Signature,
 }
 
-/// A key signing at least this many messages of a [`verify_batch`] call is
-/// prepared; below it, preparing costs more than it saves. The break-even
-/// measured by `examples/sig_rate.rs` on the 2-core machine of
-/// docs/benchmarks.md was 45–90 signatures (a lower threshold made batches
-/// with a few records per key several times slower: docs/benchmarks.md,
-/// "Batches").
-pub const PREPARE_MIN_SIGNATURES: usize = 64;
-
 /// Checks every signature strictly; item `i` of the answer is exactly
 /// `items[i].key.verify_raw(items[i].signed, items[i].signature).is_ok()`.
-/// Keys that sign at least [`PREPARE_MIN_SIGNATURES`] of the items are
-/// prepared once ([`PreparedKey`]); the others are verified one at a time.
-/// Runs on the calling thread.
+/// Each item's key is prepared ([`PreparedKey`]). Runs on the calling
+/// thread.
 #[must_use]
 pub fn verify_batch(items: &[SignedMessage<'_>]) -> Vec<bool> {
-    let mut uses: HashMap<[u8; 32], usize> = HashMap::new();
-    for item in items {
-        *uses.entry(item.key.to_bytes()).or_default() += 1;
-    }
-    let mut prepared: HashMap<[u8; 32], PreparedKey> = HashMap::new();
     items
         .iter()
         .map(|item| {
-            let id = item.key.to_bytes();
-            if uses.get(&id).copied().unwrap_or(0) >= PREPARE_MIN_SIGNATURES {
-                prepared
-                    .entry(id)
-                    .or_insert_with(|| PreparedKey::new(item.key))
-                    .verify_raw(item.signed, item.signature)
-                    .is_ok()
-            } else {
-                item.key.verify_raw(item.signed, item.signature).is_ok()
-            }
+            PreparedKey::new(item.key)
+                .verify_raw(item.signed, item.signature)
+                .is_ok()
         })
         .collect()
 }
@@ -229,5 +218,51 @@ mod tests {
         let sig = k.sign(b"d\n", b"m");
         assert!(p.verify(b"d\n", b"m", &sig).is_ok());
         assert!(p.verify(b"e\n", b"m", &sig).is_err());
+    }
+
+    #[test]
+    fn a_record_is_answered_as_verify_strict_answers_it() {
+        use crate::record::NoteBody;
+        use crate::{AgentName, Body, Nonce, Record, Seq, UnixMillis, UnsignedRecord};
+        let k = SecretKey::from_seed(&[6u8; 32]);
+        let public = k.public_key();
+        let record = |n: u8| {
+            UnsignedRecord {
+                agent: AgentName::new("sig-bot").unwrap(),
+                key_id: public.key_id(),
+                seq: Seq::GENESIS,
+                prev: None,
+                time: UnixMillis::new(1_796_025_600_000),
+                nonce: Nonce::from_bytes(vec![n; 16]).unwrap(),
+                body: Body::Note(NoteBody {
+                    text: format!("note {n} \u{2028}\",\"sig\":\""),
+                }),
+            }
+            .sign(&k)
+            .unwrap()
+        };
+        let prepared = PreparedKey::new(&public);
+        for n in 0..16 {
+            let good = record(n);
+            assert!(public
+                .verify_raw(&good.signed_message(), good.signature())
+                .is_ok());
+            assert!(prepared.verify_record(&good), "good record {n}");
+            // The key's valid signature of another record, put on this one.
+            let other = record(n + 100);
+            let text = String::from_utf8(good.canonical_bytes().to_vec()).unwrap();
+            let swapped = text.replace(
+                &good.signature().to_base64(),
+                &other.signature().to_base64(),
+            );
+            let forged = Record::from_json(swapped.as_bytes()).unwrap();
+            assert!(public
+                .verify_raw(&forged.signed_message(), forged.signature())
+                .is_err());
+            assert!(!prepared.verify_record(&forged), "swapped signature {n}");
+            // Another key refuses it.
+            let stranger = PreparedKey::new(&SecretKey::from_seed(&[7u8; 32]).public_key());
+            assert!(!stranger.verify_record(&good));
+        }
     }
 }

@@ -8,7 +8,7 @@
 //! - [`api`]: the HTTP APIs' JSON bodies: the error body, the key
 //!   directory, the JSON proof answers and the admin API.
 //! - [`hash`], [`keys`]: SHA-256 constructions, Ed25519 keys and key ids.
-//! - [`batch_sig`]: strict verification of many signatures, with per-key tables.
+//! - [`batch_sig`]: strict verification of many signatures, each by its own equation.
 //! - [`record`], [`tools`]: records, bodies, tool-definition digests.
 //! - [`entry`]: log entries (leaves) and receipts.
 //! - [`note`]: C2SP checkpoints and signed notes.

@@ -8,7 +8,7 @@ use std::collections::hash_map::RandomState;
 use std::collections::HashMap;
 use std::hash::BuildHasher;
 use std::sync::mpsc::{channel, sync_channel, Receiver, SyncSender};
-use std::sync::{Arc, Mutex};
+use std::sync::Mutex;
 
 use tally_schemas::entry::entry_leaf_hash;
 use tally_schemas::limits::{MAX_ENTRY_BYTES, MAX_PROOF_HASHES};
@@ -16,8 +16,6 @@ use tally_schemas::pack::{AgentKey, PackCheckpoint, PackEnd, PackError, PackLine
 use tally_schemas::time::UnixMillis;
 use tally_schemas::tree::{InclusionPaths, LeafIndex, TreeSize};
 use tally_schemas::{Hash, Record};
-
-use crate::sig::{KeyTables, PreparedKeys};
 
 /// Lines per batch handed to a worker, at most. Small enough that the
 /// batches in flight (queued, being worked, results waiting) hold a few
@@ -156,26 +154,17 @@ pub(crate) fn lookup_key<'a>(
     }
 }
 
-/// What one worker thread keeps from line to line: its view of the
-/// prepared keys, and the last inclusion proof it walked.
+/// What one worker thread keeps from line to line: the last inclusion
+/// proof it walked.
+#[derive(Default)]
 pub(crate) struct Worker {
-    keys: PreparedKeys,
     paths: InclusionPaths,
-}
-
-impl Worker {
-    pub(crate) fn new(tables: Arc<KeyTables>) -> Self {
-        Self {
-            keys: PreparedKeys::new(tables),
-            paths: InclusionPaths::default(),
-        }
-    }
 }
 
 fn work_record(mut line: Box<PackRecord>, ctx: &Context, worker: &mut Worker) -> RecordWork {
     let record = &line.record;
     let (key, trusted) = lookup_key(&ctx.keys, record);
-    let sig_ok = trusted.map(|k| worker.keys.verify_record(record, &k.public_key));
+    let sig_ok = trusted.map(|k| crate::sig::verify_record(record, &k.public_key));
     let inclusion = line.witnessed.as_mut().map(|w| {
         let proven = match &ctx.pack_tree {
             Some((size, root)) => prove_entry(
@@ -270,13 +259,11 @@ impl<'a> Pipeline<'a> {
         'env: 'a,
     {
         let (res_tx, res_rx) = channel();
-        let tables = Arc::new(KeyTables::default());
         for _ in 0..threads {
-            let tables = Arc::clone(&tables);
             let res_tx = res_tx.clone();
             let rx = &queue.rx;
             scope.spawn(move || {
-                let mut worker = Worker::new(tables);
+                let mut worker = Worker::default();
                 loop {
                     let job = rx
                         .lock()

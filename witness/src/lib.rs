@@ -13,7 +13,6 @@
 //! - `key_changes`: key changes never reach back before admitted records.
 //! - `conn`: the connection cap and the timeouts that bound every
 //!   connection, head and body.
-//! - `sigcache`: prepared tables of busy agent keys, for strict signature checks.
 //! - `keydir`, `metrics`, `ratelimit`, [`refusal_log`]: the smaller parts.
 //!
 //! The console at `/console` is its own crate, tally-console, on top of this
@@ -33,7 +32,6 @@ mod ratelimit;
 pub mod refusal_log;
 pub mod registry;
 pub mod server;
-mod sigcache;
 pub mod witness;
 
 pub use config::{ServeConfig, WitnessConfig};

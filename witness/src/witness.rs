@@ -29,7 +29,7 @@ use crate::keydir::KeyDirectory;
 use crate::metrics::Metrics;
 use crate::ratelimit::RateLimiter;
 use crate::registry::{Principal, Registry, Secret};
-use crate::sigcache::PreparedKeys;
+use tally_schemas::batch_sig::PreparedKey;
 
 /// How many times a record is admitted again after its agent's keys
 /// changed between its check and its commit (protocol.md §4.1); past that
@@ -58,8 +58,6 @@ pub struct Witness {
     last_received: Mutex<UnixMillis>,
     /// Asking cosigners, when `tally serve` has any (protocol.md §14.5).
     cosigning: std::sync::OnceLock<Arc<crate::cosigning::Cosigning>>,
-    /// Tables of the busiest agent keys, for strict signature checks.
-    prepared: PreparedKeys,
 }
 
 impl std::fmt::Debug for Witness {
@@ -126,7 +124,6 @@ impl Witness {
             keys,
             key_changes: KeyChanges::default(),
             cosigning: std::sync::OnceLock::new(),
-            prepared: PreparedKeys::default(),
         }
     }
 
@@ -284,9 +281,9 @@ impl Witness {
     ) -> Result<(), WitnessError> {
         let (key, _) = self.registered_key(principal, record)?;
         // The registry answers the key registered under the record's key
-        // id, so the ids match; the signature is checked strictly, with the
-        // key's table when it has one (sigcache.rs).
-        if key.key_id() == record.key_id && self.prepared.verify_record(&key, record) {
+        // id, so the ids match; the signature is checked strictly
+        // (protocol.md §4.3, schemas/src/batch_sig.rs).
+        if key.key_id() == record.key_id && PreparedKey::new(&key).verify_record(record) {
             Ok(())
         } else {
             Err(WitnessError::BadSignature {
@@ -528,8 +525,8 @@ impl Witness {
     /// Admits a batch request body (docs/api.md "POST /v1/records/batch";
     /// docs/protocol.md §8.1) sent by `principal`: one answer per record, in
     /// the request's order. Each record goes through the checks of
-    /// [`Witness::admit_as`] in the same order (signatures strictly, with
-    /// the tables of busy keys kept across requests: sigcache.rs), and the
+    /// [`Witness::admit_as`] in the same order (signatures strictly:
+    /// protocol.md §4.3), and the
     /// records that pass are handed to
     /// [`Log::enqueue_batch`] as one group commit, received at one instant.
     /// A record refused here keeps its place in its agent's seq order
@@ -772,7 +769,7 @@ impl Witness {
         let verdicts: Vec<bool> = keys
             .iter()
             .map(|(k, key)| match &records[*k].1 {
-                Ok(r) => self.prepared.verify_record(key, r),
+                Ok(r) => PreparedKey::new(key).verify_record(r),
                 Err(_) => false,
             })
             .collect();

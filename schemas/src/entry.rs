@@ -348,19 +348,7 @@ impl Receipt {
         cursor.expect(b"{\"checkpoint\":")?;
         let checkpoint = cursor.string()?.into_owned();
         cursor.expect(b",\"inclusion\":[")?;
-        let mut inclusion = Vec::new();
-        if !cursor.eat(b"]") {
-            loop {
-                if inclusion.len() == MAX_PROOF_HASHES {
-                    return None;
-                }
-                inclusion.push(cursor.hash()?);
-                if cursor.eat(b"]") {
-                    break;
-                }
-                cursor.expect(b",")?;
-            }
-        }
+        let inclusion = cursor.hash_list()?;
         cursor.expect(b",\"index\":")?;
         let index = LeafIndex::new(cursor.counter()?);
         cursor.expect(b",\"nonce\":")?;

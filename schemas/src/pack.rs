@@ -248,17 +248,7 @@ fn read_record_line(line: &[u8]) -> Option<FastRecordLine> {
         None
     } else {
         c.expect(b"{\"inclusion\":[")?;
-        // A proof in a log of up to 2^32 entries, without growing.
-        let mut inclusion = Vec::with_capacity(32);
-        if !c.eat(b"]") {
-            loop {
-                inclusion.push(c.hash()?);
-                if c.eat(b"]") {
-                    break;
-                }
-                c.expect(b",")?;
-            }
-        }
+        let inclusion = c.hash_list()?;
         c.expect(b",\"index\":")?;
         let index = LeafIndex::new(c.counter()?);
         c.expect(b",\"received\":")?;

@@ -151,6 +151,22 @@ impl<'a> Cursor<'a> {
         Hash::from_hex(self.fixed_string(2 * crate::hash::HASH_LEN)?).ok()
     }
 
+    /// The hashes of an array whose `[` was just read, through its `]`.
+    pub(crate) fn hash_list(&mut self) -> Option<Vec<Hash>> {
+        // A proof in a log of up to 2^32 entries, without growing.
+        let mut out = Vec::with_capacity(32);
+        if self.eat(b"]") {
+            return Some(out);
+        }
+        loop {
+            out.push(self.hash()?);
+            if self.eat(b"]") {
+                return Some(out);
+            }
+            self.expect(b",")?;
+        }
+    }
+
     pub(crate) fn nonce(&mut self) -> Option<Nonce> {
         Nonce::from_hex(&self.string()?).ok()
     }

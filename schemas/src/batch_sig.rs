@@ -33,14 +33,15 @@
 //! of a point is canonical and decompresses to that point, so when `R`'s
 //! bytes are `R'`'s encoding, `R` decompresses to `R'`, whose order step 5
 //! checks. Skipping that decompression (a square root, about the cost of the
-//! field inversion in step 4's encoding) makes a prepared key about 1.1–1.2
+//! field inversion in step 4's encoding) makes a prepared key about 1.2
 //! times as fast per signature as `verify_strict`, and preparing a key costs
 //! next to nothing (a small-order test), so every key is prepared.
 //! (`examples/sig_rate.rs` prints the figures.) An earlier version kept a
-//! table of multiples of `−A` per key, radix 16 like the base point's: about
-//! as fast per signature on this machine's AVX2 arithmetic, but 30 KiB and
-//! about 1.3 ms to build per key, so it paid off only after some 45–90
-//! signatures by one key (docs/benchmarks.md, "Batches"). The edge-case
+//! table of multiples of `−A` per key, radix 16 like the base point's: a
+//! little slower per signature on AVX2 arithmetic (1.06–1.09 times
+//! `verify_strict` beside 1.16–1.17 for this path, docs/benchmarks.md), and
+//! 30 KiB and about 1.3 ms to build per key, so it paid off only after some
+//! 45–90 signatures by one key. The edge-case
 //! corpus (testdata/sigs/), mixed-order and small-order cases and random
 //! mutations are checked against `verify_strict` in `tests/it/batch_sig.rs`.
 

@@ -18,6 +18,7 @@ use std::time::Instant;
 use rand_core::CryptoRngCore;
 use tally_log::{BatchItem, ChainHead, KeyVersion, Log};
 use tally_schemas::batch::BatchRequest;
+use tally_schemas::batch_sig::PreparedKey;
 use tally_schemas::time::Clock;
 use tally_schemas::{AgentName, LeafIndex, Receipt, Record, UnixMillis};
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
@@ -29,7 +30,6 @@ use crate::keydir::KeyDirectory;
 use crate::metrics::Metrics;
 use crate::ratelimit::RateLimiter;
 use crate::registry::{Principal, Registry, Secret};
-use tally_schemas::batch_sig::PreparedKey;
 
 /// How many times a record is admitted again after its agent's keys
 /// changed between its check and its commit (protocol.md §4.1); past that
@@ -526,8 +526,7 @@ impl Witness {
     /// docs/protocol.md §8.1) sent by `principal`: one answer per record, in
     /// the request's order. Each record goes through the checks of
     /// [`Witness::admit_as`] in the same order (signatures strictly:
-    /// protocol.md §4.3), and the
-    /// records that pass are handed to
+    /// protocol.md §4.3), and the records that pass are handed to
     /// [`Log::enqueue_batch`] as one group commit, received at one instant.
     /// A record refused here keeps its place in its agent's seq order
     /// ([`BatchItem::Refused`]), so that the agent's later records in the

@@ -21,10 +21,14 @@ use std::time::{Duration, Instant};
 
 use tally_schemas::note::NoteVerifier;
 
+#[path = "../tests/it/common/agent.rs"]
+#[allow(dead_code)] // the example uses part of the test agent
+mod agent;
 #[path = "../tests/it/common/hostile.rs"]
 mod hostile;
 
-use hostile::{open_held, probe, rss_kib, Attack, ValidAgent};
+use agent::Agent;
+use hostile::{open_held, probe, rss_kib, Attack};
 
 struct Server {
     child: Child,
@@ -164,7 +168,7 @@ async fn main() {
     for (name, attacks) in scenarios {
         let server = start(&tally, &[]);
         let http = reqwest::Client::new();
-        let mut agent = ValidAgent::new("figures-bot");
+        let mut agent = Agent::new("figures-bot");
         agent.register(&http, &server.url, &server.api_key).await;
         let addr = hostile::addr_of(&server.url);
         // Warm up: connections, the log, the first checkpoints.

@@ -28,8 +28,9 @@ use tally_schemas::note::NoteVerifier;
 use crate::common;
 use crate::common::hostile;
 
+use common::agent::Agent;
 use common::Server;
-use hostile::{closures, join, open_held, probe, rss_kib, Attack, Closures, ValidAgent};
+use hostile::{closures, join, open_held, probe, rss_kib, Attack, Closures};
 
 /// Slack on every "closed within its timeout" check: a loaded 2-core
 /// machine may run a timer late, never this late.
@@ -64,8 +65,8 @@ impl Witness {
         self.server.child.id()
     }
 
-    async fn agent(&self, name: &str) -> ValidAgent {
-        let a = ValidAgent::new(name);
+    async fn agent(&self, name: &str) -> Agent {
+        let a = Agent::new(name);
         a.register(&self.http, &self.url, &self.api_key).await;
         a
     }
@@ -339,7 +340,7 @@ async fn the_connection_cap_makes_room_and_keeps_the_log_quiet() {
         .pool_max_idle_per_host(0)
         .build()
         .unwrap();
-    let mut agent = ValidAgent::new("capped-bot");
+    let mut agent = Agent::new("capped-bot");
     agent.register(&http, &s.url, &s.api_key).await;
 
     let flood = open_held(addr, &Attack::Idle, 800, 100, Duration::from_secs(15)).await;

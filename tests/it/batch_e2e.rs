@@ -9,69 +9,16 @@
 use std::path::Path;
 
 use rand_core::OsRng;
-use serde_json::{json, Value};
+use serde_json::Value;
 use tally_schemas::batch::{BatchAnswer, BatchOutcome, BatchRequest};
 use tally_schemas::note::{open_checkpoint, NoteVerifier};
-use tally_schemas::record::NoteBody;
 use tally_schemas::tree::verify_inclusion;
-use tally_schemas::{
-    AgentName, Body, Entry, Hash, Nonce, Receipt, Record, SecretKey, Seq, UnixMillis,
-    UnsignedRecord,
-};
+use tally_schemas::{Entry, Receipt, Record, SecretKey, UnsignedRecord};
 
 use crate::common;
 
+use common::agent::Agent;
 use common::Server;
-
-struct Agent {
-    name: AgentName,
-    key: SecretKey,
-    seq: u64,
-    prev: Option<Hash>,
-}
-
-impl Agent {
-    fn new(name: &str) -> Self {
-        Self {
-            name: AgentName::new(name).unwrap(),
-            key: SecretKey::generate(&mut OsRng),
-            seq: 0,
-            prev: None,
-        }
-    }
-
-    /// The next record of the chain, signed now, and taken as the head.
-    fn next(&mut self, text: &str) -> Record {
-        let r = UnsignedRecord {
-            agent: self.name.clone(),
-            key_id: self.key.public_key().key_id(),
-            seq: Seq::new(self.seq).unwrap(),
-            prev: self.prev,
-            time: UnixMillis::now(),
-            nonce: Nonce::random(&mut OsRng),
-            body: Body::Note(NoteBody { text: text.into() }),
-        }
-        .sign(&self.key)
-        .unwrap();
-        self.seq += 1;
-        self.prev = Some(r.hash());
-        r
-    }
-
-    async fn register(&self, http: &reqwest::Client, url: &str, api_key: &str) {
-        let r = http
-            .post(format!("{url}/v1/agents"))
-            .bearer_auth(api_key)
-            .json(
-                &json!({"agent": self.name, "public_key": self.key.public_key(),
-                "not_before": UnixMillis::new(UnixMillis::now().as_millis() - 3_600_000)}),
-            )
-            .send()
-            .await
-            .unwrap();
-        assert_eq!(r.status().as_u16(), 201);
-    }
-}
 
 fn validator(name: &str) -> jsonschema::Validator {
     let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("schemas/json");

@@ -29,8 +29,8 @@ use tokio::net::{TcpListener, TcpStream};
 use crate::common;
 use crate::common::hostile;
 
+use common::agent::Agent;
 use common::{tally, Server};
-use hostile::ValidAgent;
 
 async fn post(http: &reqwest::Client, url: &str, key: &str, body: Vec<u8>) -> (u16, Vec<u8>) {
     let r = http
@@ -62,7 +62,7 @@ async fn a_record_reposted_after_the_skew_window_and_a_key_rotation_gets_its_ori
     let (url, key) = (server.url.clone(), server.banner_value("API key"));
     let log_key = NoteVerifier::from_vkey(&server.banner_value("witness key")).unwrap();
     let http = reqwest::Client::new();
-    let mut bot = ValidAgent::new("retry-bot");
+    let mut bot = Agent::new("retry-bot");
     bot.register(&http, &url, &key).await;
 
     let r0 = bot.draft("the answer to this post is lost");
@@ -72,7 +72,7 @@ async fn a_record_reposted_after_the_skew_window_and_a_key_rotation_gets_its_ori
         .unwrap()
         .verify(&r0, &log_key)
         .unwrap();
-    bot.accept(&r0);
+    bot.accepted(&r0);
 
     // Past the skew window: a new record with r0's time would be refused.
     tokio::time::sleep(Duration::from_millis(3_000)).await;

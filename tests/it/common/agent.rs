@@ -56,6 +56,19 @@ impl Agent {
         self.record_with(&self.key, text, UnixMillis::now(), nonce)
     }
 
+    /// The agent's next note, signed with its key now, with a fresh nonce;
+    /// not yet taken as the head.
+    pub(crate) fn draft(&self, text: &str) -> Record {
+        self.record(text, Nonce::random(&mut OsRng))
+    }
+
+    /// [`Agent::draft`], taken as the chain's head.
+    pub(crate) fn next(&mut self, text: &str) -> Record {
+        let r = self.draft(text);
+        self.accepted(&r);
+        r
+    }
+
     /// Takes `r` as the chain's head.
     pub(crate) fn accepted(&mut self, r: &Record) {
         self.seq = r.seq.get() + 1;

@@ -15,15 +15,13 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use rand_core::OsRng;
-use tally_schemas::record::NoteBody;
-use tally_schemas::{
-    AgentName, Body, Hash, Nonce, Record, SecretKey, Seq, UnixMillis, UnsignedRecord,
-};
+use tally_schemas::Record;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 use tokio::sync::Semaphore;
 use tokio::task::JoinHandle;
+
+use super::agent::Agent;
 
 /// Raises this process's soft limit on open files to its hard limit (children
 /// inherit it) and returns the new soft limit.
@@ -272,57 +270,6 @@ pub(crate) fn closures(held: &[Held]) -> Closures {
     c
 }
 
-/// An agent that signs records of its chain, for valid posts during an attack.
-pub(crate) struct ValidAgent {
-    pub name: AgentName,
-    pub key: SecretKey,
-    pub seq: u64,
-    pub prev: Option<Hash>,
-}
-
-impl ValidAgent {
-    pub(crate) fn new(name: &str) -> Self {
-        Self {
-            name: AgentName::new(name).unwrap(),
-            key: SecretKey::generate(&mut OsRng),
-            seq: 0,
-            prev: None,
-        }
-    }
-
-    /// The next record of the chain, signed now.
-    pub(crate) fn draft(&self, text: &str) -> Record {
-        UnsignedRecord {
-            agent: self.name.clone(),
-            key_id: self.key.public_key().key_id(),
-            seq: Seq::new(self.seq).unwrap(),
-            prev: self.prev,
-            time: UnixMillis::now(),
-            nonce: Nonce::random(&mut OsRng),
-            body: Body::Note(NoteBody { text: text.into() }),
-        }
-        .sign(&self.key)
-        .unwrap()
-    }
-
-    pub(crate) fn accept(&mut self, r: &Record) {
-        self.seq = r.seq.get() + 1;
-        self.prev = Some(r.hash());
-    }
-
-    /// Registers the agent with the project of `api_key`.
-    pub(crate) async fn register(&self, http: &reqwest::Client, url: &str, api_key: &str) {
-        let r = http
-            .post(format!("{url}/v1/agents"))
-            .bearer_auth(api_key)
-            .json(&serde_json::json!({"agent": self.name, "public_key": self.key.public_key()}))
-            .send()
-            .await
-            .expect("register the agent");
-        assert_eq!(r.status().as_u16(), 201, "registering {}", self.name);
-    }
-}
-
 /// Valid posts of one agent, one after another, each with its latency.
 #[derive(Debug, Default)]
 pub(crate) struct Probe {
@@ -355,7 +302,7 @@ pub(crate) async fn probe(
     http: &reqwest::Client,
     url: &str,
     api_key: &str,
-    agent: &mut ValidAgent,
+    agent: &mut Agent,
     log_key: &tally_schemas::note::NoteVerifier,
     count: usize,
     pause: Duration,
@@ -398,7 +345,7 @@ pub(crate) async fn probe(
         match outcome {
             Ok(t) => {
                 p.receipts.push(t);
-                agent.accept(&r);
+                agent.accepted(&r);
             }
             Err(e) => {
                 p.failures.push(e);

@@ -178,16 +178,11 @@ impl BatchRequest {
         let mut cursor = Cursor::new(bytes)?;
         cursor.expect(b"{\"records\":[")?;
         // Requests are at most a few hundred records; no growing for those.
-        let mut records = Vec::with_capacity(MAX_BATCH_RECORDS.min(bytes.len() / 256 + 1));
-        loop {
-            if records.len() == MAX_BATCH_RECORDS {
-                return None;
-            }
-            records.push(Ok(Record::read_canonical(&mut cursor)?));
-            if cursor.eat(b"]") {
-                break;
-            }
-            cursor.expect(b",")?;
+        let records = cursor.items(MAX_BATCH_RECORDS.min(bytes.len() / 256 + 1), |c| {
+            Record::read_canonical(c).map(Ok)
+        })?;
+        if records.is_empty() || records.len() > MAX_BATCH_RECORDS {
+            return None;
         }
         cursor.expect(b",\"v\":1}")?;
         cursor.at_end().then_some(Self { records })
@@ -307,9 +302,7 @@ impl BatchAnswer {
             .collect::<Result<_, _>>()?;
         Ok(Self { results })
     }
-}
 
-impl BatchAnswer {
     /// The fast road for an answer in the layout [`BatchAnswer::to_json`]
     /// writes when every record got a receipt: `{"results":[`, then
     /// `{"receipt":R,"status":200}` for each, `],"v":1}`, nothing else,
@@ -325,21 +318,17 @@ impl BatchAnswer {
         }
         let mut cursor = Cursor::new(bytes)?;
         cursor.expect(b"{\"results\":[")?;
-        let mut results = Vec::with_capacity(bytes.len() / 1024 + 1);
-        loop {
-            cursor.expect(b"{\"receipt\":")?;
-            let start = cursor.position();
-            Receipt::read_canonical(&mut cursor)?;
-            let receipt = cursor.since(start);
-            if receipt.len() > MAX_WIRE_OBJECT_BYTES {
-                return None;
-            }
-            results.push(BatchOutcome::Receipt(receipt.to_vec()));
-            cursor.expect(b",\"status\":200}")?;
-            if cursor.eat(b"]") {
-                break;
-            }
-            cursor.expect(b",")?;
+        let results = cursor.items(bytes.len() / 1024 + 1, |c| {
+            c.expect(b"{\"receipt\":")?;
+            let start = c.position();
+            Receipt::read_canonical(c)?;
+            let receipt = c.since(start);
+            c.expect(b",\"status\":200}")?;
+            (receipt.len() <= MAX_WIRE_OBJECT_BYTES)
+                .then(|| BatchOutcome::Receipt(receipt.to_vec()))
+        })?;
+        if results.is_empty() {
+            return None;
         }
         cursor.expect(b",\"v\":1}")?;
         cursor.at_end().then_some(Self { results })

@@ -151,20 +151,31 @@ impl<'a> Cursor<'a> {
         Hash::from_hex(self.fixed_string(2 * crate::hash::HASH_LEN)?).ok()
     }
 
-    /// The hashes of an array whose `[` was just read, through its `]`.
-    pub(crate) fn hash_list(&mut self) -> Option<Vec<Hash>> {
-        // A proof in a log of up to 2^32 entries, without growing.
-        let mut out = Vec::with_capacity(32);
+    /// The items of an array whose `[` was just read, each read by `item`,
+    /// through its `]` (room for `capacity` made first); `None` at the
+    /// first item or separator that is not there.
+    pub(crate) fn items<T>(
+        &mut self,
+        capacity: usize,
+        mut item: impl FnMut(&mut Self) -> Option<T>,
+    ) -> Option<Vec<T>> {
+        let mut out = Vec::with_capacity(capacity);
         if self.eat(b"]") {
             return Some(out);
         }
         loop {
-            out.push(self.hash()?);
+            out.push(item(self)?);
             if self.eat(b"]") {
                 return Some(out);
             }
             self.expect(b",")?;
         }
+    }
+
+    /// The hashes of an array whose `[` was just read, through its `]`.
+    pub(crate) fn hash_list(&mut self) -> Option<Vec<Hash>> {
+        // A proof in a log of up to 2^32 entries, without growing.
+        self.items(32, Self::hash)
     }
 
     pub(crate) fn nonce(&mut self) -> Option<Nonce> {
@@ -256,12 +267,8 @@ impl FastBody {
 }
 
 fn read_tools(c: &mut Cursor<'_>) -> Option<Vec<ToolEntry>> {
-    let mut tools = Vec::new();
     c.expect(b"[")?;
-    if c.eat(b"]") {
-        return Some(tools);
-    }
-    loop {
+    c.items(0, |c| {
         c.expect(b"{\"digest\":")?;
         let digest = c.hash()?;
         c.expect(b",\"name\":")?;
@@ -296,17 +303,13 @@ fn read_tools(c: &mut Cursor<'_>) -> Option<Vec<ToolEntry>> {
             false
         };
         c.expect(b"}")?;
-        tools.push(ToolEntry {
+        Some(ToolEntry {
             name,
             recorded,
             digest,
             parts,
-        });
-        if c.eat(b"]") {
-            return Some(tools);
-        }
-        c.expect(b",")?;
-    }
+        })
+    })
 }
 
 impl FastRecord {

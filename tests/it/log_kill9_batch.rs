@@ -9,7 +9,13 @@
 //! - the last batches acknowledged before the kill, sent again as batches,
 //!   answer with their original receipts byte for byte;
 //! - a batch whose answer was lost in the crash landed whole or not at all
-//!   (one batch is one group commit), and is sent again.
+//!   (one batch is one group commit), and is sent again;
+//! - a record reusing the nonce of an acknowledged record, old or among the
+//!   last before the kill, is refused with that record's index. The server
+//!   writes its in-memory `ids` rows into the table every
+//!   [`IDS_GENERATION`] entries (docs/storage.md, "Deferred index rows"),
+//!   so kills land before, during and after those merges, and each start
+//!   rebuilds the rows not yet written.
 //!
 //! Every sixth stop is a SIGTERM: the server exits 0 and no batch whose
 //! answer was lost in that stop may have landed. KILL9_ROUNDS sets the
@@ -39,6 +45,18 @@ const AGENTS: usize = 6;
 const PER_LOADER: usize = 2;
 /// Records per batch.
 const BATCH: usize = 16;
+/// `TALLY_LOG_IDS_GENERATION` of the server under test.
+const IDS_GENERATION: &str = "40";
+
+/// `tally serve` on `data`, merging its index rows every [`IDS_GENERATION`].
+fn start(data: &std::path::Path) -> Server {
+    Server::start_with_env(
+        data,
+        "127.0.0.1:0",
+        &["--rate-limit", "0"],
+        &[("TALLY_LOG_IDS_GENERATION", IDS_GENERATION)],
+    )
+}
 
 struct Agent {
     name: AgentName,
@@ -49,13 +67,17 @@ struct Agent {
 
 impl Agent {
     fn record(&self, seq: u64, prev: Option<Hash>) -> Record {
+        self.record_with_nonce(seq, prev, Nonce::random(&mut OsRng))
+    }
+
+    fn record_with_nonce(&self, seq: u64, prev: Option<Hash>, nonce: Nonce) -> Record {
         UnsignedRecord {
             agent: self.name.clone(),
             key_id: self.key.public_key().key_id(),
             seq: Seq::new(seq).unwrap(),
             prev,
             time: UnixMillis::now(),
-            nonce: Nonce::random(&mut OsRng),
+            nonce,
             body: Body::Note(NoteBody {
                 text: format!("record {seq}"),
             }),
@@ -223,7 +245,7 @@ async fn kill9_loop_under_batched_load_loses_no_receipt_and_signs_no_inconsisten
         .build()
         .unwrap();
 
-    let server = Server::start(&data, &["--rate-limit", "0"]);
+    let server = start(&data);
     let api_key = server
         .banner
         .lines()
@@ -251,7 +273,15 @@ async fn kill9_loop_under_batched_load_loses_no_receipt_and_signs_no_inconsisten
             prev: None,
         })
         .collect();
-    for a in &agents {
+    // An agent that only ever sends its seq 0 with an old nonce.
+    let replayer = Agent {
+        name: AgentName::new("k9b-replayer").unwrap(),
+        key: SecretKey::generate(&mut OsRng),
+        seq: 0,
+        prev: None,
+    };
+    let mut replays = 0;
+    for a in agents.iter().chain([&replayer]) {
         let r = http
             .post(format!("{}/v1/agents", server.url))
             .bearer_auth(&api_key)
@@ -279,9 +309,7 @@ async fn kill9_loop_under_batched_load_loses_no_receipt_and_signs_no_inconsisten
     let mut last_size = 0u64;
 
     for round in 0..rounds + rounds / 5 {
-        let s = server
-            .take()
-            .unwrap_or_else(|| Server::start(&data, &["--rate-limit", "0"]));
+        let s = server.take().unwrap_or_else(|| start(&data));
         let url = s.url.clone();
 
         // After a restart: the new checkpoint against everything seen before.
@@ -357,6 +385,47 @@ async fn kill9_loop_under_batched_load_loses_no_receipt_and_signs_no_inconsisten
                 "round {round}: a resent batch's receipts differ"
             );
         }
+        // Nonces of acknowledged records, the newest and one further back,
+        // are refused: their rows are in the table or were rebuilt at start.
+        let picks: Vec<(Nonce, u64)> = {
+            let b = book.lock().unwrap();
+            let n = b.acked.len();
+            [
+                n.checked_sub(1),
+                (n > 1).then(|| OsRng.next_u64() as usize % n),
+            ]
+            .into_iter()
+            .flatten()
+            .map(|k| {
+                let a = &b.acked[k];
+                let j = OsRng.next_u64() as usize % a.batch.len();
+                let index = Receipt::from_json(&a.raw[j]).unwrap().index.get();
+                (a.batch[j].nonce.clone(), index)
+            })
+            .collect()
+        };
+        for (nonce, index) in picks {
+            let replay = replayer.record_with_nonce(0, None, nonce);
+            let (status, raw) = send(&http, &url, &api_key, &[replay]).await.unwrap();
+            assert_eq!(
+                status,
+                200,
+                "round {round}: {}",
+                String::from_utf8_lossy(&raw)
+            );
+            let v: Value = serde_json::from_slice(&raw).unwrap();
+            let result = &v["results"][0];
+            assert_eq!(
+                (
+                    result["status"].as_u64(),
+                    result["error"]["code"].as_str(),
+                    result["error"]["first_index"].as_u64()
+                ),
+                (Some(409), Some("nonce_replayed"), Some(index)),
+                "round {round}: {v}"
+            );
+            replays += 1;
+        }
         for l in &loaders {
             let Some(batch) = &l.in_doubt else { continue };
             let mut landed = 0;
@@ -424,7 +493,7 @@ async fn kill9_loop_under_batched_load_loses_no_receipt_and_signs_no_inconsisten
     }
 
     // A final start: everything once more, then an export that tally verify passes.
-    let s = Server::start(&data, &["--rate-limit", "0"]);
+    let s = start(&data);
     let note = http
         .get(format!("{}/checkpoint", s.url))
         .send()
@@ -486,8 +555,9 @@ async fn kill9_loop_under_batched_load_loses_no_receipt_and_signs_no_inconsisten
             );
         }
     }
+    assert!(replays >= rounds, "only {replays} replays were checked");
     eprintln!(
-        "kill -9 loop, batches of {BATCH}: {kills} kills and {terms} SIGTERMs under load in {:.1}s, {acked} receipts acknowledged, 0 lost, {} checkpoints seen, {proofs_checked} consistency proofs verified, 0 inconsistent; batches whose answer was lost: {in_doubt_landed} had landed whole, {in_doubt_new} not at all",
+        "kill -9 loop, batches of {BATCH}: {kills} kills and {terms} SIGTERMs under load in {:.1}s, {acked} receipts acknowledged, 0 lost, {} checkpoints seen, {proofs_checked} consistency proofs verified, 0 inconsistent; batches whose answer was lost: {in_doubt_landed} had landed whole, {in_doubt_new} not at all; {replays} replayed nonces refused",
         started.elapsed().as_secs_f64(),
         checkpoints.len(),
     );

@@ -1,13 +1,15 @@
-//! Storage layout 2 through the real binary (docs/storage.md, "Migration
-//! from layout 1"): today's `tally serve`, started on a data folder written
-//! by the layout 1 release (testdata/storage-v1/, made through that
-//! release's `tally serve`, see its README), migrates the log on start and
-//! then serves the same log: the same checkpoint, every record answering
-//! with the receipt the old release issued (same index, receive time and
-//! checkpoint note), new records extending it consistently, and an export
-//! that `tally verify` passes. Killed with SIGKILL at several points of the
-//! migration, each start goes on from where the last one got to, and the
-//! last start ends with the same log.
+//! Storage layout 3 through the real binary (docs/storage.md, "Migration
+//! from layout 1" and "Migration from layout 2"): today's `tally serve`,
+//! started on a data folder written by the layout 1 or the layout 2
+//! release (testdata/storage-v1/ and testdata/storage-v2/, each made
+//! through that release's `tally serve`, see their READMEs), migrates the
+//! log on start and then serves the same log: the same checkpoint, every
+//! record answering with the receipt the old release issued (same index,
+//! receive time and checkpoint note), a record reusing an old nonce
+//! refused, new records extending it consistently, and an export that
+//! `tally verify` passes. Killed with SIGKILL at several points of the
+//! layout 1 migration, each start goes on from where the last one got to,
+//! and the last start ends with the same log.
 
 use std::collections::HashMap;
 use std::io::{BufRead, BufReader};
@@ -30,14 +32,15 @@ use crate::common;
 
 use common::{post_record, tally, Server, TALLY};
 
-fn fixture() -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("testdata/storage-v1")
+/// The fixture written by the release of storage layout `layout`.
+fn fixture(layout: u8) -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join(format!("testdata/storage-v{layout}"))
 }
 
 /// A copy of the fixture's data folder at `dst`.
-fn copy_data(dst: &Path) {
+fn copy_data(layout: u8, dst: &Path) {
     std::fs::create_dir_all(dst).unwrap();
-    for f in std::fs::read_dir(fixture().join("data")).unwrap() {
+    for f in std::fs::read_dir(fixture(layout).join("data")).unwrap() {
         let f = f.unwrap();
         std::fs::copy(f.path(), dst.join(f.file_name())).unwrap();
     }
@@ -61,19 +64,19 @@ struct Fixture {
     api_key: String,
 }
 
-fn load_fixture() -> Fixture {
-    let pack = std::fs::read(fixture().join("pack.jsonl")).unwrap();
+fn load_fixture(layout: u8) -> Fixture {
+    let pack = std::fs::read(fixture(layout).join("pack.jsonl")).unwrap();
     let mut fx = Fixture {
         records: Vec::new(),
         notes: HashMap::new(),
         head: String::new(),
         log_key: NoteVerifier::from_vkey(
-            std::fs::read_to_string(fixture().join("witness.vkey"))
+            std::fs::read_to_string(fixture(layout).join("witness.vkey"))
                 .unwrap()
                 .trim(),
         )
         .unwrap(),
-        api_key: std::fs::read_to_string(fixture().join("api.key"))
+        api_key: std::fs::read_to_string(fixture(layout).join("api.key"))
             .unwrap()
             .trim()
             .to_owned(),
@@ -163,6 +166,26 @@ async fn check_migrated(url: &str, fx: &Fixture, work: &Path) {
         .await
         .unwrap();
     assert_eq!(r.status().as_u16(), 201);
+    // A record of the new agent reusing a nonce of the old log is refused.
+    let (old, _, issued) = &fx.records[fx.records.len() / 2];
+    let replay = UnsignedRecord {
+        agent: agent.clone(),
+        key_id: key.public_key().key_id(),
+        seq: Seq::new(0).unwrap(),
+        prev: None,
+        time: UnixMillis::now(),
+        nonce: old.nonce.clone(),
+        body: Body::Note(NoteBody {
+            text: "an old nonce".into(),
+        }),
+    }
+    .sign(&key)
+    .unwrap();
+    let resp = post_record(&http, url, &fx.api_key, &replay).await.unwrap();
+    assert_eq!(resp.status().as_u16(), 409);
+    let body: serde_json::Value = resp.json().await.unwrap();
+    assert_eq!(body["error"]["code"], "nonce_replayed", "{body}");
+    assert_eq!(body["error"]["first_index"], issued.index.get(), "{body}");
     let mut prev: Option<Hash> = None;
     for seq in 0..3u64 {
         let record = UnsignedRecord {
@@ -243,12 +266,27 @@ async fn check_migrated(url: &str, fx: &Fixture, work: &Path) {
 async fn a_layout_1_data_folder_is_migrated_on_start_and_keeps_every_promise() {
     let tmp = tempfile::tempdir().unwrap();
     let data = tmp.path().join("data");
-    copy_data(&data);
-    let fx = load_fixture();
+    copy_data(1, &data);
+    let fx = load_fixture(1);
     let server = Server::start(&data, &["--rate-limit", "0"]);
     check_migrated(&server.url, &fx, tmp.path()).await;
     server.kill9();
     // Once migrated, a restart opens it as it is.
+    let server = Server::start(&data, &["--rate-limit", "0"]);
+    let http = reqwest::Client::new();
+    let (_, cp) = checkpoint(&http, &server.url, &fx.log_key).await;
+    assert_eq!(cp.size, TreeSize::new(34));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_layout_2_data_folder_is_moved_to_layout_3_on_start_and_keeps_every_promise() {
+    let tmp = tempfile::tempdir().unwrap();
+    let data = tmp.path().join("data");
+    copy_data(2, &data);
+    let fx = load_fixture(2);
+    let server = Server::start(&data, &["--rate-limit", "0"]);
+    check_migrated(&server.url, &fx, tmp.path()).await;
+    server.kill9();
     let server = Server::start(&data, &["--rate-limit", "0"]);
     let http = reqwest::Client::new();
     let (_, cp) = checkpoint(&http, &server.url, &fx.log_key).await;
@@ -268,8 +306,8 @@ fn done_of(line: &str) -> Option<u64> {
 async fn kill_9_during_the_migration_loses_nothing_and_the_next_start_finishes_it() {
     let tmp = tempfile::tempdir().unwrap();
     let data = tmp.path().join("data");
-    copy_data(&data);
-    let fx = load_fixture();
+    copy_data(1, &data);
+    let fx = load_fixture(1);
     // One entry per migration step: 31 durable steps and a last one. Kill
     // right after the announcement, then after a few more steps each start.
     let mut last_done = 0u64;
@@ -292,7 +330,7 @@ async fn kill_9_during_the_migration_loses_nothing_and_the_next_start_finishes_i
         let mut resumed_at = None;
         for line in stderr.lines() {
             let line = line.unwrap();
-            if line.contains("from layout 1 to layout 2") {
+            if line.contains("from layout 1 to layout 3") {
                 let at = done_of(&line).unwrap();
                 // Every step logged before the last kill was durable.
                 assert!(
@@ -301,7 +339,7 @@ async fn kill_9_during_the_migration_loses_nothing_and_the_next_start_finishes_i
                 );
                 resumed_at = Some(at);
                 last_done = at;
-            } else if line.contains("migrating the log store to layout 2") {
+            } else if line.contains("migrating the log store to layout 3") {
                 steps += 1;
                 let done = done_of(&line).unwrap();
                 assert!(
@@ -309,7 +347,7 @@ async fn kill_9_during_the_migration_loses_nothing_and_the_next_start_finishes_i
                     "start {start}: a step went backwards: {line}"
                 );
                 last_done = done;
-            } else if line.contains("log store migrated to layout 2") {
+            } else if line.contains("log store migrated to layout 3") {
                 finished = true;
             }
             assert!(!line.contains("ERROR"), "start {start}: {line}");

@@ -61,6 +61,7 @@
 pub mod memory;
 pub mod postgres;
 pub mod redb;
+mod redb_ids;
 #[doc(hidden)]
 pub mod redb_v1;
 

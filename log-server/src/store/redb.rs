@@ -1,18 +1,23 @@
 //! The redb [`LogStore`], the default backend: one file, one durable
 //! (`Durability::Immediate`) write transaction per group commit; checkpoint
 //! notes are written with `Durability::None` and persisted by the next one.
-//! Its tables, keys and encodings (layout version 2) are documented in
+//! Its tables, keys and encodings (layout version 3) are documented in
 //! docs/storage.md, which is the contract for this file. A file of layout
-//! version 1 is migrated when it is opened (`super::redb_v1`).
+//! version 1 or 2 is migrated when it is opened (`super::redb_v1`; layout 2
+//! needs one row).
 //!
-//! Layout 2 writes six B-tree rows per entry, whatever the index: the entry,
-//! its leaf row (receipt size and the stored hashes the leaf appends), its
-//! chain row, and three rows of one merged index keyed by 16-byte prefixes
-//! (nonce, record hash, leaf hash). A prefix can be shared by two entries,
-//! so every index hit is confirmed against the entry before it is answered.
+//! A commit writes three B-tree rows per entry, whatever the index: the
+//! entry, its leaf row (receipt size and the stored hashes the leaf
+//! appends) and its chain row. The entry's three rows of the merged index
+//! `ids`, keyed by 16-byte prefixes (nonce, record hash, leaf hash), are
+//! held in memory and written into the table a generation at a time, in key
+//! order (`super::redb_ids`, docs/storage.md "Deferred index rows"). A
+//! prefix can be shared by two entries, so every index hit is confirmed
+//! against the entry before it is answered.
 
 use std::collections::HashMap;
 use std::path::Path;
+use std::sync::{RwLock, RwLockReadGuard};
 
 use redb::{
     Database, Durability, ReadTransaction, ReadableDatabase, ReadableTable, ReadableTableMetadata,
@@ -20,14 +25,18 @@ use redb::{
 };
 use tally_schemas::{AgentName, Entry, Hash, LeafIndex, Nonce, Seq, TreeSize};
 
+pub use super::redb_ids::DEFAULT_IDS_GENERATION;
+use super::redb_ids::{IdRow, PendingIds};
 use super::{
     check_put_checkpoint, check_put_cosignature, BatchWrite, ChainHead, Found, LogStore, Lookup,
     StoreError,
 };
 
 /// `meta`: named counters. `tree_size` = number of committed entries;
-/// `layout` = the storage layout version; `migrated_to` = while a layout 1
-/// file is being migrated, the entries already carried over.
+/// `layout` = the storage layout version; `ids_to` = `ids` holds the rows
+/// of the entries before it (the rest are rebuilt from the entries at
+/// open); `migrated_to` = while a layout 1 file is being migrated, the
+/// entries already carried over.
 pub(crate) const META: TableDefinition<&str, u64> = TableDefinition::new("meta");
 /// `entries`: leaf index → the entry's canonical JSON bytes (the leaf data).
 pub(crate) const ENTRIES: TableDefinition<u64, &[u8]> = TableDefinition::new("entries");
@@ -47,7 +56,8 @@ pub(crate) const CHAINS: TableDefinition<(&str, u64), (u64, [u8; 32])> =
     TableDefinition::new("chains");
 /// `ids`: (kind byte ‖ the first 15 bytes of a digest, leaf index) → ().
 /// Kinds: [`ID_NONCE`] (digest = SHA-256 of the nonce), [`ID_RECORD`]
-/// (the record hash), [`ID_LEAF`] (the leaf hash).
+/// (the record hash), [`ID_LEAF`] (the leaf hash). It holds the rows of the
+/// entries before `meta.ids_to`; [`PendingIds`] holds the others.
 pub(crate) const IDS: TableDefinition<([u8; 16], u64), ()> = TableDefinition::new("ids");
 
 /// Kind byte of a nonce key in `ids`.
@@ -58,7 +68,7 @@ pub(crate) const ID_RECORD: u8 = 2;
 pub(crate) const ID_LEAF: u8 = 3;
 
 /// The storage layout version this build writes (`meta.layout`).
-pub const LAYOUT_VERSION: u64 = 2;
+pub const LAYOUT_VERSION: u64 = 3;
 
 /// Entries carried over per transaction when a layout 1 file is migrated,
 /// unless `TALLY_LOG_MIGRATION_CHUNK` says otherwise (tests set it small
@@ -126,9 +136,24 @@ fn row_hash(index: u64, row: &[u8], level: usize) -> Result<Hash, StoreError> {
         .ok_or_else(|| corrupt(format!("leaf row {index} has no hash at level {level}")))
 }
 
+/// The three `ids` rows of an entry.
+fn id_rows(nonce: &Nonce, record_hash: &Hash, leaf_hash: &Hash, index: u64) -> [IdRow; 3] {
+    [
+        (nonce_key(nonce), index),
+        (id_key(ID_RECORD, record_hash), index),
+        (id_key(ID_LEAF, leaf_hash), index),
+    ]
+}
+
 /// A [`LogStore`] in one redb file.
 pub struct RedbStore {
     db: Database,
+    /// The `ids` rows not in the table yet; `None` after a failed commit,
+    /// until they are rebuilt from the file (contract rule 5 of
+    /// [`super`]: the commit may have landed or not).
+    pending: RwLock<Option<PendingIds>>,
+    /// Entries per merge of [`PendingIds`].
+    generation: u64,
 }
 
 impl RedbStore {
@@ -150,6 +175,21 @@ impl RedbStore {
     /// # Errors
     /// As [`RedbStore::open`].
     pub fn open_with_cache(path: &Path, cache_bytes: usize) -> Result<Self, StoreError> {
+        let generation = std::env::var("TALLY_LOG_IDS_GENERATION")
+            .ok()
+            .and_then(|v| v.parse::<u64>().ok())
+            .filter(|v| *v > 0)
+            .unwrap_or(DEFAULT_IDS_GENERATION);
+        Self::open_with(path, cache_bytes, generation)
+    }
+
+    /// [`RedbStore::open_with_cache`] whose in-memory `ids` rows are written
+    /// into the table every `generation` entries (docs/storage.md,
+    /// "Deferred index rows"; tests make it small).
+    ///
+    /// # Errors
+    /// As [`RedbStore::open`].
+    pub fn open_with(path: &Path, cache_bytes: usize, generation: u64) -> Result<Self, StoreError> {
         let db = redb::Builder::new()
             .set_cache_size(cache_bytes)
             .create(path)
@@ -161,6 +201,7 @@ impl RedbStore {
             if layout.is_none() {
                 meta.insert("layout", LAYOUT_VERSION).map_err(backend)?;
                 meta.insert("tree_size", 0).map_err(backend)?;
+                meta.insert("ids_to", 0).map_err(backend)?;
             }
             // Create every table so that readers never meet a missing one.
             tx.open_table(ENTRIES).map_err(backend)?;
@@ -174,6 +215,7 @@ impl RedbStore {
         tx.commit().map_err(backend)?;
         match layout {
             LAYOUT_VERSION => {}
+            2 => migrate_v2(&db)?,
             1 => {
                 let chunk = std::env::var("TALLY_LOG_MIGRATION_CHUNK")
                     .ok()
@@ -184,11 +226,48 @@ impl RedbStore {
             }
             other => {
                 return Err(StoreError::Corrupt(format!(
-                    "storage layout version {other}, this build reads 1 (and migrates it) and {LAYOUT_VERSION}"
+                    "storage layout version {other}, this build reads 1 and 2 (and migrates them) and {LAYOUT_VERSION}"
                 )))
             }
         }
-        Ok(Self { db })
+        let pending = load_pending(&db, generation)?;
+        Ok(Self {
+            db,
+            pending: RwLock::new(Some(pending)),
+            generation,
+        })
+    }
+
+    /// The in-memory `ids` rows, rebuilt from the file first when a failed
+    /// commit left them unknown.
+    fn pending(&self) -> Result<RwLockReadGuard<'_, Option<PendingIds>>, StoreError> {
+        loop {
+            let p = self.pending.read().unwrap_or_else(|e| e.into_inner());
+            if p.is_some() {
+                return Ok(p);
+            }
+            drop(p);
+            let mut w = self.pending.write().unwrap_or_else(|e| e.into_inner());
+            if w.is_none() {
+                *w = Some(load_pending(&self.db, self.generation)?);
+            }
+        }
+    }
+
+    /// `f` over one read of the file and the `ids` rows that go with it:
+    /// the rows are read-locked before the read begins, so a merge that
+    /// completes (and drops its rows from memory) is either wholly before
+    /// this read or wholly after it.
+    fn read_ids<T>(
+        &self,
+        f: impl FnOnce(&ReadTransaction, &PendingIds) -> Result<T, StoreError>,
+    ) -> Result<T, StoreError> {
+        let guard = self.pending()?;
+        let pending = guard
+            .as_ref()
+            .ok_or_else(|| backend("the pending index rows are not loaded"))?;
+        let tx = self.db.begin_read().map_err(backend)?;
+        f(&tx, pending)
     }
 
     fn read<T>(
@@ -200,18 +279,101 @@ impl RedbStore {
     }
 }
 
-/// The leaf indexes filed under `key` in `ids`.
-fn id_candidates(tx: &ReadTransaction, key: [u8; 16]) -> Result<Vec<u64>, StoreError> {
+/// Moves a layout 2 file to layout 3: every entry's `ids` rows are in the
+/// table, so `ids_to` is the tree size. One transaction.
+fn migrate_v2(db: &Database) -> Result<(), StoreError> {
+    let tx = db.begin_write().map_err(backend)?;
+    let size = {
+        let mut meta = tx.open_table(META).map_err(backend)?;
+        let size = meta
+            .get("tree_size")
+            .map_err(backend)?
+            .map_or(0, |g| g.value());
+        meta.insert("ids_to", size).map_err(backend)?;
+        meta.insert("layout", LAYOUT_VERSION).map_err(backend)?;
+        size
+    };
+    tx.commit().map_err(backend)?;
+    tracing::info!(
+        entries = size,
+        "log store moved from layout 2 to layout 3 (no row rewritten)"
+    );
+    Ok(())
+}
+
+/// The `ids` rows of the entries `meta.ids_to..tree_size`, from the entries.
+fn load_pending(db: &Database, generation: u64) -> Result<PendingIds, StoreError> {
+    let tx = db.begin_read().map_err(backend)?;
+    let meta = tx.open_table(META).map_err(backend)?;
+    let get = |k: &str| -> Result<u64, StoreError> {
+        Ok(meta.get(k).map_err(backend)?.map_or(0, |g| g.value()))
+    };
+    let (ids_to, size) = (get("ids_to")?, get("tree_size")?);
+    if ids_to > size {
+        return Err(corrupt(format!(
+            "the index covers {ids_to} entries, the tree has {size}"
+        )));
+    }
+    let mut pending = PendingIds::new(ids_to, generation);
+    let entries = tx.open_table(ENTRIES).map_err(backend)?;
+    for row in entries.range(ids_to..size).map_err(backend)? {
+        let (k, v) = row.map_err(backend)?;
+        let index = k.value();
+        let entry = Entry::from_json(v.value())
+            .map_err(|e| corrupt(format!("stored entry {index} does not parse: {e}")))?;
+        let record = entry.record();
+        for r in id_rows(&record.nonce, &record.hash(), &entry.leaf_hash(), index) {
+            pending.insert(r);
+        }
+    }
+    if pending.len() as u64 != 3 * (size - ids_to) {
+        return Err(corrupt(format!(
+            "entries {ids_to}..{size} are not all stored"
+        )));
+    }
+    Ok(pending)
+}
+
+/// The leaf indexes filed under `key`: in `ids` (each must be a stored
+/// entry), then in memory (an entry of a commit under way may be among
+/// those, and is not in this read: `in_table` is false for them).
+fn id_candidates(
+    tx: &ReadTransaction,
+    pending: &PendingIds,
+    key: [u8; 16],
+) -> Result<Vec<Candidate>, StoreError> {
     let ids = tx.open_table(IDS).map_err(backend)?;
     let mut out = Vec::new();
     for row in ids.range((key, 0)..=(key, u64::MAX)).map_err(backend)? {
-        out.push(row.map_err(backend)?.0.value().1);
+        out.push(Candidate {
+            index: row.map_err(backend)?.0.value().1,
+            in_table: true,
+        });
     }
+    out.extend(pending.candidates(key).into_iter().map(|index| Candidate {
+        index,
+        in_table: false,
+    }));
     Ok(out)
 }
 
-fn read_entry(tx: &ReadTransaction, index: u64) -> Result<Entry, StoreError> {
-    entry_in(&tx.open_table(ENTRIES).map_err(backend)?, index)
+/// An index hit, to be confirmed against its entry.
+struct Candidate {
+    index: u64,
+    in_table: bool,
+}
+
+/// The entry at `c.index` in this read, parsed: `None` when an in-memory
+/// candidate's entry is not stored (its commit is under way), an error when
+/// a table row's is not.
+fn candidate_entry(
+    entries: &impl ReadableTable<u64, &'static [u8]>,
+    c: &Candidate,
+) -> Result<Option<Entry>, StoreError> {
+    if !c.in_table && entries.get(c.index).map_err(backend)?.is_none() {
+        return Ok(None);
+    }
+    entry_in(entries, c.index).map(Some)
 }
 
 /// The entry at `index` of an open `entries` table, parsed.
@@ -228,10 +390,15 @@ fn entry_in(
 }
 
 /// The entry whose record used `nonce`, confirmed against the entry.
-fn find_nonce(tx: &ReadTransaction, nonce: &Nonce) -> Result<Option<LeafIndex>, StoreError> {
-    for i in id_candidates(tx, nonce_key(nonce))? {
-        if read_entry(tx, i)?.record().nonce == *nonce {
-            return Ok(Some(LeafIndex::new(i)));
+fn find_nonce(
+    tx: &ReadTransaction,
+    pending: &PendingIds,
+    nonce: &Nonce,
+) -> Result<Option<LeafIndex>, StoreError> {
+    let entries = tx.open_table(ENTRIES).map_err(backend)?;
+    for c in id_candidates(tx, pending, nonce_key(nonce))? {
+        if candidate_entry(&entries, &c)?.is_some_and(|e| e.record().nonce == *nonce) {
+            return Ok(Some(LeafIndex::new(c.index)));
         }
     }
     Ok(None)
@@ -377,14 +544,16 @@ impl LogStore for RedbStore {
     }
 
     fn index_of_nonce(&self, nonce: &Nonce) -> Result<Option<LeafIndex>, StoreError> {
-        self.read(|tx| find_nonce(tx, nonce))
+        self.read_ids(|tx, pending| find_nonce(tx, pending, nonce))
     }
 
     fn index_of_record(&self, record_hash: &Hash) -> Result<Option<LeafIndex>, StoreError> {
-        self.read(|tx| {
-            for i in id_candidates(tx, id_key(ID_RECORD, record_hash))? {
-                if read_entry(tx, i)?.record().hash() == *record_hash {
-                    return Ok(Some(LeafIndex::new(i)));
+        self.read_ids(|tx, pending| {
+            let entries = tx.open_table(ENTRIES).map_err(backend)?;
+            for c in id_candidates(tx, pending, id_key(ID_RECORD, record_hash))? {
+                if candidate_entry(&entries, &c)?.is_some_and(|e| e.record().hash() == *record_hash)
+                {
+                    return Ok(Some(LeafIndex::new(c.index)));
                 }
             }
             Ok(None)
@@ -392,13 +561,16 @@ impl LogStore for RedbStore {
     }
 
     fn index_of_leaf(&self, leaf_hash: &Hash) -> Result<Option<LeafIndex>, StoreError> {
-        self.read(|tx| {
+        self.read_ids(|tx, pending| {
             let leaves = tx.open_table(LEAVES).map_err(backend)?;
-            for i in id_candidates(tx, id_key(ID_LEAF, leaf_hash))? {
-                let row = leaves
-                    .get(i)
-                    .map_err(backend)?
-                    .ok_or_else(|| corrupt(format!("indexed leaf {i} is not stored")))?;
+            for c in id_candidates(tx, pending, id_key(ID_LEAF, leaf_hash))? {
+                let i = c.index;
+                let Some(row) = leaves.get(i).map_err(backend)? else {
+                    if c.in_table {
+                        return Err(corrupt(format!("indexed leaf {i} is not stored")));
+                    }
+                    continue;
+                };
                 if row_hash(i, row.value(), 0)? == *leaf_hash {
                     return Ok(Some(LeafIndex::new(i)));
                 }
@@ -408,7 +580,7 @@ impl LogStore for RedbStore {
     }
 
     fn lookup(&self, lookups: &[Lookup<'_>]) -> Result<Vec<Found>, StoreError> {
-        self.read(|tx| {
+        self.read_ids(|tx, pending| {
             // Each table is opened once for the whole batch, each agent's
             // head read once (this read sees one state), and the nonce
             // index, whose keys are random, is searched in key order so
@@ -456,6 +628,19 @@ impl LogStore for RedbStore {
                         break;
                     }
                 }
+                if out[k].nonce.is_some() {
+                    continue;
+                }
+                for index in pending.candidates(key) {
+                    let c = Candidate {
+                        index,
+                        in_table: false,
+                    };
+                    if candidate_entry(&entries, &c)?.is_some_and(|e| e.record().nonce == *nonce) {
+                        out[k].nonce = Some(LeafIndex::new(index));
+                        break;
+                    }
+                }
             }
             Ok(out)
         })
@@ -469,8 +654,9 @@ impl LogStore for RedbStore {
 
     fn commit_batch(&self, batch: &BatchWrite) -> Result<(), StoreError> {
         batch.check_shape()?;
+        drop(self.pending()?);
         let tx = self.db.begin_write().map_err(backend)?;
-        {
+        let step = {
             let mut meta = tx.open_table(META).map_err(backend)?;
             let stored = meta
                 .get("tree_size")
@@ -491,14 +677,11 @@ impl LogStore for RedbStore {
             }
             let mut entries = tx.open_table(ENTRIES).map_err(backend)?;
             let mut chains = tx.open_table(CHAINS).map_err(backend)?;
-            let mut ids = tx.open_table(IDS).map_err(backend)?;
             // The entries and leaf rows go in index order, at the end of
-            // their tables. The chain and index rows are written sorted by
-            // key (the same rows): the index keys are random digests, and
-            // in key order the inserts of one commit walk each B-tree once,
-            // left to right, meeting each page's rows together.
+            // their tables. The chain rows are written sorted by key, so
+            // that the inserts of one commit walk the B-tree once, left to
+            // right, meeting each page's rows together.
             let mut chain_rows: Vec<ChainRow<'_>> = Vec::with_capacity(batch.entries.len());
-            let mut id_rows: Vec<([u8; 16], u64)> = Vec::with_capacity(3 * batch.entries.len());
             let mut row = Vec::new();
             let mut next_hash = 0usize;
             for e in &batch.entries {
@@ -518,27 +701,67 @@ impl LogStore for RedbStore {
                     (e.agent.as_str(), e.seq.get()),
                     (i, *e.record_hash.as_bytes()),
                 ));
-                id_rows.push((nonce_key(&e.nonce), i));
-                id_rows.push((id_key(ID_RECORD, &e.record_hash), i));
-                id_rows.push((id_key(ID_LEAF, &e.leaf_hash), i));
             }
             chain_rows.sort_unstable_by(|a, b| a.0.cmp(&b.0));
             for (key, value) in chain_rows {
                 chains.insert(key, value).map_err(backend)?;
-            }
-            id_rows.sort_unstable();
-            for key in id_rows {
-                ids.insert(key, ()).map_err(backend)?;
             }
             if next_hash != batch.hashes.len() {
                 return Err(StoreError::Conflict(
                     "batch has stored hashes beyond its entries".into(),
                 ));
             }
+            // This commit's slice of a running merge of the in-memory
+            // `ids` rows: a contiguous key range, in key order.
+            let step = self
+                .pending
+                .write()
+                .unwrap_or_else(|e| e.into_inner())
+                .as_mut()
+                .ok_or_else(|| backend("the pending index rows are not loaded"))?
+                .step(stored, batch.entries.len());
+            if let Some(step) = &step {
+                let mut ids = tx.open_table(IDS).map_err(backend)?;
+                for key in step.rows() {
+                    ids.insert(*key, ()).map_err(backend)?;
+                }
+                if let Some(to) = step.completes {
+                    meta.insert("ids_to", to).map_err(backend)?;
+                }
+            }
             meta.insert("tree_size", batch.new_size().get())
                 .map_err(backend)?;
+            step
+        };
+        // The new entries' `ids` rows go into memory before the commit, so
+        // that a read which sees the entries finds them; a read before it
+        // skips them (their entries are not in that read). A commit that
+        // completes a merge holds the lock until the rows it wrote leave
+        // memory, so that no read misses them (`read_ids`).
+        let mut guard = self.pending.write().unwrap_or_else(|e| e.into_inner());
+        let pending = guard
+            .as_mut()
+            .ok_or_else(|| backend("the pending index rows are not loaded"))?;
+        for e in &batch.entries {
+            for r in id_rows(&e.nonce, &e.record_hash, &e.leaf_hash, e.index.get()) {
+                pending.insert(r);
+            }
         }
-        tx.commit().map_err(backend)
+        let completes = step.as_ref().is_some_and(|s| s.completes.is_some());
+        let held = completes.then_some(guard);
+        let result = tx.commit().map_err(backend);
+        let mut guard =
+            held.unwrap_or_else(|| self.pending.write().unwrap_or_else(|e| e.into_inner()));
+        match (&result, guard.as_mut()) {
+            (Ok(()), Some(pending)) => {
+                if let Some(step) = &step {
+                    pending.advance(step);
+                }
+            }
+            // The commit may have landed or not: rebuild from the file.
+            _ => *guard = None,
+        }
+        result
     }
 
     fn put_checkpoint(&self, size: TreeSize, note: &str) -> Result<(), StoreError> {

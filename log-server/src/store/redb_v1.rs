@@ -1,4 +1,5 @@
-//! Migration of a redb log file from storage layout 1 to layout 2
+//! Migration of a redb log file from storage layout 1 to layout 3 (the
+//! tables of layout 2, with every `ids` row in the table)
 //! (docs/storage.md, "Migration from layout 1"). It runs when the file is
 //! opened, before the log signs or serves anything.
 //!
@@ -51,7 +52,7 @@ fn corrupt(what: String) -> StoreError {
     StoreError::Corrupt(format!("migrating layout 1: {what}"))
 }
 
-/// Migrates `db` (layout 1, possibly part-migrated) to layout 2, `chunk`
+/// Migrates `db` (layout 1, possibly part-migrated) to layout 3, `chunk`
 /// entries per durable transaction.
 ///
 /// # Errors
@@ -62,7 +63,7 @@ pub(crate) fn migrate(db: &Database, chunk: u64) -> Result<(), StoreError> {
 }
 
 /// At most `steps` durable steps of [`migrate`]; `Ok(true)` once the file
-/// is layout 2. Tests use it (feature `testing`) to stop a migration
+/// is layout 3. Tests use it (feature `testing`) to stop a migration
 /// half-way.
 ///
 /// # Errors
@@ -89,14 +90,14 @@ fn migrate_some(db: &Database, chunk: u64, steps: usize) -> Result<bool, StoreEr
             tracing::info!(
                 entries = size,
                 done = from,
-                "migrating the log store from layout 1 to layout 2"
+                "migrating the log store from layout 1 to layout 3"
             );
             announced = true;
         }
         if from >= size {
             finish(&tx, size)?;
             tx.commit().map_err(backend)?;
-            tracing::info!(entries = size, "log store migrated to layout 2");
+            tracing::info!(entries = size, "log store migrated to layout 3");
             return Ok(true);
         }
         let to = size.min(from.saturating_add(chunk));
@@ -109,13 +110,13 @@ fn migrate_some(db: &Database, chunk: u64, steps: usize) -> Result<bool, StoreEr
         tracing::info!(
             done = to,
             entries = size,
-            "migrating the log store to layout 2"
+            "migrating the log store to layout 3"
         );
     }
     Ok(false)
 }
 
-/// Writes the layout 2 rows of entries `from..to`.
+/// Writes the layout 3 rows of entries `from..to` (all in the tables).
 fn carry(tx: &redb::WriteTransaction, from: u64, to: u64) -> Result<(), StoreError> {
     let entries = tx.open_table(ENTRIES).map_err(backend)?;
     let old_hashes = tx.open_table(V1_HASHES).map_err(backend)?;
@@ -240,6 +241,8 @@ fn finish(tx: &redb::WriteTransaction, size: u64) -> Result<(), StoreError> {
     tx.delete_table(V1_LEAF_HASHES).map_err(backend)?;
     let mut meta = tx.open_table(META).map_err(backend)?;
     meta.remove("migrated_to").map_err(backend)?;
+    // Every entry's `ids` rows are in the table (layout 3's `ids_to`).
+    meta.insert("ids_to", size).map_err(backend)?;
     meta.insert("layout", LAYOUT_VERSION).map_err(backend)?;
     Ok(())
 }

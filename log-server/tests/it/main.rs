@@ -11,6 +11,7 @@ mod backends;
 mod batch;
 mod faults;
 mod http;
+mod ids;
 mod kill9;
 mod migration;
 mod postgres;

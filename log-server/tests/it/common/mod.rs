@@ -111,15 +111,23 @@ pub(crate) fn now() -> UnixMillis {
 pub(crate) enum Backend {
     Memory,
     Redb,
+    /// redb writing its in-memory `ids` rows into the table every
+    /// [`SMALL_GENERATION`] entries (docs/storage.md, "Deferred index
+    /// rows"), so that the suites run across many merges.
+    RedbMerging,
     Faulty,
     /// A fresh database on a real PostgreSQL server (tally-testkit's
     /// harness); left out, with a message, under `TALLY_SKIP_POSTGRES=1`.
     Postgres,
 }
 
-pub(crate) const BACKENDS: [Backend; 4] = [
+/// The merge generation of [`Backend::RedbMerging`].
+pub(crate) const SMALL_GENERATION: u64 = 3;
+
+pub(crate) const BACKENDS: [Backend; 5] = [
     Backend::Memory,
     Backend::Redb,
+    Backend::RedbMerging,
     Backend::Faulty,
     Backend::Postgres,
 ];
@@ -140,6 +148,7 @@ impl Backend {
         match self {
             Self::Memory => "memory",
             Self::Redb => "redb",
+            Self::RedbMerging => "redb(generation 3)",
             Self::Faulty => "faulty(pass)",
             Self::Postgres => "postgres",
         }
@@ -149,6 +158,10 @@ impl Backend {
         match self {
             Self::Memory => Arc::new(MemoryStore::new()),
             Self::Redb => Arc::new(RedbStore::open(&dir.path().join("log.redb")).unwrap()),
+            Self::RedbMerging => Arc::new(
+                RedbStore::open_with(&dir.path().join("log.redb"), 1 << 24, SMALL_GENERATION)
+                    .unwrap(),
+            ),
             Self::Faulty => Arc::new(FaultyStore::new(Arc::new(MemoryStore::new()))),
             Self::Postgres => {
                 let url = tally_testkit::postgres::shared().fresh_database();

@@ -1,6 +1,7 @@
 //! Bulk-fills a real redb log store with synthetic entries through the same
 //! `LogStore::commit_batch` the sequencer uses (every table written: entries,
-//! leaves, chains and the merged index of layout 2), in
+//! leaves, chains and, through its merges and a last
+//! `RedbStore::write_index_rows`, the merged index of layout 3), in
 //! batches of 100k, without signing or admission. Appending millions of signed
 //! records through the sequencer takes hours on a small machine; this takes
 //! minutes. Shared by `benches/log.rs` and `examples/proofs_at_scale.rs`.
@@ -57,4 +58,7 @@ pub(crate) fn fill(store: &RedbStore, from: u64, to: u64) {
             .expect("commit");
         size = end;
     }
+    // The synthetic entries do not parse as entries, so the index rows
+    // still in memory could not be rebuilt when the store is opened again.
+    store.write_index_rows().expect("index rows");
 }

@@ -238,6 +238,54 @@ impl RedbStore {
         })
     }
 
+    /// Writes every `ids` row held in memory into the table now, in one
+    /// durable transaction, and sets `meta.ids_to` to the tree size
+    /// (docs/storage.md, "Deferred index rows"). The benchmarks' bulk
+    /// filler calls it: its synthetic entries are not entries a later open
+    /// could rebuild the rows from.
+    ///
+    /// # Errors
+    /// [`StoreError::Backend`] when the write fails (the rows are then
+    /// rebuilt from the file at their next use).
+    pub fn write_index_rows(&self) -> Result<(), StoreError> {
+        drop(self.pending()?);
+        // Held across the commit: no read may see the rows gone from
+        // memory before they are in its snapshot (`read_ids`).
+        let mut guard = self.pending.write().unwrap_or_else(|e| e.into_inner());
+        let rows = guard
+            .as_ref()
+            .ok_or_else(|| backend("the pending index rows are not loaded"))?
+            .rows();
+        let result = (|| {
+            let tx = self.db.begin_write().map_err(backend)?;
+            let size = {
+                let mut meta = tx.open_table(META).map_err(backend)?;
+                let size = meta
+                    .get("tree_size")
+                    .map_err(backend)?
+                    .map_or(0, |g| g.value());
+                let mut ids = tx.open_table(IDS).map_err(backend)?;
+                for key in &rows {
+                    ids.insert(*key, ()).map_err(backend)?;
+                }
+                meta.insert("ids_to", size).map_err(backend)?;
+                size
+            };
+            tx.commit().map_err(backend)?;
+            Ok(size)
+        })();
+        match result {
+            Ok(size) => {
+                *guard = Some(PendingIds::new(size, self.generation));
+                Ok(())
+            }
+            Err(e) => {
+                *guard = None;
+                Err(e)
+            }
+        }
+    }
+
     /// The in-memory `ids` rows, rebuilt from the file first when a failed
     /// commit left them unknown.
     fn pending(&self) -> Result<RwLockReadGuard<'_, Option<PendingIds>>, StoreError> {

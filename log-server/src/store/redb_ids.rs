@@ -24,7 +24,7 @@ pub(crate) type IdRow = ([u8; 16], u64);
 pub const DEFAULT_IDS_GENERATION: u64 = 32_768;
 
 /// Rows a commit writes of a running merge: at least this many...
-const MERGE_MIN_ROWS: usize = 4_096;
+const MERGE_MIN_ROWS: usize = 1_024;
 /// ...and at least this many per entry the commit appends (three rows
 /// each), so a merge ends before the next generation is full.
 const MERGE_ROWS_PER_ENTRY: usize = 8;
@@ -95,6 +95,17 @@ impl PendingIds {
             );
         }
         out.extend(self.fresh.range((key, 0)..=(key, u64::MAX)).map(|r| r.1));
+        out
+    }
+
+    /// Every row held, sorted.
+    pub(crate) fn rows(&self) -> Vec<IdRow> {
+        let mut out: Vec<IdRow> = self
+            .merging
+            .as_ref()
+            .map_or_else(Vec::new, |m| m.rows.to_vec());
+        out.extend(self.fresh.iter().copied());
+        out.sort_unstable();
         out
     }
 

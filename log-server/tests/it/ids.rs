@@ -128,3 +128,40 @@ fn a_merge_completes_and_the_table_then_holds_three_rows_per_covered_entry() {
     drop(store);
     assert_eq!(on_disk(&path), (3, 9, 8, 24));
 }
+
+#[test]
+fn write_index_rows_puts_every_row_in_the_table_and_the_log_still_finds_them() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("log.redb");
+    let store = Arc::new(RedbStore::open_with(&path, 1 << 24, 1000).unwrap());
+    let log = Log::open(
+        Arc::clone(&store) as Arc<dyn LogStore>,
+        signer(),
+        LogConfig::default(),
+    )
+    .unwrap();
+    let mut a = Agent::new("ids-flush");
+    let records: Vec<Record> = (0..6).map(|_| a.next()).collect();
+    let items = records.iter().cloned().map(BatchItem::Record).collect();
+    let answers = rt().block_on(log.append_batch(items, now())).unwrap();
+    store.write_index_rows().unwrap();
+    for (r, got) in records.iter().zip(&answers) {
+        let i = got.as_ref().unwrap().entry.index();
+        assert_eq!(store.index_of_nonce(&r.nonce).unwrap(), Some(i));
+        assert_eq!(store.index_of_record(&r.hash()).unwrap(), Some(i));
+    }
+    log.shutdown();
+    drop(log);
+    drop(store);
+    assert_eq!(on_disk(&path), (3, 6, 6, 18));
+    let store = RedbStore::open_with(&path, 1 << 24, 1000).unwrap();
+    for (r, got) in records.iter().zip(&answers) {
+        let got = got.as_ref().unwrap();
+        let i = got.entry.index();
+        assert_eq!(store.index_of_nonce(&r.nonce).unwrap(), Some(i));
+        assert_eq!(
+            store.index_of_leaf(&got.entry.leaf_hash()).unwrap(),
+            Some(i)
+        );
+    }
+}

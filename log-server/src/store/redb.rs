@@ -249,15 +249,17 @@ impl RedbStore {
     /// rebuilt from the file at their next use).
     pub fn write_index_rows(&self) -> Result<(), StoreError> {
         drop(self.pending()?);
-        // Held across the commit: no read may see the rows gone from
-        // memory before they are in its snapshot (`read_ids`).
-        let mut guard = self.pending.write().unwrap_or_else(|e| e.into_inner());
-        let rows = guard
-            .as_ref()
-            .ok_or_else(|| backend("the pending index rows are not loaded"))?
-            .rows();
         let result = (|| {
             let tx = self.db.begin_write().map_err(backend)?;
+            // Read inside the write transaction: every commit before it
+            // has added its rows, and none can add more until it ends.
+            let rows = self
+                .pending
+                .read()
+                .unwrap_or_else(|e| e.into_inner())
+                .as_ref()
+                .ok_or_else(|| backend("the pending index rows are not loaded"))?
+                .rows();
             let size = {
                 let mut meta = tx.open_table(META).map_err(backend)?;
                 let size = meta
@@ -265,7 +267,7 @@ impl RedbStore {
                     .map_err(backend)?
                     .map_or(0, |g| g.value());
                 let mut ids = tx.open_table(IDS).map_err(backend)?;
-                for key in &rows {
+                for key in rows.iter().filter(|r| r.1 < size) {
                     ids.insert(*key, ()).map_err(backend)?;
                 }
                 meta.insert("ids_to", size).map_err(backend)?;
@@ -274,16 +276,13 @@ impl RedbStore {
             tx.commit().map_err(backend)?;
             Ok(size)
         })();
-        match result {
-            Ok(size) => {
-                *guard = Some(PendingIds::new(size, self.generation));
-                Ok(())
-            }
-            Err(e) => {
-                *guard = None;
-                Err(e)
-            }
+        // As in `commit_batch`: rows leave memory after the commit.
+        let mut guard = self.pending.write().unwrap_or_else(|e| e.into_inner());
+        match (&result, guard.as_mut()) {
+            (Ok(size), Some(pending)) => pending.drop_below(*size),
+            _ => *guard = None,
         }
+        result.map(|_| ())
     }
 
     /// The in-memory `ids` rows, rebuilt from the file first when a failed
@@ -303,9 +302,9 @@ impl RedbStore {
     }
 
     /// `f` over one read of the file and the `ids` rows that go with it:
-    /// the rows are read-locked before the read begins, so a merge that
-    /// completes (and drops its rows from memory) is either wholly before
-    /// this read or wholly after it.
+    /// the rows are read-locked before the read begins and until `f` ends,
+    /// and rows leave memory only after the commit that put them in the
+    /// table, so every row is in this read's table or in memory.
     fn read_ids<T>(
         &self,
         f: impl FnOnce(&ReadTransaction, &PendingIds) -> Result<T, StoreError>,
@@ -783,23 +782,24 @@ impl LogStore for RedbStore {
         };
         // The new entries' `ids` rows go into memory before the commit, so
         // that a read which sees the entries finds them; a read before it
-        // skips them (their entries are not in that read). A commit that
-        // completes a merge holds the lock until the rows it wrote leave
-        // memory, so that no read misses them (`read_ids`).
-        let mut guard = self.pending.write().unwrap_or_else(|e| e.into_inner());
-        let pending = guard
-            .as_mut()
-            .ok_or_else(|| backend("the pending index rows are not loaded"))?;
-        for e in &batch.entries {
-            for r in id_rows(&e.nonce, &e.record_hash, &e.leaf_hash, e.index.get()) {
-                pending.insert(r);
+        // skips them (their entries are not in that read). Rows of a merge
+        // leave memory only after the commit that put them in the table:
+        // a read holds the lock from before its transaction begins
+        // (`read_ids`), so it either ends before they leave or begins
+        // after that commit.
+        {
+            let mut guard = self.pending.write().unwrap_or_else(|e| e.into_inner());
+            let pending = guard
+                .as_mut()
+                .ok_or_else(|| backend("the pending index rows are not loaded"))?;
+            for e in &batch.entries {
+                for r in id_rows(&e.nonce, &e.record_hash, &e.leaf_hash, e.index.get()) {
+                    pending.insert(r);
+                }
             }
         }
-        let completes = step.as_ref().is_some_and(|s| s.completes.is_some());
-        let held = completes.then_some(guard);
         let result = tx.commit().map_err(backend);
-        let mut guard =
-            held.unwrap_or_else(|| self.pending.write().unwrap_or_else(|e| e.into_inner()));
+        let mut guard = self.pending.write().unwrap_or_else(|e| e.into_inner());
         match (&result, guard.as_mut()) {
             (Ok(()), Some(pending)) => {
                 if let Some(step) = &step {

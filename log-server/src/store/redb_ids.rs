@@ -43,6 +43,8 @@ struct Merging {
 pub(crate) struct MergeStep {
     rows: Arc<[IdRow]>,
     range: std::ops::Range<usize>,
+    /// The merge's `to`, which names it.
+    merge: u64,
     /// `Some(ids_to)` when this step completes the merge.
     pub(crate) completes: Option<u64>,
 }
@@ -135,17 +137,34 @@ impl PendingIds {
         Some(MergeStep {
             rows: m.rows.clone(),
             range: m.next..end,
+            merge: m.to,
             completes: (end == m.rows.len()).then_some(m.to),
         })
     }
 
-    /// Records that `step` is in the table (its commit succeeded).
+    /// Records that `step` is in the table (its commit succeeded). A step
+    /// that is not the running merge's next one changes nothing (its rows
+    /// stay in memory, and writing them again is a no-op).
     pub(crate) fn advance(&mut self, step: &MergeStep) {
-        if step.completes.is_some() {
+        let Some(m) = &mut self.merging else { return };
+        if m.to != step.merge || m.next != step.range.start {
+            return;
+        }
+        if step.range.end == m.rows.len() {
             self.merging = None;
-        } else if let Some(m) = &mut self.merging {
+        } else {
             m.next = step.range.end;
         }
+    }
+
+    /// Drops the rows of the entries before `ids_to` (the table now holds
+    /// them all), keeping any of later entries.
+    pub(crate) fn drop_below(&mut self, ids_to: u64) {
+        if self.merging.as_ref().is_some_and(|m| m.to <= ids_to) {
+            self.merging = None;
+        }
+        self.fresh.retain(|r| r.1 >= ids_to);
+        self.fresh_from = self.fresh_from.max(ids_to);
     }
 }
 
@@ -216,6 +235,36 @@ mod tests {
         assert!(written.windows(2).all(|w| w[0] < w[1]));
         assert_eq!(written.len() as u64, n);
         assert_eq!(p.len(), 0);
+    }
+
+    #[test]
+    fn a_step_that_is_not_the_next_one_changes_nothing() {
+        let mut p = PendingIds::new(0, 1);
+        for i in 0..(3 * MERGE_MIN_ROWS as u64) {
+            let mut k = [0u8; 16];
+            k[8..].copy_from_slice(&i.to_be_bytes());
+            p.insert((k, i));
+        }
+        let first = p.step(1, 1).expect("a merge runs");
+        p.advance(&first);
+        // The same step again (a commit that raced): nothing moves.
+        p.advance(&first);
+        let second = p.step(1, 1).expect("still running");
+        assert_eq!(second.range.start, MERGE_MIN_ROWS);
+        assert_eq!(p.len(), 3 * MERGE_MIN_ROWS);
+    }
+
+    #[test]
+    fn drop_below_keeps_the_rows_of_later_entries() {
+        let mut p = PendingIds::new(0, 2);
+        p.insert((key(1), 0));
+        p.insert((key(2), 1));
+        assert!(p.step(2, 1).is_some());
+        p.insert((key(3), 2));
+        p.drop_below(2);
+        assert!(p.candidates(key(1)).is_empty());
+        assert_eq!(p.candidates(key(3)), vec![2]);
+        assert_eq!(p.len(), 1);
     }
 
     #[test]

@@ -165,3 +165,51 @@ fn write_index_rows_puts_every_row_in_the_table_and_the_log_still_finds_them() {
         );
     }
 }
+
+#[test]
+fn lookups_beside_the_writer_find_every_entry_committed_before_they_began() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = Arc::new(RedbStore::open_with(&dir.path().join("log.redb"), 1 << 24, 3).unwrap());
+    let log = Log::open(
+        Arc::clone(&store) as Arc<dyn LogStore>,
+        signer(),
+        LogConfig::default(),
+    )
+    .unwrap();
+    // (nonce, record hash, index) of each record whose append returned.
+    let committed: Arc<std::sync::Mutex<Vec<(tally_schemas::Nonce, Hash, LeafIndex)>>> =
+        Arc::default();
+    let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let readers: Vec<_> = (0..2)
+        .map(|k| {
+            let (store, committed, stop) = (store.clone(), committed.clone(), stop.clone());
+            std::thread::spawn(move || {
+                let mut checked = 0u64;
+                while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                    let known = committed.lock().unwrap().clone();
+                    // The newest entries (in memory, or just merged) and one older.
+                    for (nonce, hash, i) in known.iter().rev().take(4).chain(known.get(k)) {
+                        assert_eq!(store.index_of_nonce(nonce).unwrap(), Some(*i));
+                        assert_eq!(store.index_of_record(hash).unwrap(), Some(*i));
+                        checked += 1;
+                    }
+                }
+                checked
+            })
+        })
+        .collect();
+    let mut agents: Vec<Agent> = (0..2).map(|i| Agent::new(&format!("ids-r{i}"))).collect();
+    for n in 0..120usize {
+        let records: Vec<Record> = (0..1 + n % 4).map(|k| agents[k % 2].next()).collect();
+        let items = records.iter().cloned().map(BatchItem::Record).collect();
+        let answers = rt().block_on(log.append_batch(items, now())).unwrap();
+        let mut c = committed.lock().unwrap();
+        for (r, a) in records.iter().zip(answers) {
+            c.push((r.nonce.clone(), r.hash(), a.unwrap().entry.index()));
+        }
+    }
+    stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    let checked: u64 = readers.into_iter().map(|r| r.join().unwrap()).sum();
+    assert!(checked > 100, "the readers checked only {checked} lookups");
+    log.shutdown();
+}

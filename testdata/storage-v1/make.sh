@@ -1,16 +1,19 @@
 #!/usr/bin/env bash
-# Makes testdata/storage-v1/: a data folder written by a tally release that
-# uses storage layout version 1, with real records posted through
-# `tally serve`, and a pack exported from it before any migration.
+# Makes a storage fixture: a data folder written by an older tally release,
+# with real records posted through `tally serve`, and a pack exported from
+# it before any migration. testdata/storage-v1/ (layout 1) and
+# testdata/storage-v2/ (layout 2) were both made with it:
 #
-#   bash testdata/storage-v1/make.sh /path/to/old/tally
+#   bash testdata/storage-v1/make.sh /path/to/old/tally                       # into storage-v1/
+#   bash testdata/storage-v1/make.sh /path/to/old/tally testdata/storage-v2   # into storage-v2/
 #
-# The binary must be a build of a release with layout 1 (see README.md for
-# the commit this fixture was made with). Not deterministic: keys, nonces
-# and times are fresh on every run, so rerunning it replaces the fixture.
+# The binary must be a build of the release with that layout (see each
+# folder's README.md for the commit it was made with). Not deterministic:
+# keys, nonces and times are fresh on every run, so rerunning it replaces
+# the fixture.
 set -euo pipefail
 TALLY=$(realpath "$1")
-OUT=$(cd "$(dirname "$0")" && pwd)
+OUT=$(realpath "${2:-$(dirname "$0")}")
 WORK=$(mktemp -d)
 trap 'kill $SERVE 2>/dev/null || true; rm -rf "$WORK"' EXIT
 cd "$WORK"
@@ -43,6 +46,7 @@ wait %2 2>/dev/null || true
 "$TALLY" export --agent claims-bot --agent billing-bot -o pack.jsonl
 "$TALLY" keys export -o agent-keys.json
 kill -TERM $SERVE; wait $SERVE || true
+rm -f "$WORK/data/serve.lock"
 rm -rf "$OUT/data" && cp -r "$WORK/data" "$OUT/data"
 cp pack.jsonl agent-keys.json "$OUT/"
 echo "$VKEY" >"$OUT/witness.vkey"

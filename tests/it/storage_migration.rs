@@ -262,16 +262,17 @@ async fn check_migrated(url: &str, fx: &Fixture, work: &Path) {
     assert!(out.contains("34 records from 3 agents"), "{out}");
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_layout_1_data_folder_is_migrated_on_start_and_keeps_every_promise() {
+/// Today's `tally serve` on a copy of the fixture of `layout`: everything
+/// it promised holds, and after a kill -9 a restart opens the migrated
+/// folder as it is.
+async fn migrates_on_start_and_keeps_every_promise(layout: u8) {
     let tmp = tempfile::tempdir().unwrap();
     let data = tmp.path().join("data");
-    copy_data(1, &data);
-    let fx = load_fixture(1);
+    copy_data(layout, &data);
+    let fx = load_fixture(layout);
     let server = Server::start(&data, &["--rate-limit", "0"]);
     check_migrated(&server.url, &fx, tmp.path()).await;
     server.kill9();
-    // Once migrated, a restart opens it as it is.
     let server = Server::start(&data, &["--rate-limit", "0"]);
     let http = reqwest::Client::new();
     let (_, cp) = checkpoint(&http, &server.url, &fx.log_key).await;
@@ -279,18 +280,13 @@ async fn a_layout_1_data_folder_is_migrated_on_start_and_keeps_every_promise() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_layout_1_data_folder_is_migrated_on_start_and_keeps_every_promise() {
+    migrates_on_start_and_keeps_every_promise(1).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_layout_2_data_folder_is_moved_to_layout_3_on_start_and_keeps_every_promise() {
-    let tmp = tempfile::tempdir().unwrap();
-    let data = tmp.path().join("data");
-    copy_data(2, &data);
-    let fx = load_fixture(2);
-    let server = Server::start(&data, &["--rate-limit", "0"]);
-    check_migrated(&server.url, &fx, tmp.path()).await;
-    server.kill9();
-    let server = Server::start(&data, &["--rate-limit", "0"]);
-    let http = reqwest::Client::new();
-    let (_, cp) = checkpoint(&http, &server.url, &fx.log_key).await;
-    assert_eq!(cp.size, TreeSize::new(34));
+    migrates_on_start_and_keeps_every_promise(2).await;
 }
 
 /// The `done=N` value of a migration log line.

@@ -79,6 +79,14 @@ pub(crate) fn backend<E: std::fmt::Display>(e: E) -> StoreError {
     StoreError::Backend(e.to_string())
 }
 
+/// The `meta` counter `key` (0 when absent).
+pub(crate) fn meta_u64(
+    meta: &impl ReadableTable<&'static str, u64>,
+    key: &str,
+) -> Result<u64, StoreError> {
+    Ok(meta.get(key).map_err(backend)?.map_or(0, |g| g.value()))
+}
+
 /// The `ids` key of a digest of the given kind.
 pub(crate) fn id_key(kind: u8, digest: &Hash) -> [u8; 16] {
     let mut k = [0u8; 16];
@@ -262,10 +270,7 @@ impl RedbStore {
                 .rows();
             let size = {
                 let mut meta = tx.open_table(META).map_err(backend)?;
-                let size = meta
-                    .get("tree_size")
-                    .map_err(backend)?
-                    .map_or(0, |g| g.value());
+                let size = meta_u64(&meta, "tree_size")?;
                 let mut ids = tx.open_table(IDS).map_err(backend)?;
                 for key in rows.iter().filter(|r| r.1 < size) {
                     ids.insert(*key, ()).map_err(backend)?;
@@ -332,10 +337,7 @@ fn migrate_v2(db: &Database) -> Result<(), StoreError> {
     let tx = db.begin_write().map_err(backend)?;
     let size = {
         let mut meta = tx.open_table(META).map_err(backend)?;
-        let size = meta
-            .get("tree_size")
-            .map_err(backend)?
-            .map_or(0, |g| g.value());
+        let size = meta_u64(&meta, "tree_size")?;
         meta.insert("ids_to", size).map_err(backend)?;
         meta.insert("layout", LAYOUT_VERSION).map_err(backend)?;
         size
@@ -352,10 +354,7 @@ fn migrate_v2(db: &Database) -> Result<(), StoreError> {
 fn load_pending(db: &Database, generation: u64) -> Result<PendingIds, StoreError> {
     let tx = db.begin_read().map_err(backend)?;
     let meta = tx.open_table(META).map_err(backend)?;
-    let get = |k: &str| -> Result<u64, StoreError> {
-        Ok(meta.get(k).map_err(backend)?.map_or(0, |g| g.value()))
-    };
-    let (ids_to, size) = (get("ids_to")?, get("tree_size")?);
+    let (ids_to, size) = (meta_u64(&meta, "ids_to")?, meta_u64(&meta, "tree_size")?);
     if ids_to > size {
         return Err(corrupt(format!(
             "the index covers {ids_to} entries, the tree has {size}"
@@ -480,12 +479,8 @@ fn chain_head_of(
 impl LogStore for RedbStore {
     fn size(&self) -> Result<TreeSize, StoreError> {
         self.read(|tx| {
-            let t = tx.open_table(META).map_err(backend)?;
-            Ok(TreeSize::new(
-                t.get("tree_size")
-                    .map_err(backend)?
-                    .map_or(0, |g| g.value()),
-            ))
+            let meta = tx.open_table(META).map_err(backend)?;
+            Ok(TreeSize::new(meta_u64(&meta, "tree_size")?))
         })
     }
 
@@ -705,10 +700,7 @@ impl LogStore for RedbStore {
         let tx = self.db.begin_write().map_err(backend)?;
         let step = {
             let mut meta = tx.open_table(META).map_err(backend)?;
-            let stored = meta
-                .get("tree_size")
-                .map_err(backend)?
-                .map_or(0, |g| g.value());
+            let stored = meta_u64(&meta, "tree_size")?;
             if stored != batch.old_size.get() {
                 // Dropping `tx` aborts it.
                 return Err(StoreError::Conflict(format!(
@@ -819,11 +811,7 @@ impl LogStore for RedbStore {
         tx.set_durability(Durability::None).map_err(backend)?;
         {
             let meta = tx.open_table(META).map_err(backend)?;
-            let tree_size = TreeSize::new(
-                meta.get("tree_size")
-                    .map_err(backend)?
-                    .map_or(0, |g| g.value()),
-            );
+            let tree_size = TreeSize::new(meta_u64(&meta, "tree_size")?);
             let mut t = tx.open_table(CHECKPOINTS).map_err(backend)?;
             let latest = t
                 .last()

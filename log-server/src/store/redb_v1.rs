@@ -22,8 +22,8 @@ use tally_schemas::hash::leaf_hash;
 use tally_schemas::{Entry, Hash};
 
 use super::redb::{
-    backend, hashes_of_leaf, id_key, leaf_row, nonce_key, CHAINS, ENTRIES, IDS, ID_LEAF, ID_RECORD,
-    LAYOUT_VERSION, LEAVES, META,
+    backend, hashes_of_leaf, id_key, leaf_row, meta_u64, nonce_key, CHAINS, ENTRIES, IDS, ID_LEAF,
+    ID_RECORD, LAYOUT_VERSION, LEAVES, META,
 };
 use super::StoreError;
 use tally_schemas::TreeSize;
@@ -81,10 +81,10 @@ fn migrate_some(db: &Database, chunk: u64, steps: usize) -> Result<bool, StoreEr
         let tx = db.begin_write().map_err(backend)?;
         let (size, from) = {
             let meta = tx.open_table(META).map_err(backend)?;
-            let get = |k: &str| -> Result<u64, StoreError> {
-                Ok(meta.get(k).map_err(backend)?.map_or(0, |g| g.value()))
-            };
-            (get("tree_size")?, get("migrated_to")?)
+            (
+                meta_u64(&meta, "tree_size")?,
+                meta_u64(&meta, "migrated_to")?,
+            )
         };
         if !announced {
             tracing::info!(

@@ -29,8 +29,11 @@
 //! 6. **Indexes follow the entries.** Everything a lookup answers (chain
 //!    heads, an agent's `(seq, index)` rows, the nonce, record-hash and
 //!    leaf-hash indexes, receipt sizes) is derived from the batch's
-//!    [`NewEntry`] rows and written in the same atomic batch. An agent's
-//!    chain head is its entry with the highest seq.
+//!    [`NewEntry`] rows and answers for them once the batch is committed:
+//!    written in the same atomic batch, or (the redb store's `ids` rows,
+//!    docs/storage.md "Deferred index rows") held in memory from before the
+//!    commit and derived again from the stored entries at every open. An
+//!    agent's chain head is its entry with the highest seq.
 //!
 //! 7. **Cosignatures are added, never replaced.** A cosigner's
 //!    cosignature line is stored beside a stored checkpoint, keyed by

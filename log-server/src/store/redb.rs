@@ -17,7 +17,7 @@
 
 use std::collections::HashMap;
 use std::path::Path;
-use std::sync::{RwLock, RwLockReadGuard};
+use std::sync::{RwLock, RwLockReadGuard, RwLockWriteGuard};
 
 use redb::{
     Database, Durability, ReadTransaction, ReadableDatabase, ReadableTable, ReadableTableMetadata,
@@ -261,13 +261,7 @@ impl RedbStore {
             let tx = self.db.begin_write().map_err(backend)?;
             // Read inside the write transaction: every commit before it
             // has added its rows, and none can add more until it ends.
-            let rows = self
-                .pending
-                .read()
-                .unwrap_or_else(|e| e.into_inner())
-                .as_ref()
-                .ok_or_else(|| backend("the pending index rows are not loaded"))?
-                .rows();
+            let rows = loaded(self.pending()?.as_ref())?.rows();
             let size = {
                 let mut meta = tx.open_table(META).map_err(backend)?;
                 let size = meta_u64(&meta, "tree_size")?;
@@ -282,7 +276,7 @@ impl RedbStore {
             Ok(size)
         })();
         // As in `commit_batch`: rows leave memory after the commit.
-        let mut guard = self.pending.write().unwrap_or_else(|e| e.into_inner());
+        let mut guard = self.pending_write();
         match (&result, guard.as_mut()) {
             (Ok(size), Some(pending)) => pending.drop_below(*size),
             _ => *guard = None,
@@ -299,11 +293,17 @@ impl RedbStore {
                 return Ok(p);
             }
             drop(p);
-            let mut w = self.pending.write().unwrap_or_else(|e| e.into_inner());
+            let mut w = self.pending_write();
             if w.is_none() {
                 *w = Some(load_pending(&self.db, self.generation)?);
             }
         }
+    }
+
+    /// The in-memory `ids` rows, write-locked. A lock poisoned by a panic
+    /// is used as it is: the rows are rebuilt after any failed commit.
+    fn pending_write(&self) -> RwLockWriteGuard<'_, Option<PendingIds>> {
+        self.pending.write().unwrap_or_else(|e| e.into_inner())
     }
 
     /// `f` over one read of the file and the `ids` rows that go with it:
@@ -315,9 +315,7 @@ impl RedbStore {
         f: impl FnOnce(&ReadTransaction, &PendingIds) -> Result<T, StoreError>,
     ) -> Result<T, StoreError> {
         let guard = self.pending()?;
-        let pending = guard
-            .as_ref()
-            .ok_or_else(|| backend("the pending index rows are not loaded"))?;
+        let pending = loaded(guard.as_ref())?;
         let tx = self.db.begin_read().map_err(backend)?;
         f(&tx, pending)
     }
@@ -401,6 +399,12 @@ fn id_candidates(
         in_table: false,
     }));
     Ok(out)
+}
+
+/// The in-memory `ids` rows of a guard: `None` only between a failed
+/// commit and their rebuild at the next use.
+fn loaded<T>(rows: Option<T>) -> Result<T, StoreError> {
+    rows.ok_or_else(|| backend("the pending index rows are not loaded"))
 }
 
 /// An index hit, to be confirmed against its entry.
@@ -752,13 +756,7 @@ impl LogStore for RedbStore {
             }
             // This commit's slice of a running merge of the in-memory
             // `ids` rows: a contiguous key range, in key order.
-            let step = self
-                .pending
-                .write()
-                .unwrap_or_else(|e| e.into_inner())
-                .as_mut()
-                .ok_or_else(|| backend("the pending index rows are not loaded"))?
-                .step(stored, batch.entries.len());
+            let step = loaded(self.pending_write().as_mut())?.step(stored, batch.entries.len());
             if let Some(step) = &step {
                 let mut ids = tx.open_table(IDS).map_err(backend)?;
                 for key in step.rows() {
@@ -780,10 +778,8 @@ impl LogStore for RedbStore {
         // (`read_ids`), so it either ends before they leave or begins
         // after that commit.
         {
-            let mut guard = self.pending.write().unwrap_or_else(|e| e.into_inner());
-            let pending = guard
-                .as_mut()
-                .ok_or_else(|| backend("the pending index rows are not loaded"))?;
+            let mut guard = self.pending_write();
+            let pending = loaded(guard.as_mut())?;
             for e in &batch.entries {
                 for r in id_rows(&e.nonce, &e.record_hash, &e.leaf_hash, e.index.get()) {
                     pending.insert(r);
@@ -791,7 +787,7 @@ impl LogStore for RedbStore {
             }
         }
         let result = tx.commit().map_err(backend);
-        let mut guard = self.pending.write().unwrap_or_else(|e| e.into_inner());
+        let mut guard = self.pending_write();
         match (&result, guard.as_mut()) {
             (Ok(()), Some(pending)) => {
                 if let Some(step) = &step {

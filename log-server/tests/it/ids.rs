@@ -27,6 +27,16 @@ fn rt() -> tokio::runtime::Runtime {
         .unwrap()
 }
 
+/// A log over `store`.
+fn open_log(store: &Arc<RedbStore>) -> Log {
+    Log::open(
+        Arc::clone(store) as Arc<dyn LogStore>,
+        signer(),
+        LogConfig::default(),
+    )
+    .unwrap()
+}
+
 /// (layout, tree size, ids_to, rows in `ids`), read with redb directly.
 fn on_disk(path: &Path) -> (u64, u64, u64, u64) {
     let db = redb::Database::open(path).unwrap();
@@ -54,12 +64,7 @@ fn every_entry_is_found_by_all_three_keys_across_merges_and_reopens() {
             assert_eq!(store.index_of_record(&r.hash()).unwrap(), Some(*i));
             assert_eq!(store.index_of_leaf(leaf).unwrap(), Some(*i));
         }
-        let log = Log::open(
-            Arc::clone(&store) as Arc<dyn LogStore>,
-            signer(),
-            LogConfig::default(),
-        )
-        .unwrap();
+        let log = open_log(&store);
         // Batches of several sizes and single appends: a merge slice rides
         // on commits of every size.
         for n in [1usize, 2, 4, 7] {
@@ -111,12 +116,7 @@ fn a_merge_completes_and_the_table_then_holds_three_rows_per_covered_entry() {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("log.redb");
     let store = Arc::new(RedbStore::open_with(&path, 1 << 24, 8).unwrap());
-    let log = Log::open(
-        Arc::clone(&store) as Arc<dyn LogStore>,
-        signer(),
-        LogConfig::default(),
-    )
-    .unwrap();
+    let log = open_log(&store);
     let mut a = Agent::new("ids-one");
     // Eight single appends fill a generation; the ninth commit starts the
     // merge and writes all 24 rows (fewer than one slice) with ids_to = 8.
@@ -134,12 +134,7 @@ fn write_index_rows_puts_every_row_in_the_table_and_the_log_still_finds_them() {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("log.redb");
     let store = Arc::new(RedbStore::open_with(&path, 1 << 24, 1000).unwrap());
-    let log = Log::open(
-        Arc::clone(&store) as Arc<dyn LogStore>,
-        signer(),
-        LogConfig::default(),
-    )
-    .unwrap();
+    let log = open_log(&store);
     let mut a = Agent::new("ids-flush");
     let records: Vec<Record> = (0..6).map(|_| a.next()).collect();
     let items = records.iter().cloned().map(BatchItem::Record).collect();
@@ -170,12 +165,7 @@ fn write_index_rows_puts_every_row_in_the_table_and_the_log_still_finds_them() {
 fn lookups_beside_the_writer_find_every_entry_committed_before_they_began() {
     let dir = tempfile::tempdir().unwrap();
     let store = Arc::new(RedbStore::open_with(&dir.path().join("log.redb"), 1 << 24, 3).unwrap());
-    let log = Log::open(
-        Arc::clone(&store) as Arc<dyn LogStore>,
-        signer(),
-        LogConfig::default(),
-    )
-    .unwrap();
+    let log = open_log(&store);
     // (nonce, record hash, index) of each record whose append returned.
     let committed: Arc<std::sync::Mutex<Vec<(tally_schemas::Nonce, Hash, LeafIndex)>>> =
         Arc::default();

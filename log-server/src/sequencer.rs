@@ -7,7 +7,9 @@
 //!    ([`crate::rules`]): retry, refusal, or new. The records of one batch
 //!    are classified together, each agent's in seq order.
 //! 3. Commit the new entries, their stored hashes and index rows in one
-//!    durable transaction (compare-and-swap on the tree size). A shared
+//!    durable transaction (compare-and-swap on the tree size; the redb
+//!    store keeps its `ids` rows in memory until a merge, docs/storage.md
+//!    "Deferred index rows"). A shared
 //!    store also checks there that every record was admitted under its
 //!    agent's current key version (contract rule 8 of [`crate::store`]);
 //!    when one was not, nothing is written, and the commit is classified

@@ -382,11 +382,10 @@ fn load_pending(db: &Database, generation: u64) -> Result<PendingIds, StoreError
 /// entry), then in memory (an entry of a commit under way may be among
 /// those, and is not in this read: `in_table` is false for them).
 fn id_candidates(
-    tx: &ReadTransaction,
+    ids: &impl ReadableTable<([u8; 16], u64), ()>,
     pending: &PendingIds,
     key: [u8; 16],
 ) -> Result<Vec<Candidate>, StoreError> {
-    let ids = tx.open_table(IDS).map_err(backend)?;
     let mut out = Vec::new();
     for row in ids.range((key, 0)..=(key, u64::MAX)).map_err(backend)? {
         out.push(Candidate {
@@ -439,19 +438,33 @@ fn entry_in(
         .map_err(|e| corrupt(format!("stored entry {index} does not parse: {e}")))
 }
 
-/// The entry whose record used `nonce`, confirmed against the entry.
-fn find_nonce(
-    tx: &ReadTransaction,
+/// The entry filed under `key` whose parsed entry `matches`: the
+/// candidates of [`id_candidates`], each confirmed against its entry.
+fn find_entry(
+    ids: &impl ReadableTable<([u8; 16], u64), ()>,
+    entries: &impl ReadableTable<u64, &'static [u8]>,
     pending: &PendingIds,
-    nonce: &Nonce,
+    key: [u8; 16],
+    matches: impl Fn(&Entry) -> bool,
 ) -> Result<Option<LeafIndex>, StoreError> {
-    let entries = tx.open_table(ENTRIES).map_err(backend)?;
-    for c in id_candidates(tx, pending, nonce_key(nonce))? {
-        if candidate_entry(&entries, &c)?.is_some_and(|e| e.record().nonce == *nonce) {
+    for c in id_candidates(ids, pending, key)? {
+        if candidate_entry(entries, &c)?.is_some_and(|e| matches(&e)) {
             return Ok(Some(LeafIndex::new(c.index)));
         }
     }
     Ok(None)
+}
+
+/// [`find_entry`] in one read, opening its tables.
+fn find_entry_in(
+    tx: &ReadTransaction,
+    pending: &PendingIds,
+    key: [u8; 16],
+    matches: impl Fn(&Entry) -> bool,
+) -> Result<Option<LeafIndex>, StoreError> {
+    let ids = tx.open_table(IDS).map_err(backend)?;
+    let entries = tx.open_table(ENTRIES).map_err(backend)?;
+    find_entry(&ids, &entries, pending, key, matches)
 }
 
 fn chain_head_in(tx: &ReadTransaction, agent: &AgentName) -> Result<Option<ChainHead>, StoreError> {
@@ -590,26 +603,26 @@ impl LogStore for RedbStore {
     }
 
     fn index_of_nonce(&self, nonce: &Nonce) -> Result<Option<LeafIndex>, StoreError> {
-        self.read_ids(|tx, pending| find_nonce(tx, pending, nonce))
+        self.read_ids(|tx, pending| {
+            find_entry_in(tx, pending, nonce_key(nonce), |e| {
+                e.record().nonce == *nonce
+            })
+        })
     }
 
     fn index_of_record(&self, record_hash: &Hash) -> Result<Option<LeafIndex>, StoreError> {
         self.read_ids(|tx, pending| {
-            let entries = tx.open_table(ENTRIES).map_err(backend)?;
-            for c in id_candidates(tx, pending, id_key(ID_RECORD, record_hash))? {
-                if candidate_entry(&entries, &c)?.is_some_and(|e| e.record().hash() == *record_hash)
-                {
-                    return Ok(Some(LeafIndex::new(c.index)));
-                }
-            }
-            Ok(None)
+            find_entry_in(tx, pending, id_key(ID_RECORD, record_hash), |e| {
+                e.record().hash() == *record_hash
+            })
         })
     }
 
     fn index_of_leaf(&self, leaf_hash: &Hash) -> Result<Option<LeafIndex>, StoreError> {
         self.read_ids(|tx, pending| {
+            let ids = tx.open_table(IDS).map_err(backend)?;
             let leaves = tx.open_table(LEAVES).map_err(backend)?;
-            for c in id_candidates(tx, pending, id_key(ID_LEAF, leaf_hash))? {
+            for c in id_candidates(&ids, pending, id_key(ID_LEAF, leaf_hash))? {
                 let i = c.index;
                 let Some(row) = leaves.get(i).map_err(backend)? else {
                     if c.in_table {
@@ -667,26 +680,8 @@ impl LogStore for RedbStore {
             nonces.sort_unstable();
             for (key, k) in nonces {
                 let nonce = lookups[k].nonce;
-                for row in ids.range((key, 0)..=(key, u64::MAX)).map_err(backend)? {
-                    let i = row.map_err(backend)?.0.value().1;
-                    if entry_in(&entries, i)?.record().nonce == *nonce {
-                        out[k].nonce = Some(LeafIndex::new(i));
-                        break;
-                    }
-                }
-                if out[k].nonce.is_some() {
-                    continue;
-                }
-                for index in pending.candidates(key) {
-                    let c = Candidate {
-                        index,
-                        in_table: false,
-                    };
-                    if candidate_entry(&entries, &c)?.is_some_and(|e| e.record().nonce == *nonce) {
-                        out[k].nonce = Some(LeafIndex::new(index));
-                        break;
-                    }
-                }
+                out[k].nonce =
+                    find_entry(&ids, &entries, pending, key, |e| e.record().nonce == *nonce)?;
             }
             Ok(out)
         })
@@ -762,7 +757,7 @@ impl LogStore for RedbStore {
                 for key in step.rows() {
                     ids.insert(*key, ()).map_err(backend)?;
                 }
-                if let Some(to) = step.completes {
+                if let Some(to) = step.completes() {
                     meta.insert("ids_to", to).map_err(backend)?;
                 }
             }

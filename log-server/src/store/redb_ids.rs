@@ -45,14 +45,17 @@ pub(crate) struct MergeStep {
     range: std::ops::Range<usize>,
     /// The merge's `to`, which names it.
     merge: u64,
-    /// `Some(ids_to)` when this step completes the merge.
-    pub(crate) completes: Option<u64>,
 }
 
 impl MergeStep {
     /// The rows to write, in key order.
     pub(crate) fn rows(&self) -> &[IdRow] {
         &self.rows[self.range.clone()]
+    }
+
+    /// `Some(ids_to)` when this step completes the merge.
+    pub(crate) fn completes(&self) -> Option<u64> {
+        (self.range.end == self.rows.len()).then_some(self.merge)
     }
 }
 
@@ -138,7 +141,6 @@ impl PendingIds {
             rows: m.rows.clone(),
             range: m.next..end,
             merge: m.to,
-            completes: (end == m.rows.len()).then_some(m.to),
         })
     }
 
@@ -179,6 +181,18 @@ mod tests {
         k
     }
 
+    /// A set of generation 1 holding rows `0..n`, each under its own key
+    /// (the index, big-endian), inserted from the last.
+    fn filled(n: u64) -> PendingIds {
+        let mut p = PendingIds::new(0, 1);
+        for i in (0..n).rev() {
+            let mut k = [0u8; 16];
+            k[8..].copy_from_slice(&i.to_be_bytes());
+            p.insert((k, i));
+        }
+        p
+    }
+
     #[test]
     fn candidates_come_from_the_merge_and_the_fresh_rows() {
         let mut p = PendingIds::new(10, 2);
@@ -201,7 +215,7 @@ mod tests {
         assert!(p.step(3, 1).is_none());
         let s = p.step(4, 1).expect("a generation of four entries");
         assert_eq!(s.rows().len(), 3);
-        assert_eq!(s.completes, Some(4));
+        assert_eq!(s.completes(), Some(4));
         p.advance(&s);
         assert_eq!(p.len(), 0);
         assert!(p.step(4, 1).is_none());
@@ -209,20 +223,15 @@ mod tests {
 
     #[test]
     fn a_merge_goes_in_key_order_slices_and_ends_with_its_last() {
-        let mut p = PendingIds::new(0, 1);
         let n = MERGE_MIN_ROWS as u64 * 2 + 5;
-        for i in (0..n).rev() {
-            let mut k = [0u8; 16];
-            k[8..].copy_from_slice(&i.to_be_bytes());
-            p.insert((k, i));
-        }
+        let mut p = filled(n);
         let mut written: Vec<IdRow> = Vec::new();
         let mut steps = 0;
         loop {
             let s = p.step(n, 1).expect("a merge runs");
             written.extend_from_slice(s.rows());
             steps += 1;
-            let done = s.completes;
+            let done = s.completes();
             p.advance(&s);
             if let Some(to) = done {
                 assert_eq!(to, n);
@@ -239,12 +248,7 @@ mod tests {
 
     #[test]
     fn a_step_that_is_not_the_next_one_changes_nothing() {
-        let mut p = PendingIds::new(0, 1);
-        for i in 0..(3 * MERGE_MIN_ROWS as u64) {
-            let mut k = [0u8; 16];
-            k[8..].copy_from_slice(&i.to_be_bytes());
-            p.insert((k, i));
-        }
+        let mut p = filled(3 * MERGE_MIN_ROWS as u64);
         let first = p.step(1, 1).expect("a merge runs");
         p.advance(&first);
         // The same step again (a commit that raced): nothing moves.
@@ -269,14 +273,9 @@ mod tests {
 
     #[test]
     fn a_large_commit_takes_a_larger_slice() {
-        let mut p = PendingIds::new(0, 1);
-        for i in 0..(3 * MERGE_MIN_ROWS as u64) {
-            let mut k = [0u8; 16];
-            k[8..].copy_from_slice(&i.to_be_bytes());
-            p.insert((k, i));
-        }
+        let mut p = filled(3 * MERGE_MIN_ROWS as u64);
         let s = p.step(1, MERGE_MIN_ROWS).expect("a merge runs");
-        assert_eq!(s.completes, Some(1));
+        assert_eq!(s.completes(), Some(1));
         assert_eq!(s.rows().len(), 3 * MERGE_MIN_ROWS);
     }
 }

@@ -249,37 +249,49 @@ fn commit(shared: &Shared, state: &mut WriterState, jobs: Vec<Job>) {
         }
     };
 
-    // 5. Resolve.
-    let entries = rules.into_entries();
-    let mut proofs: HashMap<usize, Result<Vec<Hash>, StoreError>> = HashMap::new();
+    // 5. Resolve. Each entry is moved into the last answer that names it
+    // (a record sent twice in one commit is named twice), not copied.
+    let mut entries: Vec<Option<Entry>> = rules.into_entries().into_iter().map(Some).collect();
+    let mut uses = vec![0usize; entries.len()];
+    for d in decided.iter().flatten() {
+        if let Decision::New(pos) | Decision::Again(pos) = d {
+            if let Some(n) = uses.get_mut(*pos) {
+                *n += 1;
+            }
+        }
+    }
     for (job, decisions) in jobs.into_iter().zip(decided) {
         let answers = decisions
             .into_iter()
             .map(|d| match d {
                 Decision::New(pos) | Decision::Again(pos) => {
                     let duplicate = matches!(d, Decision::Again(_));
-                    let (Some(c), Some(entry)) = (&committed, entries.get(pos)) else {
+                    let (Some(c), Some(Some(entry))) = (&committed, entries.get(pos)) else {
                         return Err(AppendError::Storage(StoreError::Corrupt(
                             "no checkpoint after commit".into(),
                         )));
                     };
                     // The proof is computed from the batch's own hashes and
                     // the old tree's frontier, not read back from storage.
-                    let proof = proofs
-                        .entry(pos)
-                        .or_insert_with(|| {
-                            let reader = StoredHashes::for_batch(store, &c.hashes);
-                            tree::inclusion_proof_with(&reader, entry.index(), c.size)
-                        })
-                        .clone();
-                    match proof {
-                        Ok(inclusion) => Ok(Appended {
-                            entry: entry.clone(),
-                            receipt: make_receipt(entry, c.note.clone(), inclusion),
-                            duplicate,
-                        }),
-                        Err(e) => Err(AppendError::Storage(e)),
-                    }
+                    let reader = StoredHashes::for_batch(store, &c.hashes);
+                    let inclusion = tree::inclusion_proof_with(&reader, entry.index(), c.size)
+                        .map_err(AppendError::Storage)?;
+                    let receipt = make_receipt(entry, c.note.clone(), inclusion);
+                    uses[pos] -= 1;
+                    let entry = if uses[pos] == 0 {
+                        entries[pos].take()
+                    } else {
+                        entries[pos].clone()
+                    };
+                    Ok(Appended {
+                        entry: entry.ok_or_else(|| {
+                            AppendError::Storage(StoreError::Corrupt(
+                                "an entry answered twice".into(),
+                            ))
+                        })?,
+                        receipt,
+                        duplicate,
+                    })
                 }
                 Decision::Existing(index) => existing(store, &shared.signer, index),
                 Decision::Refused(e) => Err(e),

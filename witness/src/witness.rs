@@ -3,14 +3,16 @@
 //!
 //! [`Witness::admit_as`] checks a record in the order docs/api.md gives
 //! (body size, schema and canonical form, the key's rate limit, agent
-//! registered to the key's project), then recognises an exact resubmission
-//! of a record already in the log and answers it with its original receipt
-//! (protocol.md §8: at any later time, whatever happened to clocks and keys
-//! since), and otherwise checks the key active at the record's time, the
-//! strict signature and the clock skew, and hands the record to
+//! registered to the key's project), then the key active at the record's
+//! time, the strict signature and the clock skew, and hands the record to
 //! [`tally_log::Log::append`], which checks chain, nonce and idempotency
 //! atomically and resolves only once the entry is durable and covered by a
-//! signed checkpoint.
+//! signed checkpoint. An exact resubmission of a record already in the log
+//! gets its original receipt whatever those checks say now (protocol.md
+//! §8): a record one of them refuses is looked up in the log before the
+//! refusal is answered, and one that passes them all is recognised by the
+//! log's append. Records that pass, almost all of them, are not looked up
+//! twice.
 
 use std::sync::{Arc, Mutex};
 use std::time::Instant;
@@ -20,7 +22,7 @@ use tally_log::{BatchItem, ChainHead, KeyVersion, Log};
 use tally_schemas::batch::BatchRequest;
 use tally_schemas::batch_sig::PreparedKey;
 use tally_schemas::time::Clock;
-use tally_schemas::{AgentName, LeafIndex, Receipt, Record, UnixMillis};
+use tally_schemas::{AgentName, Hash, LeafIndex, Receipt, Record, UnixMillis};
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 
 use crate::config::WitnessConfig;
@@ -72,6 +74,23 @@ impl std::fmt::Debug for Witness {
 /// A record of a batch after the checks made before the fences: the record
 /// to queue, or its refusal with its agent and seq (to keep its place).
 type CheckedRecord = Result<Record, (AgentName, tally_schemas::Seq, WitnessError)>;
+
+/// Writes the answer to a refused record of a batch, looked up in the log:
+/// a retry's receipt is answered and takes no place in the batch (it is
+/// not queued again); a refusal holds the record's place in `records`, so
+/// that the agent's later records are refused after it.
+fn answer_or_hold(
+    answers: &mut [Option<Result<Admitted, WitnessError>>],
+    records: &mut Vec<(usize, CheckedRecord)>,
+    i: usize,
+    record: &Record,
+    answer: Result<Admitted, WitnessError>,
+) {
+    match answer {
+        Ok(a) => answers[i] = Some(Ok(a)),
+        Err(e) => records.push((i, Err((record.agent.clone(), record.seq, e)))),
+    }
+}
 
 /// What [`Witness::check_batch`] leaves for the fenced part of a batch.
 struct BatchChecked {
@@ -396,28 +415,36 @@ impl Witness {
             .take(&principal.key_id, self.now())
             .map_err(|retry_after_ms| WitnessError::RateLimited { retry_after_ms })?;
         self.owned_agent(principal, &record.agent)?;
-        // A record already in the log is a retry (its answer was lost): it
-        // gets its original receipt before any check that time or a key
-        // change could make fail now (protocol.md §8). Same hash, same
-        // bytes: it passed every check when it was admitted.
-        if let Some(admitted) = self.already_admitted(&record)? {
-            return Ok(admitted);
-        }
+        let hash = record.hash();
         if let Err(e) = self.check_key_and_signature(principal, &record) {
             // A front whose copy of a shared registry is behind does not
             // know a key registered through another front yet: it looks
             // once more after reloading.
-            if !matches!(e, WitnessError::KeyNotAllowed { .. }) || !self.refresh_registry().await {
-                return Err(e);
+            let again =
+                matches!(e, WitnessError::KeyNotAllowed { .. }) && self.refresh_registry().await;
+            let e = if again {
+                self.check_key_and_signature(principal, &record).err()
+            } else {
+                Some(e)
+            };
+            if let Some(e) = e {
+                return self.unless_admitted(&hash, e);
             }
-            self.check_key_and_signature(principal, &record)?;
+        }
+        if let Err(e) = self.check_skew(&record, self.now()) {
+            return self.unless_admitted(&hash, e);
         }
         let shared = self.registry.is_shared();
         let mut record = record;
         let mut attempts = 0;
         let appended = loop {
             let again = shared.then(|| record.clone());
-            let pending = self.queue_checked(principal, record).await?;
+            let pending = match self.queue_checked(principal, record).await {
+                Ok(p) => p,
+                // Checked again under the agent's fence, at the receive
+                // time: a retry is still answered with its receipt.
+                Err(e) => return self.unless_admitted(&hash, e),
+            };
             match pending.await {
                 // The agent's keys changed (through any front) after the
                 // check: check it again against the new ranges (§4.1).
@@ -475,17 +502,28 @@ impl Witness {
         Ok(pending)
     }
 
-    /// The original receipt of `record` if the log holds it (covered by
-    /// the latest checkpoint; a record still in the batch being committed
-    /// is recognised by the log's append instead).
-    fn already_admitted(&self, record: &Record) -> Result<Option<Admitted>, WitnessError> {
-        let Some(index) = self.log.index_of_record(&record.hash())? else {
-            return Ok(None);
+    /// The answer to a record that a check refused with `refusal`: the
+    /// original receipt of the record with `hash` if the log holds it
+    /// (covered by the latest checkpoint), since a retry gets its receipt
+    /// whatever the checks say now (protocol.md §8), else the refusal.
+    /// Only refused records are looked up here: a retry that passes every
+    /// check, and one still in the batch being committed, is recognised by
+    /// the log's append.
+    fn unless_admitted(
+        &self,
+        hash: &Hash,
+        refusal: WitnessError,
+    ) -> Result<Admitted, WitnessError> {
+        let Some(index) = self.log.index_of_record(hash)? else {
+            return Err(refusal);
         };
-        Ok(self.log.receipt(index)?.map(|(_, receipt)| Admitted {
-            receipt,
-            duplicate: true,
-        }))
+        match self.log.receipt(index)? {
+            Some((_, receipt)) => Ok(Admitted {
+                receipt,
+                duplicate: true,
+            }),
+            None => Err(refusal),
+        }
     }
 
     /// [`Witness::admit_as`] with metrics and the receipt's canonical bytes
@@ -631,7 +669,7 @@ impl Witness {
     async fn queue_batch(
         &self,
         principal: &Principal,
-        mut records: Vec<(usize, CheckedRecord)>,
+        records: Vec<(usize, CheckedRecord)>,
         answers: &mut [Option<Result<Admitted, WitnessError>>],
     ) -> Result<(tally_log::PendingBatch, Vec<usize>), WitnessError> {
         // Fences of every agent with a record to queue, taken in name order
@@ -647,15 +685,29 @@ impl Witness {
             fences.push(self.key_changes.fence(agent).await);
         }
         let mut versions = Vec::with_capacity(records.len());
-        for (_, r) in &mut records {
+        let mut queued = Vec::with_capacity(records.len());
+        for (i, r) in records {
             let mut version = None;
-            if let Ok(record) = r {
-                match self.registered_key(principal, record) {
-                    Ok((_, v)) => version = self.fence_of(v),
-                    Err(e) => *r = Err((record.agent.clone(), record.seq, e)),
-                }
-            }
+            let r = match r {
+                Ok(record) => match self.registered_key(principal, &record) {
+                    Ok((_, v)) => {
+                        version = self.fence_of(v);
+                        Ok(record)
+                    }
+                    // A key change since the checks: a retry still gets
+                    // its receipt (protocol.md §8), and takes no place.
+                    Err(e) => match self.unless_admitted(&record.hash(), e) {
+                        Ok(a) => {
+                            answers[i] = Some(Ok(a));
+                            continue;
+                        }
+                        Err(e) => Err((record.agent.clone(), record.seq, e)),
+                    },
+                },
+                held => held,
+            };
             versions.push(version);
+            queued.push((i, r));
         }
         let (pending, queued_at) = {
             let mut last = self
@@ -663,27 +715,37 @@ impl Witness {
                 .lock()
                 .unwrap_or_else(std::sync::PoisonError::into_inner);
             let now = self.now().max(*last);
-            let mut items = Vec::with_capacity(records.len());
-            let mut at = Vec::with_capacity(records.len());
-            for ((i, r), version) in records.into_iter().zip(versions.iter_mut()) {
+            let mut items = Vec::with_capacity(queued.len());
+            let mut at = Vec::with_capacity(queued.len());
+            let mut fenced = Vec::with_capacity(queued.len());
+            for ((i, r), mut version) in queued.into_iter().zip(versions) {
                 let item = match r {
                     Ok(record) => match self.check_skew(&record, now) {
                         Ok(()) => BatchItem::Record(record),
-                        Err(e) => {
-                            let item = BatchItem::Refused {
-                                agent: record.agent.clone(),
-                                seq: record.seq,
-                            };
-                            answers[i] = Some(Err(e));
-                            *version = None;
-                            item
-                        }
+                        // Passed at check_batch's instant, not at this
+                        // one (a record at the edge of the bound): a
+                        // retry still gets its receipt, and takes no place.
+                        Err(e) => match self.unless_admitted(&record.hash(), e) {
+                            Ok(a) => {
+                                answers[i] = Some(Ok(a));
+                                continue;
+                            }
+                            Err(e) => {
+                                answers[i] = Some(Err(e));
+                                version = None;
+                                BatchItem::Refused {
+                                    agent: record.agent.clone(),
+                                    seq: record.seq,
+                                }
+                            }
+                        },
                     },
                     Err((agent, seq, e)) => {
                         answers[i] = Some(Err(e));
                         BatchItem::Refused { agent, seq }
                     }
                 };
+                fenced.push(version);
                 items.push(item);
                 at.push(i);
             }
@@ -694,7 +756,7 @@ impl Witness {
                     BatchItem::Refused { .. } => None,
                 })
                 .collect();
-            let pending = self.log.enqueue_batch_fenced(items, versions, now)?;
+            let pending = self.log.enqueue_batch_fenced(items, fenced, now)?;
             *last = now;
             for (agent, time) in times {
                 if let Ok(k) = agents.binary_search(&agent) {
@@ -708,8 +770,9 @@ impl Witness {
     }
 
     /// The checks of a batch made before the agents' fences (blocking:
-    /// reads the log for resubmissions): parsing, the rate limit, agent
-    /// ownership, resubmissions, registered keys and signatures.
+    /// reads the log for the refused records, any of which may be a
+    /// retry): parsing, the rate limit, agent ownership, registered keys,
+    /// signatures and the clock skew at this instant.
     fn check_batch(
         &self,
         principal: &Principal,
@@ -736,14 +799,6 @@ impl Witness {
                 records.push((i, Err((record.agent.clone(), record.seq, e))));
                 continue;
             }
-            match self.already_admitted(&record) {
-                Ok(Some(admitted)) => {
-                    answers[i] = Some(Ok(admitted));
-                    continue;
-                }
-                Ok(None) => {}
-                Err(e) => return Err(e),
-            }
             let mut found = self.registered_key(principal, &record);
             if matches!(found, Err(WitnessError::KeyNotAllowed { .. }))
                 && !refreshed
@@ -762,30 +817,50 @@ impl Witness {
                     keys.push((records.len(), key));
                     records.push((i, Ok(record)));
                 }
-                Err(e) => records.push((i, Err((record.agent.clone(), record.seq, e)))),
+                Err(e) => {
+                    let answer = self.unless_admitted(&record.hash(), e);
+                    answer_or_hold(&mut answers, &mut records, i, &record, answer);
+                }
             }
         }
-        let verdicts: Vec<bool> = keys
-            .iter()
-            .map(|(k, key)| match &records[*k].1 {
-                Ok(r) => PreparedKey::new(key).verify_record(r),
-                Err(_) => false,
-            })
-            .collect();
-        for ((k, _), ok) in keys.iter().zip(verdicts) {
-            if ok {
-                continue;
-            }
-            let slot = &mut records[*k].1;
-            if let Ok(r) = slot {
-                let e = WitnessError::BadSignature {
-                    agent: r.agent.clone(),
-                    key_id: r.key_id,
-                };
-                *slot = Err((r.agent.clone(), r.seq, e));
+        let mut signed = vec![false; records.len()];
+        for (k, key) in &keys {
+            if let Ok(r) = &records[*k].1 {
+                signed[*k] = PreparedKey::new(key).verify_record(r);
             }
         }
-        Ok(BatchChecked { answers, records })
+        // The clock skew at this instant; the fenced part checks it again
+        // at the batch's receive time.
+        let now = self.now();
+        let mut checked = Vec::with_capacity(records.len());
+        for ((i, slot), signed) in records.into_iter().zip(signed) {
+            let record = match slot {
+                Ok(r) => r,
+                Err(held) => {
+                    checked.push((i, Err(held)));
+                    continue;
+                }
+            };
+            let refusal = if signed {
+                self.check_skew(&record, now).err()
+            } else {
+                Some(WitnessError::BadSignature {
+                    agent: record.agent.clone(),
+                    key_id: record.key_id,
+                })
+            };
+            match refusal {
+                None => checked.push((i, Ok(record))),
+                Some(e) => {
+                    let answer = self.unless_admitted(&record.hash(), e);
+                    answer_or_hold(&mut answers, &mut checked, i, &record, answer);
+                }
+            }
+        }
+        Ok(BatchChecked {
+            answers,
+            records: checked,
+        })
     }
 
     /// The committed head of `agent`'s chain, for the principal's own agents.

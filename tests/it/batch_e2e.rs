@@ -51,7 +51,8 @@ fn assert_valid(name: &str, value: &Value) {
     assert!(errors.is_empty(), "{name}: {errors:#?}");
 }
 
-async fn post_batch(
+/// Posts a batch body; the status and the answer's bytes.
+pub(crate) async fn post_batch(
     http: &reqwest::Client,
     url: &str,
     api_key: &str,

@@ -26,8 +26,8 @@ use tally_testkit::clock::TestClock;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
 
-use crate::common;
 use crate::common::hostile;
+use crate::{batch_e2e, common};
 
 use common::agent::Agent;
 use common::{tally, Server};
@@ -53,6 +53,23 @@ async fn tree_size(http: &reqwest::Client, url: &str) -> u64 {
         .await
         .unwrap();
     v["tree_size"].as_u64().unwrap()
+}
+
+/// Rotates `agent`'s key (from now on) with the real `tally agent rotate`.
+fn rotate(url: &str, api_key: &str, agent: &str) {
+    let env = [("TALLY_WITNESS_URL", url), ("TALLY_API_KEY", api_key)];
+    let new_key = SecretKey::generate(&mut OsRng);
+    let (ok, out, err) = tally(
+        &[
+            "agent",
+            "rotate",
+            agent,
+            "--public-key",
+            &new_key.public_key().to_base64(),
+        ],
+        &env,
+    );
+    assert!(ok, "{out}{err}");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -81,22 +98,7 @@ async fn a_record_reposted_after_the_skew_window_and_a_key_rotation_gets_its_ori
     assert_eq!(again, first, "not the original receipt");
 
     // The agent's key is rotated (from now on); the retry still gets it.
-    let env = [
-        ("TALLY_WITNESS_URL", url.as_str()),
-        ("TALLY_API_KEY", key.as_str()),
-    ];
-    let new_key = SecretKey::generate(&mut OsRng);
-    let (ok, out, err) = tally(
-        &[
-            "agent",
-            "rotate",
-            "retry-bot",
-            "--public-key",
-            &new_key.public_key().to_base64(),
-        ],
-        &env,
-    );
-    assert!(ok, "{out}{err}");
+    rotate(&url, &key, "retry-bot");
     let (s, b) = post(
         &http,
         &url,
@@ -141,15 +143,9 @@ async fn a_batch_resent_after_the_skew_window_and_a_key_rotation_gets_its_origin
     let post_batch = |body: Vec<u8>| {
         let (http, url, key) = (http.clone(), url.clone(), key.clone());
         async move {
-            let r = http
-                .post(format!("{url}/v1/records/batch"))
-                .bearer_auth(key)
-                .body(body)
-                .send()
-                .await
-                .unwrap();
-            assert_eq!(r.status().as_u16(), 200);
-            BatchAnswer::from_json(&r.bytes().await.unwrap()).unwrap()
+            let (status, answer) = batch_e2e::post_batch(&http, &url, &key, body).await;
+            assert_eq!(status, 200, "{}", String::from_utf8_lossy(&answer));
+            BatchAnswer::from_json(&answer).unwrap()
         }
     };
 
@@ -168,22 +164,7 @@ async fn a_batch_resent_after_the_skew_window_and_a_key_rotation_gets_its_origin
     let again = post_batch(body.clone()).await;
     assert_eq!(again.results, first.results, "after the skew window");
 
-    let env = [
-        ("TALLY_WITNESS_URL", url.as_str()),
-        ("TALLY_API_KEY", key.as_str()),
-    ];
-    let new_key = SecretKey::generate(&mut OsRng);
-    let (ok, out, err) = tally(
-        &[
-            "agent",
-            "rotate",
-            "batch-retry-bot",
-            "--public-key",
-            &new_key.public_key().to_base64(),
-        ],
-        &env,
-    );
-    assert!(ok, "{out}{err}");
+    rotate(&url, &key, "batch-retry-bot");
     let r2 = bot.draft("old key, after the rotation");
     let again = post_batch(BatchRequest::to_json([&r0, &r1, &r2])).await;
     assert_eq!(again.results[..2], first.results[..], "after the rotation");

@@ -431,6 +431,9 @@ impl Witness {
                 return self.unless_admitted(&hash, e);
             }
         }
+        // The skew here, outside the receive-time lock, so that a refused
+        // record is looked up outside it; queue_checked checks it again at
+        // the receive time.
         if let Err(e) = self.check_skew(&record, self.now()) {
             return self.unless_admitted(&hash, e);
         }

@@ -75,23 +75,6 @@ impl std::fmt::Debug for Witness {
 /// to queue, or its refusal with its agent and seq (to keep its place).
 type CheckedRecord = Result<Record, (AgentName, tally_schemas::Seq, WitnessError)>;
 
-/// Writes the answer to a refused record of a batch, looked up in the log:
-/// a retry's receipt is answered and takes no place in the batch (it is
-/// not queued again); a refusal holds the record's place in `records`, so
-/// that the agent's later records are refused after it.
-fn answer_or_hold(
-    answers: &mut [Option<Result<Admitted, WitnessError>>],
-    records: &mut Vec<(usize, CheckedRecord)>,
-    i: usize,
-    record: &Record,
-    answer: Result<Admitted, WitnessError>,
-) {
-    match answer {
-        Ok(a) => answers[i] = Some(Ok(a)),
-        Err(e) => records.push((i, Err((record.agent.clone(), record.seq, e)))),
-    }
-}
-
 /// What [`Witness::check_batch`] leaves for the fenced part of a batch.
 struct BatchChecked {
     /// Answers known already, by the request's order (`None`: still open).
@@ -529,6 +512,27 @@ impl Witness {
         }
     }
 
+    /// [`Witness::unless_admitted`] for record `i` of a batch: a retry's
+    /// receipt is written to `answers` and `None` returned (it is not
+    /// queued again, and takes no place in the batch); else the refusal,
+    /// with the agent and seq whose place it holds, so that the agent's
+    /// later records are refused after it.
+    fn held_unless_admitted(
+        &self,
+        answers: &mut [Option<Result<Admitted, WitnessError>>],
+        i: usize,
+        record: &Record,
+        refusal: WitnessError,
+    ) -> Option<(AgentName, tally_schemas::Seq, WitnessError)> {
+        match self.unless_admitted(&record.hash(), refusal) {
+            Ok(a) => {
+                answers[i] = Some(Ok(a));
+                None
+            }
+            Err(e) => Some((record.agent.clone(), record.seq, e)),
+        }
+    }
+
     /// [`Witness::admit_as`] with metrics and the receipt's canonical bytes
     /// (the same bytes for every retry).
     ///
@@ -698,13 +702,10 @@ impl Witness {
                         Ok(record)
                     }
                     // A key change since the checks: a retry still gets
-                    // its receipt (protocol.md §8), and takes no place.
-                    Err(e) => match self.unless_admitted(&record.hash(), e) {
-                        Ok(a) => {
-                            answers[i] = Some(Ok(a));
-                            continue;
-                        }
-                        Err(e) => Err((record.agent.clone(), record.seq, e)),
+                    // its receipt (protocol.md §8).
+                    Err(e) => match self.held_unless_admitted(answers, i, &record, e) {
+                        Some(held) => Err(held),
+                        None => continue,
                     },
                 },
                 held => held,
@@ -722,29 +723,24 @@ impl Witness {
             let mut at = Vec::with_capacity(queued.len());
             let mut fenced = Vec::with_capacity(queued.len());
             for ((i, r), mut version) in queued.into_iter().zip(versions) {
-                let item = match r {
+                let r = match r {
                     Ok(record) => match self.check_skew(&record, now) {
-                        Ok(()) => BatchItem::Record(record),
+                        Ok(()) => Ok(record),
                         // Passed at check_batch's instant, not at this
                         // one (a record at the edge of the bound): a
-                        // retry still gets its receipt, and takes no place.
-                        Err(e) => match self.unless_admitted(&record.hash(), e) {
-                            Ok(a) => {
-                                answers[i] = Some(Ok(a));
-                                continue;
-                            }
-                            Err(e) => {
-                                answers[i] = Some(Err(e));
-                                version = None;
-                                BatchItem::Refused {
-                                    agent: record.agent.clone(),
-                                    seq: record.seq,
-                                }
-                            }
+                        // retry still gets its receipt.
+                        Err(e) => match self.held_unless_admitted(answers, i, &record, e) {
+                            Some(held) => Err(held),
+                            None => continue,
                         },
                     },
+                    held => held,
+                };
+                let item = match r {
+                    Ok(record) => BatchItem::Record(record),
                     Err((agent, seq, e)) => {
                         answers[i] = Some(Err(e));
+                        version = None;
                         BatchItem::Refused { agent, seq }
                     }
                 };
@@ -821,8 +817,9 @@ impl Witness {
                     records.push((i, Ok(record)));
                 }
                 Err(e) => {
-                    let answer = self.unless_admitted(&record.hash(), e);
-                    answer_or_hold(&mut answers, &mut records, i, &record, answer);
+                    if let Some(held) = self.held_unless_admitted(&mut answers, i, &record, e) {
+                        records.push((i, Err(held)));
+                    }
                 }
             }
         }
@@ -855,8 +852,9 @@ impl Witness {
             match refusal {
                 None => checked.push((i, Ok(record))),
                 Some(e) => {
-                    let answer = self.unless_admitted(&record.hash(), e);
-                    answer_or_hold(&mut answers, &mut checked, i, &record, answer);
+                    if let Some(held) = self.held_unless_admitted(&mut answers, i, &record, e) {
+                        checked.push((i, Err(held)));
+                    }
                 }
             }
         }

@@ -300,7 +300,7 @@ impl Log {
     }
 
     /// Opens (or creates) a redb log file at `path`; see [`Log::open`]. A
-    /// file of storage layout 1 or 2 is migrated to layout 3 first
+    /// file of storage layout 1, 2 or 3 is migrated to layout 4 first
     /// ([`RedbStore::open`]).
     ///
     /// # Errors

@@ -8,7 +8,7 @@
 //!    are classified together, each agent's in seq order.
 //! 3. Commit the new entries, their stored hashes and index rows in one
 //!    durable transaction (compare-and-swap on the tree size; the redb
-//!    store keeps its `ids` rows in memory until a merge, docs/storage.md
+//!    store keeps its `ids` and `chains` rows in memory until a merge, docs/storage.md
 //!    "Deferred index rows"). A shared
 //!    store also checks there that every record was admitted under its
 //!    agent's current key version (contract rule 8 of [`crate::store`]);

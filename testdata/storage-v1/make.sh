@@ -1,11 +1,13 @@
 #!/usr/bin/env bash
 # Makes a storage fixture: a data folder written by an older tally release,
 # with real records posted through `tally serve`, and a pack exported from
-# it before any migration. testdata/storage-v1/ (layout 1) and
-# testdata/storage-v2/ (layout 2) were both made with it:
+# it before any migration. testdata/storage-v1/ (layout 1),
+# testdata/storage-v2/ (layout 2) and testdata/storage-v3/ (layout 3) were
+# all made with it:
 #
 #   bash testdata/storage-v1/make.sh /path/to/old/tally                       # into storage-v1/
 #   bash testdata/storage-v1/make.sh /path/to/old/tally testdata/storage-v2   # into storage-v2/
+#   bash testdata/storage-v1/make.sh /path/to/old/tally testdata/storage-v3   # into storage-v3/
 #
 # The binary must be a build of the release with that layout (see each
 # folder's README.md for the commit it was made with). Not deterministic:

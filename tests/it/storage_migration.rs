@@ -1,7 +1,7 @@
-//! Storage layout 3 through the real binary (docs/storage.md, "Migration
-//! from layout 1" and "Migration from layout 2"): today's `tally serve`,
-//! started on a data folder written by the layout 1 or the layout 2
-//! release (testdata/storage-v1/ and testdata/storage-v2/, each made
+//! Storage layout 4 through the real binary (docs/storage.md, "Migration
+//! from layout 1" and "Migration from layouts 2 and 3"): today's `tally
+//! serve`, started on a data folder written by the layout 1, 2 or 3
+//! release (testdata/storage-v1/, storage-v2/ and storage-v3/, each made
 //! through that release's `tally serve`, see their READMEs), migrates the
 //! log on start and then serves the same log: the same checkpoint, every
 //! record answering with the receipt the old release issued (same index,
@@ -285,8 +285,13 @@ async fn a_layout_1_data_folder_is_migrated_on_start_and_keeps_every_promise() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_layout_2_data_folder_is_moved_to_layout_3_on_start_and_keeps_every_promise() {
+async fn a_layout_2_data_folder_is_moved_to_layout_4_on_start_and_keeps_every_promise() {
     migrates_on_start_and_keeps_every_promise(2).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_layout_3_data_folder_is_moved_to_layout_4_on_start_and_keeps_every_promise() {
+    migrates_on_start_and_keeps_every_promise(3).await;
 }
 
 /// The `done=N` value of a migration log line.
@@ -326,7 +331,7 @@ async fn kill_9_during_the_migration_loses_nothing_and_the_next_start_finishes_i
         let mut resumed_at = None;
         for line in stderr.lines() {
             let line = line.unwrap();
-            if line.contains("from layout 1 to layout 3") {
+            if line.contains("from layout 1 to layout 4") {
                 let at = done_of(&line).unwrap();
                 // Every step logged before the last kill was durable.
                 assert!(
@@ -335,7 +340,7 @@ async fn kill_9_during_the_migration_loses_nothing_and_the_next_start_finishes_i
                 );
                 resumed_at = Some(at);
                 last_done = at;
-            } else if line.contains("migrating the log store to layout 3") {
+            } else if line.contains("migrating the log store to layout 4") {
                 steps += 1;
                 let done = done_of(&line).unwrap();
                 assert!(
@@ -343,7 +348,7 @@ async fn kill_9_during_the_migration_loses_nothing_and_the_next_start_finishes_i
                     "start {start}: a step went backwards: {line}"
                 );
                 last_done = done;
-            } else if line.contains("log store migrated to layout 3") {
+            } else if line.contains("log store migrated to layout 4") {
                 finished = true;
             }
             assert!(!line.contains("ERROR"), "start {start}: {line}");

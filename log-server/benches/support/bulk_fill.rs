@@ -1,7 +1,7 @@
 //! Bulk-fills a real redb log store with synthetic entries through the same
 //! `LogStore::commit_batch` the sequencer uses (every table written: entries,
-//! leaves, chains and, through its merges and a last
-//! `RedbStore::write_index_rows`, the merged index of layout 3), in
+//! leaves and, through its merges and a last
+//! `RedbStore::write_index_rows`, chains and the merged index of layout 4), in
 //! batches of 100k, without signing or admission. Appending millions of signed
 //! records through the sequencer takes hours on a small machine; this takes
 //! minutes. Shared by `benches/log.rs` and `examples/proofs_at_scale.rs`.

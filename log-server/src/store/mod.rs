@@ -30,7 +30,7 @@
 //!    heads, an agent's `(seq, index)` rows, the nonce, record-hash and
 //!    leaf-hash indexes, receipt sizes) is derived from the batch's
 //!    [`NewEntry`] rows and answers for them once the batch is committed:
-//!    written in the same atomic batch, or (the redb store's `ids` rows,
+//!    written in the same atomic batch, or (the redb store's `ids` and `chains` rows,
 //!    docs/storage.md "Deferred index rows") held in memory from before the
 //!    commit and derived again from the stored entries at every open. An
 //!    agent's chain head is its entry with the highest seq.
@@ -64,7 +64,7 @@
 pub mod memory;
 pub mod postgres;
 pub mod redb;
-mod redb_ids;
+mod redb_deferred;
 #[doc(hidden)]
 pub mod redb_v1;
 

@@ -1,19 +1,20 @@
 //! The redb [`LogStore`], the default backend: one file, one durable
 //! (`Durability::Immediate`) write transaction per group commit; checkpoint
 //! notes are written with `Durability::None` and persisted by the next one.
-//! Its tables, keys and encodings (layout version 3) are documented in
+//! Its tables, keys and encodings (layout version 4) are documented in
 //! docs/storage.md, which is the contract for this file. A file of layout
-//! version 1 or 2 is migrated when it is opened (`super::redb_v1`; layout 2
-//! needs one row).
+//! version 1, 2 or 3 is migrated when it is opened (`super::redb_v1`;
+//! layouts 2 and 3 need a row or two).
 //!
-//! A commit writes three B-tree rows per entry, whatever the index: the
-//! entry, its leaf row (receipt size and the stored hashes the leaf
-//! appends) and its chain row. The entry's three rows of the merged index
+//! A commit writes two B-tree rows per entry, at the end of their tables:
+//! the entry and its leaf row (receipt size and the stored hashes the leaf
+//! appends). The entry's chain row and its three rows of the merged index
 //! `ids`, keyed by 16-byte prefixes (nonce, record hash, leaf hash), are
-//! held in memory and written into the table a generation at a time, in key
-//! order (`super::redb_ids`, docs/storage.md "Deferred index rows"). A
-//! prefix can be shared by two entries, so every index hit is confirmed
-//! against the entry before it is answered.
+//! held in memory and written into their tables a generation at a time, in
+//! key order (`super::redb_deferred`, docs/storage.md "Deferred index
+//! rows"). An `ids` prefix can be shared by two entries, so every index hit
+//! is confirmed against the entry before it is answered; a chain row held
+//! in memory is answered only to a read whose tree holds its entry.
 
 use std::collections::HashMap;
 use std::path::Path;
@@ -25,18 +26,18 @@ use redb::{
 };
 use tally_schemas::{AgentName, Entry, Hash, LeafIndex, Nonce, Seq, TreeSize};
 
-pub use super::redb_ids::DEFAULT_IDS_GENERATION;
-use super::redb_ids::{IdRow, PendingIds};
+pub use super::redb_deferred::DEFAULT_IDS_GENERATION;
+use super::redb_deferred::{ChainRow, IdRow, PendingRows};
 use super::{
     check_put_checkpoint, check_put_cosignature, BatchWrite, ChainHead, Found, LogStore, Lookup,
     StoreError,
 };
 
 /// `meta`: named counters. `tree_size` = number of committed entries;
-/// `layout` = the storage layout version; `ids_to` = `ids` holds the rows
-/// of the entries before it (the rest are rebuilt from the entries at
-/// open); `migrated_to` = while a layout 1 file is being migrated, the
-/// entries already carried over.
+/// `layout` = the storage layout version; `ids_to` = `ids` and `chains`
+/// hold the rows of the entries before it (the rest are rebuilt from the
+/// entries at open); `migrated_to` = while a layout 1 file is being
+/// migrated, the entries already carried over.
 pub(crate) const META: TableDefinition<&str, u64> = TableDefinition::new("meta");
 /// `entries`: leaf index → the entry's canonical JSON bytes (the leaf data).
 pub(crate) const ENTRIES: TableDefinition<u64, &[u8]> = TableDefinition::new("entries");
@@ -50,14 +51,15 @@ pub(crate) const COSIGNATURES: TableDefinition<(u64, &str), &str> =
 /// `leaves`: leaf index → receipt size (u64, little-endian) ‖ the
 /// `1 + trailing_ones(index)` stored hashes that appending this leaf adds.
 pub(crate) const LEAVES: TableDefinition<u64, &[u8]> = TableDefinition::new("leaves");
-/// `chains`: (agent name, seq) → (leaf index, record hash). An agent's
-/// chain head is its last row.
+/// `chains`: (agent name, seq) → (leaf index, record hash). It holds the
+/// rows of the entries before `meta.ids_to`; [`PendingRows`] holds the
+/// others. An agent's chain head is its last row in either.
 pub(crate) const CHAINS: TableDefinition<(&str, u64), (u64, [u8; 32])> =
     TableDefinition::new("chains");
 /// `ids`: (kind byte ‖ the first 15 bytes of a digest, leaf index) → ().
 /// Kinds: [`ID_NONCE`] (digest = SHA-256 of the nonce), [`ID_RECORD`]
 /// (the record hash), [`ID_LEAF`] (the leaf hash). It holds the rows of the
-/// entries before `meta.ids_to`; [`PendingIds`] holds the others.
+/// entries before `meta.ids_to`; [`PendingRows`] holds the others.
 pub(crate) const IDS: TableDefinition<([u8; 16], u64), ()> = TableDefinition::new("ids");
 
 /// Kind byte of a nonce key in `ids`.
@@ -68,7 +70,7 @@ pub(crate) const ID_RECORD: u8 = 2;
 pub(crate) const ID_LEAF: u8 = 3;
 
 /// The storage layout version this build writes (`meta.layout`).
-pub const LAYOUT_VERSION: u64 = 3;
+pub const LAYOUT_VERSION: u64 = 4;
 
 /// Entries carried over per transaction when a layout 1 file is migrated,
 /// unless `TALLY_LOG_MIGRATION_CHUNK` says otherwise (tests set it small
@@ -121,9 +123,6 @@ fn write_leaf_row(row: &mut Vec<u8>, receipt_size: TreeSize, hashes: &[Hash]) {
     }
 }
 
-/// A `chains` row: (agent, seq) → (leaf index, record hash).
-type ChainRow<'a> = ((&'a str, u64), (u64, [u8; 32]));
-
 fn corrupt(what: String) -> StoreError {
     StoreError::Corrupt(what)
 }
@@ -156,19 +155,19 @@ fn id_rows(nonce: &Nonce, record_hash: &Hash, leaf_hash: &Hash, index: u64) -> [
 /// A [`LogStore`] in one redb file.
 pub struct RedbStore {
     db: Database,
-    /// The `ids` rows not in the table yet; `None` after a failed commit,
-    /// until they are rebuilt from the file (contract rule 5 of
+    /// The `ids` and `chains` rows not in their tables yet; `None` after a
+    /// failed commit, until they are rebuilt from the file (contract rule 5 of
     /// [`super`]: the commit may have landed or not).
-    pending: RwLock<Option<PendingIds>>,
-    /// Entries per merge of [`PendingIds`].
+    pending: RwLock<Option<PendingRows>>,
+    /// Entries per merge of [`PendingRows`].
     generation: u64,
 }
 
 impl RedbStore {
-    /// Opens (or creates) the log file at `path`, migrating a file of layout
-    /// version 1 to version 2 first (docs/storage.md, "Migration from layout
-    /// 1"; resumable: a migration cut short by a crash goes on at the next
-    /// open).
+    /// Opens (or creates) the log file at `path`, migrating a file of an
+    /// older layout version first (docs/storage.md, "Migration from layout
+    /// 1", "Migration from layouts 2 and 3"; resumable: a migration cut
+    /// short by a crash goes on at the next open).
     ///
     /// # Errors
     /// [`StoreError::Backend`] when the file cannot be opened (held by another
@@ -223,7 +222,7 @@ impl RedbStore {
         tx.commit().map_err(backend)?;
         match layout {
             LAYOUT_VERSION => {}
-            2 => migrate_v2(&db)?,
+            2 | 3 => migrate_in_place(&db, layout)?,
             1 => {
                 let chunk = std::env::var("TALLY_LOG_MIGRATION_CHUNK")
                     .ok()
@@ -234,7 +233,7 @@ impl RedbStore {
             }
             other => {
                 return Err(StoreError::Corrupt(format!(
-                    "storage layout version {other}, this build reads 1 and 2 (and migrates them) and {LAYOUT_VERSION}"
+                    "storage layout version {other}, this build reads 1, 2 and 3 (and migrates them) and {LAYOUT_VERSION}"
                 )))
             }
         }
@@ -246,8 +245,8 @@ impl RedbStore {
         })
     }
 
-    /// Writes every `ids` row held in memory into the table now, in one
-    /// durable transaction, and sets `meta.ids_to` to the tree size
+    /// Writes every `ids` and `chains` row held in memory into their tables
+    /// now, in one durable transaction, and sets `meta.ids_to` to the tree size
     /// (docs/storage.md, "Deferred index rows"). The benchmarks' bulk
     /// filler calls it: its synthetic entries are not entries a later open
     /// could rebuild the rows from.
@@ -261,13 +260,21 @@ impl RedbStore {
             let tx = self.db.begin_write().map_err(backend)?;
             // Read inside the write transaction: every commit before it
             // has added its rows, and none can add more until it ends.
-            let rows = loaded(self.pending()?.as_ref())?.rows();
+            let (rows, chain_rows) = {
+                let pending = self.pending()?;
+                let pending = loaded(pending.as_ref())?;
+                (pending.rows(), pending.all_chain_rows())
+            };
             let size = {
                 let mut meta = tx.open_table(META).map_err(backend)?;
                 let size = meta_u64(&meta, "tree_size")?;
                 let mut ids = tx.open_table(IDS).map_err(backend)?;
                 for key in rows.iter().filter(|r| r.1 < size) {
                     ids.insert(*key, ()).map_err(backend)?;
+                }
+                let mut chains = tx.open_table(CHAINS).map_err(backend)?;
+                for r in chain_rows.iter().filter(|r| r.index < size) {
+                    insert_chain_row(&mut chains, r)?;
                 }
                 meta.insert("ids_to", size).map_err(backend)?;
                 size
@@ -284,9 +291,9 @@ impl RedbStore {
         result.map(|_| ())
     }
 
-    /// The in-memory `ids` rows, rebuilt from the file first when a failed
+    /// The in-memory index rows, rebuilt from the file first when a failed
     /// commit left them unknown.
-    fn pending(&self) -> Result<RwLockReadGuard<'_, Option<PendingIds>>, StoreError> {
+    fn pending(&self) -> Result<RwLockReadGuard<'_, Option<PendingRows>>, StoreError> {
         loop {
             let p = self.pending.read().unwrap_or_else(|e| e.into_inner());
             if p.is_some() {
@@ -300,19 +307,19 @@ impl RedbStore {
         }
     }
 
-    /// The in-memory `ids` rows, write-locked. A lock poisoned by a panic
+    /// The in-memory index rows, write-locked. A lock poisoned by a panic
     /// is used as it is: the rows are rebuilt after any failed commit.
-    fn pending_write(&self) -> RwLockWriteGuard<'_, Option<PendingIds>> {
+    fn pending_write(&self) -> RwLockWriteGuard<'_, Option<PendingRows>> {
         self.pending.write().unwrap_or_else(|e| e.into_inner())
     }
 
-    /// `f` over one read of the file and the `ids` rows that go with it:
+    /// `f` over one read of the file and the index rows that go with it:
     /// the rows are read-locked before the read begins and until `f` ends,
     /// and rows leave memory only after the commit that put them in the
     /// table, so every row is in this read's table or in memory.
     fn read_ids<T>(
         &self,
-        f: impl FnOnce(&ReadTransaction, &PendingIds) -> Result<T, StoreError>,
+        f: impl FnOnce(&ReadTransaction, &PendingRows) -> Result<T, StoreError>,
     ) -> Result<T, StoreError> {
         let guard = self.pending()?;
         let pending = loaded(guard.as_ref())?;
@@ -329,27 +336,50 @@ impl RedbStore {
     }
 }
 
-/// Moves a layout 2 file to layout 3: every entry's `ids` rows are in the
-/// table, so `ids_to` is the tree size. One transaction.
-fn migrate_v2(db: &Database) -> Result<(), StoreError> {
+/// Moves a layout 2 or 3 file to the current layout in one transaction,
+/// rewriting no row (docs/storage.md, "Migration from layouts 2 and 3").
+/// Both hold every entry's `chains` row, which layout 4 allows (the rows
+/// of the entries from `ids_to` on may be in the tables or not). Layout 2
+/// also holds every `ids` row, so its `ids_to` is the tree size; layout 3
+/// keeps its own.
+fn migrate_in_place(db: &Database, from: u64) -> Result<(), StoreError> {
     let tx = db.begin_write().map_err(backend)?;
     let size = {
         let mut meta = tx.open_table(META).map_err(backend)?;
         let size = meta_u64(&meta, "tree_size")?;
-        meta.insert("ids_to", size).map_err(backend)?;
+        if from == 2 {
+            meta.insert("ids_to", size).map_err(backend)?;
+        }
         meta.insert("layout", LAYOUT_VERSION).map_err(backend)?;
         size
     };
     tx.commit().map_err(backend)?;
     tracing::info!(
         entries = size,
-        "log store moved from layout 2 to layout 3 (no row rewritten)"
+        "log store moved from layout {from} to layout {LAYOUT_VERSION} (no row rewritten)"
     );
     Ok(())
 }
 
-/// The `ids` rows of the entries `meta.ids_to..tree_size`, from the entries.
-fn load_pending(db: &Database, generation: u64) -> Result<PendingIds, StoreError> {
+/// Writes a `chains` row into its table.
+fn insert_chain_row(
+    chains: &mut redb::Table<'_, (&'static str, u64), (u64, [u8; 32])>,
+    r: &ChainRow,
+) -> Result<(), StoreError> {
+    chains
+        .insert((r.agent.as_str(), r.seq), (r.index, r.hash))
+        .map_err(backend)?;
+    Ok(())
+}
+
+/// The tree size of a read.
+fn tree_size_in(tx: &ReadTransaction) -> Result<u64, StoreError> {
+    meta_u64(&tx.open_table(META).map_err(backend)?, "tree_size")
+}
+
+/// The `ids` and `chains` rows of the entries `meta.ids_to..tree_size`,
+/// from the entries.
+fn load_pending(db: &Database, generation: u64) -> Result<PendingRows, StoreError> {
     let tx = db.begin_read().map_err(backend)?;
     let meta = tx.open_table(META).map_err(backend)?;
     let (ids_to, size) = (meta_u64(&meta, "ids_to")?, meta_u64(&meta, "tree_size")?);
@@ -358,7 +388,7 @@ fn load_pending(db: &Database, generation: u64) -> Result<PendingIds, StoreError
             "the index covers {ids_to} entries, the tree has {size}"
         )));
     }
-    let mut pending = PendingIds::new(ids_to, generation);
+    let mut pending = PendingRows::new(ids_to, generation);
     let entries = tx.open_table(ENTRIES).map_err(backend)?;
     for row in entries.range(ids_to..size).map_err(backend)? {
         let (k, v) = row.map_err(backend)?;
@@ -366,11 +396,18 @@ fn load_pending(db: &Database, generation: u64) -> Result<PendingIds, StoreError
         let entry = Entry::from_json(v.value())
             .map_err(|e| corrupt(format!("stored entry {index} does not parse: {e}")))?;
         let record = entry.record();
-        for r in id_rows(&record.nonce, &record.hash(), &entry.leaf_hash(), index) {
+        let record_hash = record.hash();
+        for r in id_rows(&record.nonce, &record_hash, &entry.leaf_hash(), index) {
             pending.insert(r);
         }
+        pending.insert_chain(
+            record.agent.as_str(),
+            record.seq.get(),
+            index,
+            *record_hash.as_bytes(),
+        );
     }
-    if pending.len() as u64 != 3 * (size - ids_to) {
+    if pending.len() as u64 != 3 * (size - ids_to) || pending.chain_len() as u64 != size - ids_to {
         return Err(corrupt(format!(
             "entries {ids_to}..{size} are not all stored"
         )));
@@ -383,7 +420,7 @@ fn load_pending(db: &Database, generation: u64) -> Result<PendingIds, StoreError
 /// those, and is not in this read: `in_table` is false for them).
 fn id_candidates(
     ids: &impl ReadableTable<([u8; 16], u64), ()>,
-    pending: &PendingIds,
+    pending: &PendingRows,
     key: [u8; 16],
 ) -> Result<Vec<Candidate>, StoreError> {
     let mut out = Vec::new();
@@ -400,7 +437,7 @@ fn id_candidates(
     Ok(out)
 }
 
-/// The in-memory `ids` rows of a guard: `None` only between a failed
+/// The in-memory index rows of a guard: `None` only between a failed
 /// commit and their rebuild at the next use.
 fn loaded<T>(rows: Option<T>) -> Result<T, StoreError> {
     rows.ok_or_else(|| backend("the pending index rows are not loaded"))
@@ -443,7 +480,7 @@ fn entry_in(
 fn find_entry(
     ids: &impl ReadableTable<([u8; 16], u64), ()>,
     entries: &impl ReadableTable<u64, &'static [u8]>,
-    pending: &PendingIds,
+    pending: &PendingRows,
     key: [u8; 16],
     matches: impl Fn(&Entry) -> bool,
 ) -> Result<Option<LeafIndex>, StoreError> {
@@ -458,7 +495,7 @@ fn find_entry(
 /// [`find_entry`] in one read, opening its tables.
 fn find_entry_in(
     tx: &ReadTransaction,
-    pending: &PendingIds,
+    pending: &PendingRows,
     key: [u8; 16],
     matches: impl Fn(&Entry) -> bool,
 ) -> Result<Option<LeafIndex>, StoreError> {
@@ -467,25 +504,28 @@ fn find_entry_in(
     find_entry(&ids, &entries, pending, key, matches)
 }
 
-fn chain_head_in(tx: &ReadTransaction, agent: &AgentName) -> Result<Option<ChainHead>, StoreError> {
-    chain_head_of(&tx.open_table(CHAINS).map_err(backend)?, agent)
-}
-
-/// The head of `agent`'s chain in an open `chains` table: its last row.
+/// The head of `agent`'s chain in a read of tree size `size`: the last of
+/// its rows in the `chains` table and in memory.
 fn chain_head_of(
     chains: &impl ReadableTable<(&'static str, u64), (u64, [u8; 32])>,
+    pending: &PendingRows,
+    size: u64,
     agent: &AgentName,
 ) -> Result<Option<ChainHead>, StoreError> {
-    let last = chains
+    let stored = chains
         .range((agent.as_str(), 0)..=(agent.as_str(), u64::MAX))
         .map_err(backend)?
         .next_back()
         .transpose()
-        .map_err(backend)?;
-    last.map(|(k, v)| {
-        let (index, hash) = v.value();
+        .map_err(backend)?
+        .map(|(k, v)| {
+            let (index, hash) = v.value();
+            (k.value().1, index, hash)
+        });
+    let head = stored.max(pending.chain_head(agent.as_str(), size));
+    head.map(|(seq, index, hash)| {
         Ok(ChainHead {
-            seq: Seq::new(k.value().1).map_err(|e| corrupt(e.to_string()))?,
+            seq: Seq::new(seq).map_err(|e| corrupt(e.to_string()))?,
             record_hash: Hash::from_bytes(hash),
             index: LeafIndex::new(index),
         })
@@ -575,7 +615,10 @@ impl LogStore for RedbStore {
     }
 
     fn chain_head(&self, agent: &AgentName) -> Result<Option<ChainHead>, StoreError> {
-        self.read(|tx| chain_head_in(tx, agent))
+        self.read_ids(|tx, pending| {
+            let chains = tx.open_table(CHAINS).map_err(backend)?;
+            chain_head_of(&chains, pending, tree_size_in(tx)?, agent)
+        })
     }
 
     fn agent_indexes(
@@ -584,21 +627,31 @@ impl LogStore for RedbStore {
         from: Seq,
         limit: usize,
     ) -> Result<Vec<(Seq, LeafIndex)>, StoreError> {
-        self.read(|tx| {
+        self.read_ids(|tx, pending| {
             let t = tx.open_table(CHAINS).map_err(backend)?;
-            let mut out = Vec::new();
+            // The first `limit` of the rows in the table and in memory (a
+            // row can be in both while a merge runs).
+            let mut rows: Vec<(u64, u64)> =
+                pending.chain_rows(agent.as_str(), from.get(), tree_size_in(tx)?, limit);
             for row in t
                 .range((agent.as_str(), from.get())..=(agent.as_str(), u64::MAX))
                 .map_err(backend)?
                 .take(limit)
             {
                 let (k, v) = row.map_err(backend)?;
-                out.push((
-                    Seq::new(k.value().1).map_err(|e| corrupt(e.to_string()))?,
-                    LeafIndex::new(v.value().0),
-                ));
+                rows.push((k.value().1, v.value().0));
             }
-            Ok(out)
+            rows.sort_unstable();
+            rows.dedup();
+            rows.into_iter()
+                .take(limit)
+                .map(|(seq, index)| {
+                    Ok((
+                        Seq::new(seq).map_err(|e| corrupt(e.to_string()))?,
+                        LeafIndex::new(index),
+                    ))
+                })
+                .collect()
         })
     }
 
@@ -644,6 +697,7 @@ impl LogStore for RedbStore {
             // head read once (this read sees one state), and the nonce
             // index, whose keys are random, is searched in key order so
             // that neighbouring searches walk the same pages.
+            let size = tree_size_in(tx)?;
             let chains = tx.open_table(CHAINS).map_err(backend)?;
             let ids = tx.open_table(IDS).map_err(backend)?;
             let entries = tx.open_table(ENTRIES).map_err(backend)?;
@@ -653,16 +707,20 @@ impl LogStore for RedbStore {
             for (k, l) in lookups.iter().enumerate() {
                 // A committed record with this hash is the agent's entry at
                 // this seq: the hash covers both.
-                let record = chains
-                    .get((l.agent.as_str(), l.seq.get()))
-                    .map_err(backend)?
-                    .map(|g| g.value())
+                let row = match pending.chain_row(l.agent.as_str(), l.seq.get(), size) {
+                    Some(row) => Some(row),
+                    None => chains
+                        .get((l.agent.as_str(), l.seq.get()))
+                        .map_err(backend)?
+                        .map(|g| g.value()),
+                };
+                let record = row
                     .filter(|(_, h)| *h == *l.record_hash.as_bytes())
                     .map(|(i, _)| LeafIndex::new(i));
                 let head = match heads.get(l.agent.as_str()) {
                     Some(h) => h.clone(),
                     None => {
-                        let h = chain_head_of(&chains, l.agent)?;
+                        let h = chain_head_of(&chains, pending, size, l.agent)?;
                         heads.insert(l.agent.as_str(), h.clone());
                         h
                     }
@@ -714,12 +772,8 @@ impl LogStore for RedbStore {
                 ));
             }
             let mut entries = tx.open_table(ENTRIES).map_err(backend)?;
-            let mut chains = tx.open_table(CHAINS).map_err(backend)?;
             // The entries and leaf rows go in index order, at the end of
-            // their tables. The chain rows are written sorted by key, so
-            // that the inserts of one commit walk the B-tree once, left to
-            // right, meeting each page's rows together.
-            let mut chain_rows: Vec<ChainRow<'_>> = Vec::with_capacity(batch.entries.len());
+            // their tables; the chain and `ids` rows go into memory below.
             let mut row = Vec::new();
             let mut next_hash = 0usize;
             for e in &batch.entries {
@@ -735,14 +789,6 @@ impl LogStore for RedbStore {
                 entries.insert(i, e.canonical.as_slice()).map_err(backend)?;
                 write_leaf_row(&mut row, batch.receipt_size, hashes);
                 leaves.insert(i, row.as_slice()).map_err(backend)?;
-                chain_rows.push((
-                    (e.agent.as_str(), e.seq.get()),
-                    (i, *e.record_hash.as_bytes()),
-                ));
-            }
-            chain_rows.sort_unstable_by(|a, b| a.0.cmp(&b.0));
-            for (key, value) in chain_rows {
-                chains.insert(key, value).map_err(backend)?;
             }
             if next_hash != batch.hashes.len() {
                 return Err(StoreError::Conflict(
@@ -750,12 +796,16 @@ impl LogStore for RedbStore {
                 ));
             }
             // This commit's slice of a running merge of the in-memory
-            // `ids` rows: a contiguous key range, in key order.
+            // rows: a contiguous key range of each table, in key order.
             let step = loaded(self.pending_write().as_mut())?.step(stored, batch.entries.len());
             if let Some(step) = &step {
                 let mut ids = tx.open_table(IDS).map_err(backend)?;
                 for key in step.rows() {
                     ids.insert(*key, ()).map_err(backend)?;
+                }
+                let mut chains = tx.open_table(CHAINS).map_err(backend)?;
+                for r in step.chain_rows() {
+                    insert_chain_row(&mut chains, r)?;
                 }
                 if let Some(to) = step.completes() {
                     meta.insert("ids_to", to).map_err(backend)?;
@@ -765,9 +815,10 @@ impl LogStore for RedbStore {
                 .map_err(backend)?;
             step
         };
-        // The new entries' `ids` rows go into memory before the commit, so
-        // that a read which sees the entries finds them; a read before it
-        // skips them (their entries are not in that read). Rows of a merge
+        // The new entries' `ids` and chain rows go into memory before the
+        // commit, so that a read which sees the entries finds them; a read
+        // before it skips them (their entries are not in that read: its
+        // tree size is below them). Rows of a merge
         // leave memory only after the commit that put them in the table:
         // a read holds the lock from before its transaction begins
         // (`read_ids`), so it either ends before they leave or begins
@@ -779,6 +830,12 @@ impl LogStore for RedbStore {
                 for r in id_rows(&e.nonce, &e.record_hash, &e.leaf_hash, e.index.get()) {
                     pending.insert(r);
                 }
+                pending.insert_chain(
+                    e.agent.as_str(),
+                    e.seq.get(),
+                    e.index.get(),
+                    *e.record_hash.as_bytes(),
+                );
             }
         }
         let result = tx.commit().map_err(backend);

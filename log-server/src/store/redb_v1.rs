@@ -1,5 +1,6 @@
-//! Migration of a redb log file from storage layout 1 to layout 3 (the
-//! tables of layout 2, with every `ids` row in the table)
+//! Migration of a redb log file from storage layout 1 to the current
+//! layout (the tables of layout 2, with every `ids` and `chains` row in
+//! its table)
 //! (docs/storage.md, "Migration from layout 1"). It runs when the file is
 //! opened, before the log signs or serves anything.
 //!
@@ -13,7 +14,7 @@
 //! durable transaction, so a crash at any moment leaves either the step
 //! done or not started, and the next open goes on from `migrated_to`. The
 //! last step checks the new tables against the old ones, deletes the old
-//! ones and sets `meta.layout = 2`, again in one transaction. Until then the
+//! ones and sets `meta.layout` to the current layout, again in one transaction. Until then the
 //! file is still a complete layout 1 file (the old tables are only read),
 //! so a layout 1 build can still open it.
 
@@ -52,7 +53,7 @@ fn corrupt(what: String) -> StoreError {
     StoreError::Corrupt(format!("migrating layout 1: {what}"))
 }
 
-/// Migrates `db` (layout 1, possibly part-migrated) to layout 3, `chunk`
+/// Migrates `db` (layout 1, possibly part-migrated) to the current layout, `chunk`
 /// entries per durable transaction.
 ///
 /// # Errors
@@ -63,7 +64,7 @@ pub(crate) fn migrate(db: &Database, chunk: u64) -> Result<(), StoreError> {
 }
 
 /// At most `steps` durable steps of [`migrate`]; `Ok(true)` once the file
-/// is layout 3. Tests use it (feature `testing`) to stop a migration
+/// is of the current layout. Tests use it (feature `testing`) to stop a migration
 /// half-way.
 ///
 /// # Errors
@@ -90,14 +91,17 @@ fn migrate_some(db: &Database, chunk: u64, steps: usize) -> Result<bool, StoreEr
             tracing::info!(
                 entries = size,
                 done = from,
-                "migrating the log store from layout 1 to layout 3"
+                "migrating the log store from layout 1 to layout {LAYOUT_VERSION}"
             );
             announced = true;
         }
         if from >= size {
             finish(&tx, size)?;
             tx.commit().map_err(backend)?;
-            tracing::info!(entries = size, "log store migrated to layout 3");
+            tracing::info!(
+                entries = size,
+                "log store migrated to layout {LAYOUT_VERSION}"
+            );
             return Ok(true);
         }
         let to = size.min(from.saturating_add(chunk));
@@ -110,13 +114,13 @@ fn migrate_some(db: &Database, chunk: u64, steps: usize) -> Result<bool, StoreEr
         tracing::info!(
             done = to,
             entries = size,
-            "migrating the log store to layout 3"
+            "migrating the log store to layout {LAYOUT_VERSION}"
         );
     }
     Ok(false)
 }
 
-/// Writes the layout 3 rows of entries `from..to` (all in the tables).
+/// Writes the current layout's rows of entries `from..to` (all in the tables).
 fn carry(tx: &redb::WriteTransaction, from: u64, to: u64) -> Result<(), StoreError> {
     let entries = tx.open_table(ENTRIES).map_err(backend)?;
     let old_hashes = tx.open_table(V1_HASHES).map_err(backend)?;
@@ -241,7 +245,7 @@ fn finish(tx: &redb::WriteTransaction, size: u64) -> Result<(), StoreError> {
     tx.delete_table(V1_LEAF_HASHES).map_err(backend)?;
     let mut meta = tx.open_table(META).map_err(backend)?;
     meta.remove("migrated_to").map_err(backend)?;
-    // Every entry's `ids` rows are in the table (layout 3's `ids_to`).
+    // Every entry's `ids` and `chains` rows are in their tables.
     meta.insert("ids_to", size).map_err(backend)?;
     meta.insert("layout", LAYOUT_VERSION).map_err(backend)?;
     Ok(())

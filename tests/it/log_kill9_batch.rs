@@ -12,7 +12,7 @@
 //!   (one batch is one group commit), and is sent again;
 //! - a record reusing the nonce of an acknowledged record, old or among the
 //!   last before the kill, is refused with that record's index. The server
-//!   writes its in-memory `ids` rows into the table every
+//!   writes its in-memory `ids` and `chains` rows into their tables every
 //!   [`IDS_GENERATION`] entries (docs/storage.md, "Deferred index rows"),
 //!   so kills land before, during and after those merges, and each start
 //!   rebuilds the rows not yet written.

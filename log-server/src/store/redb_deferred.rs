@@ -35,8 +35,10 @@ pub(crate) struct ChainRow {
 /// `TALLY_LOG_IDS_GENERATION` says otherwise (tests set it small).
 pub const DEFAULT_IDS_GENERATION: u64 = 32_768;
 
-/// `ids` rows a commit writes of a running merge: at least this many...
-const MERGE_MIN_ROWS: usize = 1_024;
+/// `ids` rows a commit writes of a running merge: at least this many
+/// (few, so that the small commits of a light load each carry a small
+/// slice and a merge does not lengthen their fsyncs all at once)...
+const MERGE_MIN_ROWS: usize = 64;
 /// ...and at least this many per entry the commit appends (three rows
 /// each), so a merge ends before the next generation is full. A commit
 /// writes the same share of the merge's `chains` rows.

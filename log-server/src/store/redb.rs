@@ -263,7 +263,7 @@ impl RedbStore {
             let (rows, chain_rows) = {
                 let pending = self.pending()?;
                 let pending = loaded(pending.as_ref())?;
-                (pending.rows(), pending.all_chain_rows())
+                (pending.all_id_rows(), pending.all_chain_rows())
             };
             let size = {
                 let mut meta = tx.open_table(META).map_err(backend)?;
@@ -818,11 +818,10 @@ impl LogStore for RedbStore {
         // The new entries' `ids` and chain rows go into memory before the
         // commit, so that a read which sees the entries finds them; a read
         // before it skips them (their entries are not in that read: its
-        // tree size is below them). Rows of a merge
-        // leave memory only after the commit that put them in the table:
-        // a read holds the lock from before its transaction begins
-        // (`read_ids`), so it either ends before they leave or begins
-        // after that commit.
+        // tree size is below them). Rows of a merge leave memory only
+        // after the commit that put them in the table: a read holds the
+        // lock from before its transaction begins (`read_ids`), so it
+        // either ends before they leave or begins after that commit.
         {
             let mut guard = self.pending_write();
             let pending = loaded(guard.as_mut())?;

@@ -102,6 +102,14 @@ pub(crate) struct PendingRows {
     merging: Option<Merging>,
 }
 
+/// The rows of a running merge (if any) and the fresh rows, sorted.
+fn sorted<T: Ord + Clone>(merging: Option<&[T]>, fresh: impl Iterator<Item = T>) -> Vec<T> {
+    let mut out: Vec<T> = merging.map_or_else(Vec::new, <[T]>::to_vec);
+    out.extend(fresh);
+    out.sort_unstable();
+    out
+}
+
 /// The rows of `agent` in a sorted slice of chain rows.
 fn agent_rows<'a>(rows: &'a [ChainRow], agent: &str) -> &'a [ChainRow] {
     let lo = rows.partition_point(|r| r.agent.as_str() < agent);
@@ -228,25 +236,15 @@ impl PendingRows {
     }
 
     /// Every `ids` row held, sorted.
-    pub(crate) fn rows(&self) -> Vec<IdRow> {
-        let mut out: Vec<IdRow> = self
-            .merging
-            .as_ref()
-            .map_or_else(Vec::new, |m| m.rows.to_vec());
-        out.extend(self.fresh.iter().copied());
-        out.sort_unstable();
-        out
+    pub(crate) fn all_id_rows(&self) -> Vec<IdRow> {
+        let merging = self.merging.as_ref().map(|m| &m.rows[..]);
+        sorted(merging, self.fresh.iter().copied())
     }
 
     /// Every `chains` row held, sorted.
     pub(crate) fn all_chain_rows(&self) -> Vec<ChainRow> {
-        let mut out: Vec<ChainRow> = self
-            .merging
-            .as_ref()
-            .map_or_else(Vec::new, |m| m.chains.to_vec());
-        out.extend(self.fresh_chain_rows());
-        out.sort_unstable();
-        out
+        let merging = self.merging.as_ref().map(|m| &m.chains[..]);
+        sorted(merging, self.fresh_chain_rows())
     }
 
     /// The fresh `chains` rows, unsorted.

@@ -22,6 +22,7 @@ use axum::routing::post;
 use axum::Router;
 use serde_json::Value;
 use tally_gateway::calls::{CallRecorder, ProxyConfig};
+use tally_gateway::chain::AgentChain;
 use tally_gateway::http::{serve, HttpConfig, HttpGateway, HttpLimits};
 use tally_gateway::journal::Journal;
 use tally_gateway::recorder::Recorder;
@@ -93,7 +94,10 @@ async fn main() {
         journal,
     )
     .expect("recorder");
-    let core = CallRecorder::new(ProxyConfig::default(), recorder.handle(), Some(store), None);
+    let core = CallRecorder::new(
+        ProxyConfig::default(),
+        AgentChain::with_writer(recorder.handle(), Some(store), None),
+    );
     let direct_url = upstream().await;
     let gateway = HttpGateway::new(
         core,

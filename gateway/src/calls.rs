@@ -16,7 +16,7 @@
 //!   [`ToolPages`] joins the pages of a paged answer.
 
 use std::collections::BTreeSet;
-use std::sync::{Arc, Mutex, PoisonError};
+use std::sync::{Mutex, PoisonError};
 use std::time::Duration;
 
 use rand_core::OsRng;
@@ -24,12 +24,10 @@ use serde_json::{json, Value};
 use tally_schemas::canonical::{self, Limits};
 use tally_schemas::record::{Decision, Outcome, OutcomeStatus};
 use tally_schemas::{Body, Hash, Record};
-use tokio::sync::watch;
 
-use crate::recorder::RecorderHandle;
-use crate::store::{ChainStore, Secret};
-use crate::sync::{wait_for_receipt, SyncProgress};
-use crate::toollist::digest_list;
+use crate::chain::{AgentChain, Waited};
+use crate::store::Secret;
+use crate::toollist::digest_list_as;
 
 /// JSON-RPC error code of a call the gateway did not forward.
 pub const ERROR_NOT_FORWARDED: i64 = -32001;
@@ -72,10 +70,19 @@ impl StrictPolicy {
 pub struct ProxyConfig {
     /// Which calls wait for a receipt.
     pub strict: StrictPolicy,
-    /// When set, only tools whose name starts with this are recorded; the
-    /// others appear in the tool list with `recorded: false` and their
-    /// calls are forwarded without records.
-    pub record_prefix: Option<String>,
+    /// Put before every tool name this gateway records (decisions and the
+    /// tool list), so two servers' tools of one name stay apart.
+    pub name_prefix: Option<String>,
+    /// When set, only tools whose (server's) name starts with this are
+    /// recorded; the others appear in the tool list with `recorded: false`
+    /// and their calls are forwarded without records.
+    pub record_only_prefix: Option<String>,
+    /// The tool source this gateway declares its list under
+    /// (docs/protocol.md §5.3); none: the agent's unnamed source.
+    pub source: Option<String>,
+    /// How long a declaration of the source holds, in milliseconds (none:
+    /// the protocol's default); the list is declared again within half of it.
+    pub source_lease_ms: Option<u64>,
     /// Keep call arguments and results in the local store (salts are always kept).
     pub store_content: bool,
     /// How long a `--strict` call waits for its receipt.
@@ -86,10 +93,34 @@ impl ProxyConfig {
     /// Whether calls to `tool` are recorded.
     #[must_use]
     pub fn records(&self, tool: &str) -> bool {
-        self.record_prefix
+        self.record_only_prefix
             .as_deref()
             .is_none_or(|p| tool.starts_with(p))
     }
+
+    /// The name a call to the server's tool `tool` is recorded under.
+    #[must_use]
+    pub fn recorded_name(&self, tool: &str) -> String {
+        match &self.name_prefix {
+            Some(p) => format!("{p}{tool}"),
+            None => tool.to_owned(),
+        }
+    }
+}
+
+/// Whether `name` is a valid tool name (docs/protocol.md §5: 1–256 bytes,
+/// no control character).
+///
+/// # Errors
+/// Why not.
+pub fn check_tool_name(name: &str) -> Result<(), String> {
+    if name.is_empty() || name.len() > 256 {
+        return Err(format!("{} bytes, not 1 to 256", name.len()));
+    }
+    if name.chars().any(char::is_control) {
+        return Err("it holds a control character".into());
+    }
+    Ok(())
 }
 
 /// Why a call is not forwarded: a stable reason (the `data.tally` member of
@@ -196,10 +227,8 @@ impl OpenCall {
 /// session of it (they all write the agent's one chain).
 pub struct CallRecorder {
     config: ProxyConfig,
-    recorder: RecorderHandle,
-    store: Option<Arc<ChainStore>>,
-    receipts: Option<watch::Receiver<SyncProgress>>,
-    /// Fingerprint of the last tool list recorded (or being recorded).
+    chain: AgentChain,
+    /// Fingerprint of the last tool list declared (or being declared).
     last_fingerprint: Mutex<Option<String>>,
 }
 
@@ -212,25 +241,13 @@ impl std::fmt::Debug for CallRecorder {
 }
 
 impl CallRecorder {
-    /// A core writing through `recorder`; `store` remembers the last tool
-    /// list across runs; `receipts` is the sync task's progress (`None`
-    /// without a witness).
+    /// A core writing through `chain`.
     #[must_use]
-    pub fn new(
-        config: ProxyConfig,
-        recorder: RecorderHandle,
-        store: Option<Arc<ChainStore>>,
-        receipts: Option<watch::Receiver<SyncProgress>>,
-    ) -> Self {
-        let last_fingerprint = store
-            .as_ref()
-            .and_then(|s| s.tools_fingerprint().ok().flatten());
+    pub fn new(config: ProxyConfig, chain: AgentChain) -> Self {
         Self {
             config,
-            recorder,
-            store,
-            receipts,
-            last_fingerprint: Mutex::new(last_fingerprint),
+            chain,
+            last_fingerprint: Mutex::new(None),
         }
     }
 
@@ -271,8 +288,9 @@ impl CallRecorder {
                 "tools/call without a string params.name cannot be recorded",
             ));
         };
-        let tool = tool.to_owned();
-        if !self.config.records(&tool) {
+        let server_tool = tool;
+        let tool = self.config.recorded_name(server_tool);
+        if !self.config.records(server_tool) {
             return Ok(OpenCall {
                 call_id,
                 tool,
@@ -294,16 +312,12 @@ impl CallRecorder {
             tool: tool.clone(),
             input_hash,
         });
-        let decision = self
-            .recorder
-            .append(body, Some(secret))
-            .await
-            .map_err(|e| {
-                Refusal::new(
-                    "decision_not_recorded",
-                    format!("the decision could not be recorded in the local chain: {e}"),
-                )
-            })?;
+        let decision = self.chain.append(body, Some(secret)).await.map_err(|e| {
+            Refusal::new(
+                "decision_not_recorded",
+                format!("the decision could not be recorded in the local chain: {e}"),
+            )
+        })?;
         Ok(OpenCall {
             strict: self.config.strict.applies_to(&tool),
             call_id,
@@ -322,15 +336,24 @@ impl CallRecorder {
         let Some(seq) = call.seq() else {
             return Ok(());
         };
-        let Some(receipts) = self.receipts.clone() else {
-            return Err(Refusal::new(
-                "strict_receipt",
-                "--strict: missing receipt: no witness is configured for this agent (tally agent init NAME --witness URL)",
-            ));
-        };
-        wait_for_receipt(receipts, seq, self.config.strict_timeout)
+        let why = match self
+            .chain
+            .wait_receipt(seq, self.config.strict_timeout, false)
             .await
-            .map_err(|why| Refusal::new("strict_receipt", format!("--strict: {why}")))
+        {
+            Waited::Receipted { .. } => return Ok(()),
+            Waited::NoWitness => "missing receipt: no witness is configured for this agent (tally agent init NAME --witness URL)".to_owned(),
+            Waited::Halted { note } | Waited::Failed { note } => {
+                format!("no valid receipt: {}", note.message)
+            }
+            Waited::TimedOut { last } => format!(
+                "missing receipt: none within {} ms{}",
+                self.config.strict_timeout.as_millis(),
+                last.map(|f| format!(" (last sync error: {})", f.message))
+                    .unwrap_or_default()
+            ),
+        };
+        Err(Refusal::new("strict_receipt", format!("--strict: {why}")))
     }
 
     /// Records how `call` ended (nothing for calls that are not recorded).
@@ -356,7 +379,7 @@ impl CallRecorder {
             status,
             output_hash,
         });
-        if let Err(e) = self.recorder.append_detached(body, secret) {
+        if let Err(e) = self.chain.append_detached(body, secret) {
             eprintln!("tally: gateway: could not record the outcome of call {call_id}: {e}");
         }
     }
@@ -367,10 +390,13 @@ impl CallRecorder {
         self.end(call, status, output);
     }
 
-    /// Records `tools` (a complete list, every page joined) unless it is the
-    /// list recorded last.
+    /// Declares `tools` (a complete list, every page joined) as this
+    /// gateway's source, unless it is the list declared last; the owner of
+    /// the chain records it unless the same list of the source was recorded
+    /// recently, and it is declared again before its lease ends.
     pub fn record_tools(&self, tools: &[Value]) {
-        let list = match digest_list(tools, |name| self.config.records(name)) {
+        let prefix = self.config.name_prefix.as_deref().unwrap_or("");
+        let list = match digest_list_as(tools, prefix, |name| self.config.records(name)) {
             Ok(l) => l,
             Err(e) => {
                 eprintln!("tally: gateway: the tool list could not be recorded: {e}");
@@ -387,37 +413,15 @@ impl CallRecorder {
             }
             *last = Some(list.fingerprint.clone());
         }
-        let bodies = match list.bodies() {
-            Ok(b) => b,
-            Err(e) => {
-                eprintln!("tally: gateway: the tool list could not be recorded: {e}");
-                return;
-            }
-        };
-        // Every part is queued now, so the list precedes in the chain any
-        // call that follows its answer.
-        let n = bodies.len();
-        let mut last = None;
-        for (i, body) in bodies.into_iter().enumerate() {
-            if i + 1 == n {
-                match self.recorder.append_queued(body, None) {
-                    Ok(done) => last = Some(tokio::spawn(done)),
-                    Err(e) => eprintln!("tally: gateway: the tool list could not be recorded: {e}"),
-                }
-            } else if let Err(e) = self.recorder.append_detached(body, None) {
+        let declared = list.declared(self.config.source.clone(), self.config.source_lease_ms);
+        // Queued now, so the list precedes in the chain any call that
+        // follows its answer.
+        let done = self.chain.declare_tools_queued(declared);
+        tokio::spawn(async move {
+            if let Err(e) = done.await {
                 eprintln!("tally: gateway: the tool list could not be recorded: {e}");
             }
-        }
-        // Remember the list once its last part is durable, so an unchanged
-        // list is not recorded again on the next run.
-        if let (Some(task), Some(store)) = (last, self.store.clone()) {
-            let fingerprint = list.fingerprint;
-            tokio::spawn(async move {
-                if let Ok(Ok(_)) = task.await {
-                    let _ = store.set_tools_fingerprint(&fingerprint);
-                }
-            });
-        }
+        });
     }
 }
 

@@ -12,6 +12,8 @@
 //! - [`acceptance`]: receipt acceptance, docs/protocol.md §8, shared by the gateway and `tally record`.
 //! - [`witness`]: the witness HTTP client; [`sync`]: background sync with backoff and resync.
 //! - `toollist`: `tools` records from MCP tool lists (§5.3, §6.2).
+//! - [`chain`]: the agent's one chain, shared by every writer on the host (gateways,
+//!   `tally record`, the SDKs): one owner holds the store, the others hand it records.
 //! - [`calls`]: the recording core both transports share: decision, strict receipt, outcome, tool lists.
 //! - [`proxy`], [`process`]: the MCP stdio proxy and the child process behind it.
 //! - [`http`], `sse`: the MCP Streamable HTTP proxy (`tally gateway --upstream URL`).
@@ -20,6 +22,7 @@
 
 pub mod acceptance;
 pub mod calls;
+pub mod chain;
 pub mod http;
 pub mod journal;
 pub mod process;

@@ -40,7 +40,7 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use serde_json::{json, Value};
 use tally_schemas::record::OutcomeStatus;
 use tokio::io::{AsyncBufReadExt as _, AsyncRead, AsyncWrite, AsyncWriteExt as _, BufReader};
-use tokio::sync::{mpsc, watch, Notify};
+use tokio::sync::{mpsc, Notify};
 
 pub use crate::calls::{
     call_id_text, ProxyConfig, StrictPolicy, ERROR_CLIENT_GONE, ERROR_NOT_FORWARDED,
@@ -49,9 +49,7 @@ pub use crate::calls::{
 use crate::calls::{
     error_answer, is_paged_list_request, CallRecorder, OpenCall, PageResult, Refusal, ToolPages,
 };
-use crate::recorder::RecorderHandle;
-use crate::store::ChainStore;
-use crate::sync::SyncProgress;
+use crate::chain::AgentChain;
 
 /// Request ids the gateway uses for its own `tools/list` requests.
 const OWN_ID_PREFIX: &str = "tally-gateway:tools/list:";
@@ -59,12 +57,8 @@ const OWN_ID_PREFIX: &str = "tally-gateway:tools/list:";
 /// What the proxy records through.
 #[derive(Clone)]
 pub struct ProxyDeps {
-    /// The chain writer.
-    pub recorder: RecorderHandle,
-    /// The store, to remember the last recorded tool list across runs.
-    pub store: Option<Arc<ChainStore>>,
-    /// Receipt progress of the sync task; `None` when no witness is configured.
-    pub receipts: Option<watch::Receiver<SyncProgress>>,
+    /// The agent's chain.
+    pub chain: AgentChain,
     /// Notified when the client goes away (end of its input, or writing to
     /// it failed); the server's input is closed then.
     pub client_gone: Arc<Notify>,
@@ -492,7 +486,7 @@ where
     let (to_server, mut server_rx) = mpsc::unbounded_channel::<ToServer>();
     let (to_client, mut client_rx) = mpsc::unbounded_channel::<ToClient>();
     let proxy = Arc::new(Proxy {
-        core: CallRecorder::new(config, deps.recorder, deps.store, deps.receipts),
+        core: CallRecorder::new(config, deps.chain),
         client_gone: deps.client_gone,
         state: Mutex::new(State::default()),
         to_server,

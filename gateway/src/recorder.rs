@@ -59,6 +59,30 @@ pub enum AppendError {
     /// was closed).
     #[error("the local chain store is unavailable: {0}")]
     Unavailable(String),
+    /// The writer that holds the agent's chain refused the record
+    /// (crate::chain); `code` is [`AppendError::code`] of its error.
+    #[error("{message}")]
+    Refused {
+        /// The stable code.
+        code: String,
+        /// What it said.
+        message: String,
+    },
+}
+
+impl AppendError {
+    /// A stable code: `invalid`, `store`, `chain_full`, `unavailable`, or
+    /// the code a remote writer gave.
+    #[must_use]
+    pub fn code(&self) -> &str {
+        match self {
+            Self::Invalid(_) => "invalid",
+            Self::Store(_) => "store",
+            Self::ChainFull => "chain_full",
+            Self::Unavailable(_) => "unavailable",
+            Self::Refused { code, .. } => code,
+        }
+    }
 }
 
 enum Request {
@@ -76,6 +100,8 @@ pub struct RecorderHandle {
     tx: Option<mpsc::UnboundedSender<Request>>,
     unavailable: Arc<str>,
     committed: Arc<Notify>,
+    /// With a journal: how far the store commits have come.
+    committed_to: Option<tokio::sync::watch::Receiver<u64>>,
 }
 
 impl std::fmt::Debug for RecorderHandle {
@@ -95,6 +121,30 @@ impl RecorderHandle {
             tx: None,
             unavailable: Arc::from(reason),
             committed: Arc::new(Notify::new()),
+            committed_to: None,
+        }
+    }
+
+    /// Resolves once the record at `seq` is committed to the store durably
+    /// (fsync): at once without a journal, where every answer already is.
+    ///
+    /// # Errors
+    /// [`AppendError::Store`] when the store has not committed it within a
+    /// minute (its commits fail; the record stays in the journal).
+    pub async fn wait_committed(&self, seq: u64) -> Result<(), AppendError> {
+        let Some(mut rx) = self.committed_to.clone() else {
+            return Ok(());
+        };
+        let waited =
+            tokio::time::timeout(Duration::from_secs(60), rx.wait_for(|end| *end > seq)).await;
+        match waited {
+            Ok(Ok(_)) => Ok(()),
+            Ok(Err(_)) => Err(AppendError::Store(
+                "the chain store's committer stopped before committing the record (it stays in the record journal)".into(),
+            )),
+            Err(_) => Err(AppendError::Store(
+                "the chain store did not commit the record within 60 s (it stays in the record journal)".into(),
+            )),
         }
     }
 
@@ -186,6 +236,8 @@ struct JournalShared {
     /// The store's last refusal, while commits fail; appends are refused
     /// meanwhile, so the records only in the journal stay few.
     commit_error: Mutex<Option<String>>,
+    /// Seq + 1 of the last record committed to the store durably.
+    committed_to: tokio::sync::watch::Sender<u64>,
 }
 
 struct JournalState {
@@ -409,6 +461,7 @@ fn run_committer<W: ChainWriter>(
                     .last()
                     .map_or(committed_end, |a| a.record.seq.get() + 1);
                 group.clear();
+                shared.committed_to.send_replace(committed_end);
                 backoff = Duration::from_millis(50);
                 if lock(&shared.commit_error).take().is_some() {
                     eprintln!("tally: the local chain store commits again");
@@ -509,7 +562,9 @@ impl Recorder {
                 journaled_end: 0,
             }),
             commit_error: Mutex::new(None),
+            committed_to: tokio::sync::watch::channel(0).0,
         });
+        let committed_to = shared.committed_to.subscribe();
         let (to_committer, from_writer) = std::sync::mpsc::channel();
         let committed = Arc::new(Notify::new());
         let committer = {
@@ -526,7 +581,9 @@ impl Recorder {
             shared,
             to_committer,
         });
-        Self::spawn(agent, key, clock, head, sink, Some((committer, committed)))
+        let mut r = Self::spawn(agent, key, clock, head, sink, Some((committer, committed)))?;
+        r.handle.committed_to = Some(committed_to);
+        Ok(r)
     }
 
     fn spawn(
@@ -560,6 +617,7 @@ impl Recorder {
                 tx: Some(tx),
                 unavailable: Arc::from("closed"),
                 committed,
+                committed_to: None,
             },
             thread: Some(thread),
             committer,

@@ -211,6 +211,12 @@ impl AgentPaths {
     pub fn journal(&self) -> PathBuf {
         crate::store::journal_path(&self.store())
     }
+    /// The socket on which the writer that holds the chain store takes
+    /// the other writers' records (crate::chain).
+    #[must_use]
+    pub fn socket(&self) -> PathBuf {
+        self.dir.join("writer.sock")
+    }
 }
 
 /// Writes `bytes` to `path` through a temporary file and a rename, so a

@@ -55,6 +55,11 @@ pub enum StoreError {
     /// Stored bytes do not parse: the file was damaged or edited.
     #[error("local chain store is damaged: {0}")]
     Corrupt(String),
+    /// Another writer (a process, or another handle in this one) has the
+    /// store open: it is the agent's owner, reached over its socket
+    /// (crate::chain).
+    #[error("local chain store {0}: another writer has it open")]
+    Locked(String),
 }
 
 macro_rules! db_err {
@@ -132,7 +137,7 @@ pub struct SyncErrorNote {
 }
 
 /// The summary `tally status` prints.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct StoreStatus {
     /// Number of records.
     pub records: u64,
@@ -204,7 +209,12 @@ impl ChainStore {
     /// [`StoreError::Corrupt`] when the journal holds records that do not
     /// continue the stored chain (or differ from stored ones).
     pub fn open(path: &Path) -> Result<Self, StoreError> {
-        let db = Database::create(path)?;
+        let db = Database::create(path).map_err(|e| match e {
+            redb::DatabaseError::DatabaseAlreadyOpen => {
+                StoreError::Locked(path.display().to_string())
+            }
+            e => StoreError::Db(e.to_string()),
+        })?;
         let tx = db.begin_write()?;
         {
             tx.open_table(RECORDS)?;

@@ -69,6 +69,9 @@ pub struct SyncProgress {
     pub failure: Option<SyncErrorNote>,
     /// Set when syncing stopped for good (fork, refused record, bad receipt).
     pub halted: Option<SyncErrorNote>,
+    /// Sync attempts finished so far (each post, or each look that found
+    /// nothing to send): a waiter that allows one try waits for the next.
+    pub attempts: u64,
 }
 
 /// Everything a sync task needs.
@@ -86,6 +89,8 @@ pub struct Syncer {
     clock: Arc<dyn Clock>,
     max_skew_ms: u64,
     progress: watch::Sender<SyncProgress>,
+    /// Cuts a backoff wait short: someone waits for a receipt now.
+    nudge: Notify,
 }
 
 struct KeyCheck {
@@ -138,6 +143,7 @@ impl Syncer {
             clock,
             max_skew_ms,
             progress,
+            nudge: Notify::new(),
         }
     }
 
@@ -469,7 +475,13 @@ impl Syncer {
         note
     }
 
+    /// Makes the background task try again now, whatever its backoff.
+    pub fn nudge(&self) {
+        self.nudge.notify_one();
+    }
+
     fn record_outcome(&self, step: &Step) {
+        self.progress.send_modify(|p| p.attempts += 1);
         match step {
             Step::Retry(n) => {
                 let _ = self.store.set_sync_error(Some(n));
@@ -549,6 +561,7 @@ impl Syncer {
             tokio::select! {
                 () = wake.notified(), if wait.is_none() => {}
                 () = tokio::time::sleep(wait.unwrap_or_default()), if wait.is_some() => {}
+                () = self.nudge.notified() => backoff = Duration::from_millis(100),
                 _ = stop.changed() => return,
             }
         }

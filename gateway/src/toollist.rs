@@ -10,6 +10,8 @@ use tally_schemas::record::{ToolEntry, ToolList};
 use tally_schemas::tools::digest_tool_definition;
 use tally_schemas::{Body, Hash};
 
+use crate::chain::DeclaredTools;
+
 /// Room left in a record for the tool entries: the record's other members
 /// (names, hashes, nonce, signature, list id) take well under 2 KiB.
 const TOOLS_BYTES_BUDGET: usize = MAX_RECORD_BYTES - 2048;
@@ -17,6 +19,16 @@ const TOOLS_BYTES_BUDGET: usize = MAX_RECORD_BYTES - 2048;
 /// Why a tool list could not be recorded.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub(crate) enum ToolListError {
+    /// A name with the source's prefix is not a valid tool name.
+    #[error("tool {name:?} with the prefix {prefix:?} is not a valid tool name: {reason}")]
+    BadPrefixedName {
+        /// The server's name.
+        name: String,
+        /// The prefix.
+        prefix: String,
+        /// Why.
+        reason: String,
+    },
     /// A definition could not be digested.
     #[error("tool definition {index}: {reason}")]
     Definition {
@@ -48,23 +60,48 @@ pub(crate) struct DigestedList {
 ///
 /// # Errors
 /// [`ToolListError`] for undigestable or duplicate definitions.
+#[cfg(test)]
 pub(crate) fn digest_list(
     tools: &[Value],
+    recorded: impl Fn(&str) -> bool,
+) -> Result<DigestedList, ToolListError> {
+    digest_list_as(tools, "", recorded)
+}
+
+/// [`digest_list`], each name with `prefix` before it (the server's names
+/// are recorded as `prefix` + name; `recorded` sees the server's name).
+///
+/// # Errors
+/// [`ToolListError`] for undigestable or duplicate definitions, and names
+/// the prefix makes invalid.
+pub(crate) fn digest_list_as(
+    tools: &[Value],
+    prefix: &str,
     recorded: impl Fn(&str) -> bool,
 ) -> Result<DigestedList, ToolListError> {
     let mut entries = Vec::with_capacity(tools.len());
     let mut seen = std::collections::BTreeSet::new();
     for (index, def) in tools.iter().enumerate() {
-        let (name, digest, parts) =
+        let (server_name, digest, parts) =
             digest_tool_definition(def).map_err(|e| ToolListError::Definition {
                 index,
                 reason: e.to_string(),
             })?;
+        let name = format!("{prefix}{server_name}");
+        if !prefix.is_empty() {
+            crate::calls::check_tool_name(&name).map_err(|reason| {
+                ToolListError::BadPrefixedName {
+                    name: server_name.clone(),
+                    prefix: prefix.to_owned(),
+                    reason,
+                }
+            })?;
+        }
         if !seen.insert(name.clone()) {
             return Err(ToolListError::DuplicateName(name));
         }
         entries.push(ToolEntry {
-            recorded: recorded(&name),
+            recorded: recorded(&server_name),
             name,
             digest,
             parts,
@@ -78,15 +115,26 @@ pub(crate) fn digest_list(
 }
 
 impl DigestedList {
-    /// Splits the list into `tools` bodies under one fresh list id.
-    ///
-    /// # Errors
-    /// [`ToolListError::TooManyParts`] when it does not fit 64 records.
-    pub(crate) fn bodies(&self) -> Result<Vec<Body>, ToolListError> {
+    /// The list as declared by `source` with `lease_ms`.
+    pub(crate) fn declared(self, source: Option<String>, lease_ms: Option<u64>) -> DeclaredTools {
+        DeclaredTools {
+            source,
+            lease_ms,
+            entries: self.entries,
+        }
+    }
+}
+
+/// Splits a declared list into `tools` bodies under one fresh list id.
+///
+/// # Errors
+/// [`ToolListError::TooManyParts`] when it does not fit 64 records.
+pub(crate) fn list_bodies(list: &DeclaredTools) -> Result<Vec<Body>, ToolListError> {
+    {
         let mut chunks: Vec<Vec<ToolEntry>> = Vec::new();
         let mut current: Vec<ToolEntry> = Vec::new();
         let mut bytes = 0usize;
-        for entry in &self.entries {
+        for entry in &list.entries {
             let size = serde_json::to_vec(entry).map_or(TOOLS_BYTES_BUDGET, |v| v.len() + 1);
             if !current.is_empty()
                 && (current.len() == MAX_TOOLS_PER_RECORD || bytes + size > TOOLS_BYTES_BUDGET)
@@ -122,7 +170,7 @@ impl DigestedList {
 }
 
 /// SHA-256 of the entries' canonical JSON.
-fn fingerprint(entries: &[ToolEntry]) -> String {
+pub(crate) fn fingerprint(entries: &[ToolEntry]) -> String {
     let bytes = tally_schemas::canonical::canonicalize(entries).unwrap_or_default();
     Hash::sha256(&bytes).to_hex()
 }
@@ -140,7 +188,7 @@ mod tests {
     fn splits_into_parts_of_at_most_48_with_one_list_id() {
         let tools: Vec<Value> = (0..100).map(|i| tool(&format!("t{i}"), "d")).collect();
         let list = digest_list(&tools, |_| true).unwrap();
-        let bodies = list.bodies().unwrap();
+        let bodies = list_bodies(&list.declared(None, None)).unwrap();
         assert_eq!(bodies.len(), 3);
         let ids: std::collections::BTreeSet<_> = bodies
             .iter()
@@ -165,7 +213,8 @@ mod tests {
                        "outputSchema": {}, "annotations": {}, "_meta": {}})
             })
             .collect();
-        let bodies = digest_list(&tools, |_| true).unwrap().bodies().unwrap();
+        let bodies =
+            list_bodies(&digest_list(&tools, |_| true).unwrap().declared(None, None)).unwrap();
         assert!(bodies.len() >= 2);
         let key = tally_schemas::SecretKey::from_seed(&[1; 32]);
         for (i, body) in bodies.into_iter().enumerate() {

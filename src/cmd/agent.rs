@@ -12,14 +12,14 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::{bail, Context};
+use tally_gateway::chain::{AgentChain, ChainOptions, Waited, WriterInfo};
 use tally_gateway::state::{AgentConfig, PinnedKey, StateDir, WitnessConfig};
-use tally_gateway::store::ChainStore;
-use tally_gateway::sync::Step;
+use tally_gateway::store::SyncErrorNote;
 use tally_gateway::witness::WitnessClient;
 use tally_schemas::api::{AgentList, ApiBody as _};
 use tally_schemas::display::escape;
 use tally_schemas::time::SystemClock;
-use tally_schemas::{AgentName, SecretKey};
+use tally_schemas::{AgentName, SecretKey, UnixMillis};
 
 /// Where the agent's local state lives; shared by every agent-side command.
 #[derive(Debug, Clone, clap::Args)]
@@ -431,29 +431,59 @@ fn sync(args: &SyncArgs) -> anyhow::Result<ExitCode> {
     let state = args.state.dir();
     let agent = args.agent.get()?;
     state.load_key(agent)?;
-    let store = Arc::new(ChainStore::open(&state.agent(agent).store())?);
-    let Some(syncer) =
-        tally_gateway::open_syncer(&state, agent, Arc::clone(&store), Arc::new(SystemClock))?
-    else {
+    if state.load_config(agent)?.witness.is_none() {
         bail!("no witness configured for agent {agent} (tally agent init {agent} --witness URL)");
+    }
+    let rt = runtime()?;
+    // Syncing is the chain owner's: this process when no other writer holds
+    // the chain, else the running writer, asked to send everything now.
+    let (waited, status) = rt.block_on(async {
+        let chain = AgentChain::open(
+            &state,
+            agent,
+            Arc::new(SystemClock),
+            ChainOptions {
+                me: WriterInfo::new("sync"),
+                durable: false,
+                final_sync: Duration::ZERO,
+                window: Some(args.window),
+            },
+        )
+        .await?;
+        let before = chain.status().await.map_err(anyhow::Error::msg)?;
+        let waited = match before.store.head {
+            Some((head, _)) => {
+                chain
+                    .wait_receipt(head, Duration::from_secs(args.timeout), false)
+                    .await
+            }
+            None => Waited::Receipted { receipt: None },
+        };
+        let after = chain.status().await.map_err(anyhow::Error::msg);
+        chain.close().await;
+        anyhow::Ok((waited, after?))
+    })?;
+    let records = status.store.records;
+    let pending = records.saturating_sub(status.store.sync_cursor);
+    let failed = match waited {
+        Waited::Receipted { .. } => None,
+        Waited::Halted { note } | Waited::Failed { note } => Some(note),
+        Waited::TimedOut { last } => Some(last.unwrap_or(SyncErrorNote {
+            time: UnixMillis::new(0),
+            seq: None,
+            code: "timeout".into(),
+            message: format!("no receipt within {} s", args.timeout),
+        })),
+        Waited::NoWitness => bail!("no witness configured for agent {agent}"),
     };
-    let syncer = syncer.with_window(args.window);
-    let step = runtime()?.block_on(async {
-        syncer
-            .sync_until_idle(tokio::time::Instant::now() + Duration::from_secs(args.timeout))
-            .await
-    });
-    let status = store.status()?;
-    let pending = status.records.saturating_sub(status.sync_cursor);
-    match step {
-        Step::Idle | Step::Progress => {
-            outln!("synced: {} records, all receipted", status.records)?;
+    match failed {
+        None => {
+            outln!("synced: {records} records, all receipted")?;
             Ok(ExitCode::SUCCESS)
         }
-        Step::Retry(n) | Step::Halt(n) => {
+        Some(n) => {
             outln!(
-                "{pending} of {} records not yet receipted: [{}] {}",
-                status.records,
+                "{pending} of {records} records not yet receipted: [{}] {}",
                 escape(&n.code),
                 escape(&n.message)
             )?;

@@ -14,15 +14,13 @@ use std::time::Duration;
 
 use anyhow::Context as _;
 use tally_gateway::calls::CallRecorder;
+use tally_gateway::chain::{AgentChain, ChainOptions, WriterInfo};
 use tally_gateway::http::{HttpConfig, HttpGateway, HttpLimits, ProbeResult};
-use tally_gateway::journal::Journal;
 use tally_gateway::process::run_gateway;
 use tally_gateway::proxy::{ProxyConfig, ProxyDeps, StrictPolicy};
-use tally_gateway::recorder::{Recorder, RecorderHandle};
-use tally_gateway::store::ChainStore;
 use tally_schemas::time::SystemClock;
 use tally_schemas::AgentName;
-use tokio::sync::{watch, Notify};
+use tokio::sync::Notify;
 
 use super::agent::{parse_agent, runtime, StateArgs};
 
@@ -45,9 +43,21 @@ or kernel crash can lose the records of the last few milliseconds before that fs
 --sync-before-forward waits for the fsync before forwarding instead (survives power loss; \
 costs one fsync per call).
 
---name-prefix P: only tools whose name starts with P are recorded. The other tools are \
-still declared in the recorded tool list, with recorded=false, and calls to them are \
-forwarded without records, so an auditor's coverage line names them.
+Several gateways (one per MCP server, as an MCP host starts them), `tally record` and the \
+SDKs can record for one agent at once: the first to open the agent's chain holds it and \
+signs, the others hand it their records over .tally/agents/NAME/writer.sock; if it stops \
+or is killed, another takes over without losing a record (`tally status` shows them).
+
+--name-prefix P puts P before every tool name this gateway records (P + name, in \
+decisions and in the tool list), so two servers' tools of one name stay apart in the \
+records and in coverage. Each gateway declares its server's tool list under its own source \
+name (--source, default the prefix, else the server's command or URL); the agent's declared \
+tools are the union of its sources' lists, and a source that stops drops out when its \
+lease (--source-lease, default 24 h) ends; a running gateway declares again before then.
+
+--record-only-prefix P: only tools whose (server's) name starts with P are recorded. The \
+other tools are still declared in the recorded tool list, with recorded=false, and calls \
+to them are forwarded without records, so an auditor's coverage line names them.
 
 With a witness configured (tally agent init NAME --witness URL) records are synced in the \
 background; --strict makes each call wait for its decision's receipt and accept it \
@@ -81,9 +91,22 @@ pub(crate) struct Args {
     /// How long a strict call waits for its receipt, in milliseconds.
     #[arg(long, default_value_t = 10_000)]
     pub strict_timeout_ms: u64,
-    /// Record only tools whose name starts with this prefix (see below).
-    #[arg(long)]
+    /// Put this before every recorded tool name, to keep several servers'
+    /// tools apart (see below).
+    #[arg(long, value_name = "P")]
     pub name_prefix: Option<String>,
+    /// Record only tools whose name (as the server gives it) starts with
+    /// this (see below).
+    #[arg(long, value_name = "P")]
+    pub record_only_prefix: Option<String>,
+    /// The tool source this gateway declares its server's tools under
+    /// [default: the --name-prefix, else the server's command or URL].
+    #[arg(long, value_name = "NAME")]
+    pub source: Option<String>,
+    /// Seconds a declaration of this gateway's tools holds unless declared
+    /// again (1 to 86400); a running gateway declares again every half.
+    #[arg(long, value_name = "SECS", default_value_t = 86_400, value_parser = clap::value_parser!(u64).range(1..=86_400))]
+    pub source_lease: u64,
     /// Also keep call arguments and results in the local store, so a call
     /// can be disclosed later (salts are always kept).
     #[arg(long)]
@@ -167,66 +190,26 @@ pub(crate) struct HttpArgs {
 /// not an MCP endpoint (exit 2).
 pub(crate) fn run(args: &Args) -> anyhow::Result<ExitCode> {
     let state = args.state.dir();
-    let key = state.load_key(&args.agent)?;
+    state.load_key(&args.agent)?;
     state.load_config(&args.agent)?;
+    if let Some(p) = &args.name_prefix {
+        tally_gateway::calls::check_tool_name(p).map_err(|why| {
+            anyhow::anyhow!("--name-prefix {p:?} is not a valid tool name prefix: {why}")
+        })?;
+    }
+    let source = match (&args.source, &args.name_prefix) {
+        (Some(s), _) => {
+            tally_gateway::calls::check_tool_name(s).map_err(|why| {
+                anyhow::anyhow!("--source {s:?} is not a valid source name: {why}")
+            })?;
+            s.clone()
+        }
+        (None, Some(p)) => p.clone(),
+        (None, None) => default_source(args),
+    };
     let clock = Arc::new(SystemClock);
     let rt = runtime()?;
 
-    // A store that cannot be opened does not stop the gateway: every call is
-    // then refused with the reason (fail closed), other traffic still flows.
-    let paths = state.agent(&args.agent);
-    let store_path = paths.store();
-    let (recorder, handle, store) = match ChainStore::open(&store_path).map(Arc::new) {
-        Ok(store) => {
-            let recovered = store.recovered_from_journal();
-            if recovered.records > 0 {
-                errln!(
-                    "tally: gateway: committed {} records that the last run had journaled (it ended before committing them)",
-                    recovered.records
-                );
-            }
-            let started = if args.sync_before_forward {
-                Recorder::start(args.agent.clone(), key, clock.clone(), Arc::clone(&store))
-            } else {
-                Journal::open(&paths.journal())
-                    .map_err(|e| {
-                        tally_gateway::store::StoreError::Db(format!(
-                            "{}: {e}",
-                            paths.journal().display()
-                        ))
-                    })
-                    .and_then(|journal| {
-                        Recorder::start_journaled(
-                            args.agent.clone(),
-                            key,
-                            clock.clone(),
-                            Arc::clone(&store),
-                            journal,
-                        )
-                    })
-            };
-            match started {
-                Ok(r) => {
-                    let h = r.handle();
-                    (Some(r), h, Some(store))
-                }
-                Err(e) => {
-                    errln!("tally: gateway: tools/call will be refused: {e}");
-                    (None, RecorderHandle::unavailable(&e.to_string()), None)
-                }
-            }
-        }
-        Err(e) => {
-            errln!("tally: gateway: tools/call will be refused: {e}");
-            (None, RecorderHandle::unavailable(&e.to_string()), None)
-        }
-    };
-
-    let syncer = match &store {
-        Some(s) => tally_gateway::open_syncer(&state, &args.agent, Arc::clone(s), clock.clone())?
-            .map(Arc::new),
-        None => None,
-    };
     let strict = if args.strict {
         StrictPolicy::All
     } else if args.strict_tools.is_empty() {
@@ -236,23 +219,38 @@ pub(crate) fn run(args: &Args) -> anyhow::Result<ExitCode> {
     };
     let config = ProxyConfig {
         strict,
-        record_prefix: args.name_prefix.clone(),
+        name_prefix: args.name_prefix.clone(),
+        record_only_prefix: args.record_only_prefix.clone(),
+        source: Some(source.clone()),
+        source_lease_ms: Some(args.source_lease * 1000),
         store_content: args.store_content,
         strict_timeout: Duration::from_millis(args.strict_timeout_ms),
     };
-    let deps = ProxyDeps {
-        recorder: handle.clone(),
-        store: store.clone(),
-        receipts: syncer.as_ref().map(|s| s.progress()),
-        client_gone: Arc::new(Notify::new()),
-    };
 
     let exit = rt.block_on(async {
-        let (stop_tx, stop_rx) = watch::channel(false);
-        let sync_task = syncer.clone().map(|s| {
-            let wake = handle.committed();
-            tokio::spawn(async move { s.run(wake, stop_rx).await })
-        });
+        // A chain that cannot be opened or reached does not stop the
+        // gateway: every call is then refused with the reason (fail
+        // closed), other traffic still flows.
+        let options = ChainOptions {
+            me: WriterInfo {
+                kind: "gateway".into(),
+                source: Some(source),
+            },
+            durable: args.sync_before_forward,
+            final_sync: FINAL_SYNC,
+            window: None,
+        };
+        let chain = match AgentChain::open(&state, &args.agent, clock, options).await {
+            Ok(c) => c,
+            Err(e) => {
+                errln!("tally: gateway: tools/call will be refused: {e}");
+                AgentChain::unavailable(&e.to_string())
+            }
+        };
+        let deps = ProxyDeps {
+            chain: chain.clone(),
+            client_gone: Arc::new(Notify::new()),
+        };
         let exit = match &args.http.upstream {
             Some(upstream) => run_http(&args.http, upstream, config, deps).await,
             None => run_gateway(config, deps, &args.command)
@@ -260,31 +258,47 @@ pub(crate) fn run(args: &Args) -> anyhow::Result<ExitCode> {
                 .map(|exit| u8::try_from(exit.code).unwrap_or(1))
                 .map_err(anyhow::Error::from),
         };
-        // Commit every queued outcome, then give the sync one try of at
-        // most FINAL_SYNC to send the last records (the next run or `tally
-        // agent sync` does the rest). The background task may be waiting on
-        // a witness that does not answer: it is stopped, not awaited (a post
-        // cut short is safe: the witness answers its retry with the same
-        // receipt).
-        if let Some(r) = recorder {
-            let _ = tokio::task::spawn_blocking(move || r.close()).await;
-        }
-        let _ = stop_tx.send(true);
-        if let Some(t) = sync_task {
-            t.abort();
-            let _ = t.await;
-        }
-        if let Some(s) = &syncer {
-            let _ =
-                tokio::time::timeout(FINAL_SYNC, s.sync_until_idle(tokio::time::Instant::now()))
-                    .await;
-        }
+        // Every queued outcome is committed; the owner gives the sync one
+        // try of at most FINAL_SYNC, then hands the chain to another writer.
+        chain.close().await;
         exit
     });
     // The reader of our standard input is a blocking thread that may still
     // wait for input the client never sends; do not wait for it.
     rt.shutdown_background();
     Ok(ExitCode::from(exit?))
+}
+
+/// The source name of a gateway given neither --source nor --name-prefix:
+/// its server's command line, or its upstream URL without credentials or
+/// query, cut to a valid name.
+fn default_source(args: &Args) -> String {
+    let raw = match &args.http.upstream {
+        Some(u) => match reqwest::Url::parse(u) {
+            Ok(mut url) => {
+                let _ = url.set_username("");
+                let _ = url.set_password(None);
+                url.set_query(None);
+                url.set_fragment(None);
+                url.to_string()
+            }
+            Err(_) => u.clone(),
+        },
+        None => args
+            .command
+            .iter()
+            .map(|a| a.to_string_lossy().into_owned())
+            .collect::<Vec<_>>()
+            .join(" "),
+    };
+    let mut name: String = raw.chars().filter(|c| !c.is_control()).collect();
+    if name.is_empty() {
+        name = "gateway".into();
+    }
+    while name.len() > 256 {
+        name.pop();
+    }
+    name
 }
 
 /// The Streamable HTTP gateway: checks the upstream, listens, serves until
@@ -321,7 +335,7 @@ async fn run_http(
         session_idle: Duration::from_secs(args.session_idle_secs.max(1)),
         ..HttpLimits::default()
     };
-    let core = CallRecorder::new(config, deps.recorder, deps.store, deps.receipts);
+    let core = CallRecorder::new(config, deps.chain);
     let gateway = HttpGateway::new(
         core,
         HttpConfig {

@@ -20,9 +20,8 @@ use anyhow::{bail, Context};
 use rand_core::RngCore as _;
 use serde_json::{json, Value};
 use tally_gateway::acceptance::{accept_receipt, parse_receipt};
-use tally_gateway::recorder::Recorder;
-use tally_gateway::store::{ChainStore, Secret};
-use tally_gateway::sync::Step;
+use tally_gateway::chain::{AgentChain, ChainOptions, Waited, WriterInfo};
+use tally_gateway::store::Secret;
 use tally_schemas::canonical::parse_strict;
 use tally_schemas::limits::DEFAULT_MAX_SKEW_MS;
 use tally_schemas::record::{Decision, NoteBody, Outcome, OutcomeStatus};
@@ -142,19 +141,17 @@ fn read_json(inline: Option<&String>, file: Option<&PathBuf>) -> anyhow::Result<
     ))
 }
 
-/// Runs `tally record …`.
-///
-/// # Errors
-/// Bad input, missing agent, store failures (exit 2).
-pub(crate) fn run(args: &Args) -> anyhow::Result<ExitCode> {
-    let common = match &args.kind {
-        Kind::Decision { common, .. }
-        | Kind::Outcome { common, .. }
-        | Kind::Note { common, .. } => common,
-    };
-    let state = common.state.dir();
-    let key = state.load_key(&common.agent)?;
-    let store = Arc::new(ChainStore::open(&state.agent(&common.agent).store())?);
+/// Records the record `args` asks for through `chain`, then waits for its
+/// receipt as asked: the JSON line to print, a note for standard error and
+/// the exit code.
+async fn record_and_sync(
+    args: &Args,
+    common: &Common,
+    state: &tally_gateway::state::StateDir,
+    config: &tally_gateway::state::AgentConfig,
+    chain: &AgentChain,
+    clock: Arc<SystemClock>,
+) -> anyhow::Result<(Value, Option<String>, ExitCode)> {
     let mut extra = json!({});
     let (body, secret) = match &args.kind {
         Kind::Decision {
@@ -194,15 +191,10 @@ pub(crate) fn run(args: &Args) -> anyhow::Result<ExitCode> {
         } => {
             let decision = match decision {
                 Some(h) => Hash::from_hex(h).context("--decision")?,
-                None => {
-                    let Some(seq) = store.open_decision(call_id)? else {
-                        bail!("no open decision with call id {call_id:?} in agent {}'s chain (pass --decision HASH)", common.agent);
-                    };
-                    store
-                        .record(seq)?
-                        .map(|r| r.hash())
-                        .context("the open decision's record is missing")?
-                }
+                None => match chain.open_decision(call_id).await.map_err(anyhow::Error::msg)? {
+                    Some(h) => h,
+                    None => bail!("no open decision with call id {call_id:?} in agent {}'s chain (pass --decision HASH)", common.agent),
+                },
             };
             let (output_hash, secret) = match read_json(output.as_ref(), output_file.as_ref())? {
                 Some(o) => {
@@ -226,13 +218,7 @@ pub(crate) fn run(args: &Args) -> anyhow::Result<ExitCode> {
         Kind::Note { text, .. } => (Body::Note(NoteBody { text: text.clone() }), None),
     };
 
-    let clock = Arc::new(SystemClock);
-    let recorder = Recorder::start(common.agent.clone(), key, clock.clone(), Arc::clone(&store))?;
-    let rt = runtime()?;
-    let record: Record = rt
-        .block_on(recorder.handle().append(body, secret))
-        .context("recording")?;
-    recorder.close();
+    let record: Record = chain.append(body, secret).await.context("recording")?;
 
     let mut out = json!({
         "agent": common.agent.as_str(),
@@ -250,9 +236,8 @@ pub(crate) fn run(args: &Args) -> anyhow::Result<ExitCode> {
         "{agent}'s record seq {seq} is safe in its local chain ({})",
         state.absolute().display()
     );
-    let syncer = tally_gateway::open_syncer(&state, agent, Arc::clone(&store), clock.clone())?;
     let mut note = None;
-    match syncer {
+    match &config.witness {
         None => {
             out["receipt"] = json!("no_witness");
             note = Some(format!(
@@ -263,44 +248,42 @@ pub(crate) fn run(args: &Args) -> anyhow::Result<ExitCode> {
             }
         }
         Some(_) if common.no_sync => out["receipt"] = json!("pending"),
-        Some(syncer) => {
-            let step = if common.wait_receipt {
-                rt.block_on(syncer.sync_until_idle(
-                    tokio::time::Instant::now() + Duration::from_secs(common.sync_timeout),
-                ))
-            } else {
-                // A deadline already passed: one try, going on only while
-                // the witness makes progress; never a retry.
-                rt.block_on(async {
-                    tokio::time::timeout(
-                        ONE_TRY,
-                        syncer.sync_until_idle(tokio::time::Instant::now()),
-                    )
+        Some(witness) => {
+            // The chain's owner syncs (this process, or the writer that
+            // holds the chain); without --wait-receipt, one try.
+            let waited = if common.wait_receipt {
+                chain
+                    .wait_receipt(seq, Duration::from_secs(common.sync_timeout), false)
                     .await
-                })
-                .unwrap_or(Step::Idle)
+            } else {
+                chain.wait_receipt(seq, ONE_TRY, true).await
             };
-            // Accept the stored receipt again here, with the shared function,
-            // so the answer is about this record and this moment.
-            let trust = state
-                .load_config(agent)?
-                .witness
-                .map(|w| w.trust(&state.agent(agent).config()))
-                .transpose()?;
-            let accepted = match (store.receipt(seq)?, trust) {
-                (Some(bytes), Some(trust)) => parse_receipt(&bytes)
+            // Accept the receipt again here, with the shared function, so
+            // the answer is about this record and this moment.
+            let trust = witness.trust(&state.agent(agent).config())?;
+            let accepted = match waited {
+                Waited::Receipted {
+                    receipt: Some(bytes),
+                } => parse_receipt(bytes.as_bytes())
                     .and_then(|r| {
                         accept_receipt(&r, &record, &trust, clock.now(), DEFAULT_MAX_SKEW_MS)
                     })
                     .map_err(|e| e.to_string()),
-                _ => Err(match step {
-                    Step::Retry(n) | Step::Halt(n) => format!("[{}] {}", n.code, n.message),
-                    _ if common.wait_receipt => "no receipt yet".into(),
-                    _ => format!(
-                        "[timeout] the witness did not answer within {} s",
-                        ONE_TRY.as_secs()
-                    ),
-                }),
+                Waited::Receipted { receipt: None } => {
+                    Err("the receipt is not in the local chain".into())
+                }
+                Waited::NoWitness => Err("no witness is configured".into()),
+                Waited::Halted { note: n } | Waited::Failed { note: n } => {
+                    Err(format!("[{}] {}", n.code, n.message))
+                }
+                Waited::TimedOut { last: Some(n) } => Err(format!("[{}] {}", n.code, n.message)),
+                Waited::TimedOut { last: None } if common.wait_receipt => {
+                    Err("no receipt yet".into())
+                }
+                Waited::TimedOut { last: None } => Err(format!(
+                    "[timeout] the witness did not answer within {} s",
+                    ONE_TRY.as_secs()
+                )),
             };
             match accepted {
                 Ok(a) => {
@@ -320,6 +303,42 @@ pub(crate) fn run(args: &Args) -> anyhow::Result<ExitCode> {
             }
         }
     }
+    Ok((out, note, code))
+}
+
+/// Runs `tally record …`.
+///
+/// # Errors
+/// Bad input, missing agent, store failures (exit 2).
+pub(crate) fn run(args: &Args) -> anyhow::Result<ExitCode> {
+    let common = match &args.kind {
+        Kind::Decision { common, .. }
+        | Kind::Outcome { common, .. }
+        | Kind::Note { common, .. } => common,
+    };
+    let state = common.state.dir();
+    state.load_key(&common.agent)?;
+    let config = state.load_config(&common.agent)?;
+    let clock = Arc::new(SystemClock);
+    let rt = runtime()?;
+    // One writer of the agent's chain among any others running (gateways,
+    // SDKs): the record is answered once committed with fsync.
+    let chain = rt.block_on(AgentChain::open(
+        &state,
+        &common.agent,
+        clock.clone(),
+        ChainOptions {
+            me: WriterInfo::new("record"),
+            durable: true,
+            final_sync: Duration::ZERO,
+            window: None,
+        },
+    ))?;
+    let result = rt.block_on(record_and_sync(
+        args, common, &state, &config, &chain, clock,
+    ));
+    rt.block_on(chain.close());
+    let (out, note, code) = result?;
     if let Some(n) = note {
         errln!("tally: {n}");
     }

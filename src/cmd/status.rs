@@ -8,6 +8,7 @@ use std::process::ExitCode;
 
 use anyhow::Context;
 use serde_json::{json, Value};
+use tally_gateway::chain::peek_status;
 use tally_gateway::store::ChainStore;
 use tally_schemas::display::escape;
 use tally_schemas::AgentName;
@@ -56,14 +57,20 @@ fn agent_status(args: &Args, agent: &AgentName) -> anyhow::Result<Value> {
         out["not_receipted"] = json!(0);
         return Ok(out);
     }
-    let store = match ChainStore::open(&path) {
-        Ok(s) => s,
+    let live = match super::agent::runtime()?.block_on(peek_status(&state, agent)) {
+        Ok(Some(s)) => s,
+        Ok(None) => {
+            out["records"] = json!(0);
+            out["head"] = Value::Null;
+            out["not_receipted"] = json!(0);
+            return Ok(out);
+        }
         Err(e) => {
-            out["store_error"] = json!(format!("{e} (a running gateway holds the store open)"));
+            out["store_error"] = json!(e);
             return Ok(out);
         }
     };
-    let s = store.status()?;
+    let s = &live.store;
     out["records"] = json!(s.records);
     out["head"] = match s.head {
         Some((seq, hash)) => json!({"seq": seq, "hash": hash.to_hex()}),
@@ -74,7 +81,17 @@ fn agent_status(args: &Args, agent: &AgentName) -> anyhow::Result<Value> {
     out["last_sync_error"] = serde_json::to_value(&s.last_sync_error)?;
     out["fork"] = serde_json::to_value(&s.fork)?;
     out["superseded_receipts"] = json!(s.superseded_receipts);
-    if args.records {
+    // The writers running now: the owner (the one that syncs) and the
+    // others handing it records (docs/operations.md "Several writers").
+    out["writers"] = serde_json::to_value(&live.writers)?;
+    out["syncer_pid"] = match live.owner() {
+        Some(o) if live.syncing => json!(o.pid),
+        _ => Value::Null,
+    };
+    if args.records && !live.writers.is_empty() {
+        out["chain_error"] = json!("a writer holds the chain now; stop it to list the records");
+    } else if args.records {
+        let store = ChainStore::open(&path)?;
         let mut all = Vec::new();
         let mut from = 0;
         loop {
@@ -151,6 +168,27 @@ fn status_text(s: &Value) -> String {
             "  pinned log key {} retired at {}: receipts it signs from then on are refused",
             text(&k["vkey"]),
             text(&k["not_after"])
+        );
+    }
+    for w in s["writers"].as_array().into_iter().flatten() {
+        let last = match w["last_seq"].as_u64() {
+            Some(seq) => format!("last record seq {seq}"),
+            None => "no record yet".into(),
+        };
+        let source = w["source"]
+            .as_str()
+            .map(|src| format!(", source {}", escape(src)))
+            .unwrap_or_default();
+        let _ = writeln!(
+            out,
+            "  writer: {} pid {}{source}, {last}{}",
+            text(&w["kind"]),
+            w["pid"],
+            if w["owner"].as_bool() == Some(true) {
+                " (holds the chain; the one syncer)"
+            } else {
+                ""
+            }
         );
     }
     match s.get("last_sync_error").and_then(Value::as_object) {

@@ -15,6 +15,7 @@ use axum::Router;
 use bytes::Bytes;
 use serde_json::{json, Value};
 use tally_gateway::calls::{CallRecorder, ProxyConfig, StrictPolicy};
+use tally_gateway::chain::AgentChain;
 use tally_gateway::http::{serve, HttpConfig, HttpGateway, HttpLimits, ProbeResult};
 use tally_gateway::recorder::{Recorder, RecorderHandle};
 use tally_gateway::store::ChainStore;
@@ -106,7 +107,10 @@ async fn start_gateway_with(
             RecorderHandle::unavailable("injected: the store is read-only"),
         )
     };
-    let core = CallRecorder::new(config, handle, Some(Arc::clone(&store)), receipts);
+    let core = CallRecorder::new(
+        config,
+        AgentChain::with_writer(handle, Some(Arc::clone(&store)), receipts),
+    );
     let gateway = HttpGateway::new(
         core,
         HttpConfig {
@@ -899,7 +903,7 @@ async fn strict_calls_wait_for_their_receipt_and_are_refused_without_it() {
 async fn with_a_name_prefix_other_tools_are_declared_unrecorded_and_their_calls_pass() {
     let (upstream, seen) = start_upstream(answering_upstream()).await;
     let config = ProxyConfig {
-        record_prefix: Some("safe_".into()),
+        record_only_prefix: Some("safe_".into()),
         ..ProxyConfig::default()
     };
     let gw = start_gateway_with(&upstream, HttpLimits::default(), true, config, None).await;

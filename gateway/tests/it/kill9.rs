@@ -22,6 +22,7 @@ use std::process::{Command, Stdio};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use tally_gateway::chain::AgentChain;
 use tally_gateway::journal::Journal;
 use tally_gateway::proxy::{run_proxy, ProxyConfig, ProxyDeps};
 use tally_gateway::recorder::Recorder;
@@ -84,9 +85,7 @@ fn child_gateway() {
         let (server_end, gw_server) = tokio::io::duplex(1 << 16);
         let (gw_server_out, gw_server_in) = tokio::io::split(gw_server);
         let deps = ProxyDeps {
-            recorder: recorder.handle(),
-            store: Some(Arc::clone(&store)),
-            receipts: None,
+            chain: AgentChain::with_writer(recorder.handle(), Some(Arc::clone(&store)), None),
             client_gone: Arc::new(Notify::new()),
         };
         tokio::spawn(run_proxy(

@@ -6,6 +6,7 @@
 //! under tests/ that no test target compiles).
 
 mod acceptance;
+mod chain;
 mod http;
 mod journal;
 mod kill9;

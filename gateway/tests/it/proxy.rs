@@ -8,6 +8,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use serde_json::{json, Value};
+use tally_gateway::chain::AgentChain;
 use tally_gateway::journal::{self, Journal, JournalError, JournalSink};
 use tally_gateway::proxy::{run_proxy, ProxyConfig, ProxyDeps, ProxyReport, StrictPolicy};
 use tally_gateway::recorder::Recorder;
@@ -130,9 +131,7 @@ fn setup_with(
     let (server_end, gw_server) = tokio::io::duplex(1 << 20);
     let (gw_server_out, gw_server_in) = tokio::io::split(gw_server);
     let deps = ProxyDeps {
-        recorder: recorder.handle(),
-        store: Some(Arc::clone(&store)),
-        receipts,
+        chain: AgentChain::with_writer(recorder.handle(), Some(Arc::clone(&store)), receipts),
         client_gone: Arc::new(Notify::new()),
     };
     let proxy = tokio::spawn(run_proxy(
@@ -366,7 +365,7 @@ fn tool_names(r: &Record) -> Vec<(String, bool)> {
 async fn tool_lists_are_recorded_once_per_change_pages_joined_and_relisted_after_list_changed() {
     let mut h = setup(
         ProxyConfig {
-            record_prefix: Some("db_".into()),
+            record_only_prefix: Some("db_".into()),
             ..ProxyConfig::default()
         },
         None,

@@ -14,6 +14,7 @@ use axum::routing::{get, post};
 use axum::{Json, Router};
 use serde_json::{json, Value};
 use tally_gateway::acceptance::{TrustedLogKey, WitnessTrust};
+use tally_gateway::chain::AgentChain;
 use tally_gateway::proxy::{run_proxy, ProxyConfig, ProxyDeps, StrictPolicy};
 use tally_gateway::recorder::Recorder;
 use tally_gateway::store::ChainStore;
@@ -252,6 +253,9 @@ async fn syncs_in_order_retries_transient_failures_and_stores_accepted_receipts(
         *s.progress().borrow(),
         tally_gateway::sync::SyncProgress {
             cursor: 3,
+            // Two failed posts, then three that were receipted and the
+            // look that found nothing left.
+            attempts: 6,
             ..Default::default()
         }
     );
@@ -375,9 +379,11 @@ async fn a_strict_call_is_forwarded_once_its_decision_is_receipted() {
     let (ci, co) = tokio::io::split(gw_client);
     let (so, si) = tokio::io::split(gw_server);
     let deps = ProxyDeps {
-        recorder: a.recorder.handle(),
-        store: Some(Arc::clone(&a.store)),
-        receipts: Some(s.progress()),
+        chain: AgentChain::with_writer(
+            a.recorder.handle(),
+            Some(Arc::clone(&a.store)),
+            Some(s.progress()),
+        ),
         client_gone: Arc::new(Notify::new()),
     };
     let config = ProxyConfig {

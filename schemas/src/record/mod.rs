@@ -421,6 +421,23 @@ impl Serialize for Record {
 
 /// Checks an object's `v` field. `Err(Ok(e))` is a version this build does
 /// not read; `Err(Err(message))` is a missing or malformed field.
+impl Body {
+    /// Parses and checks a body of `kind` from its JSON value, by the rules
+    /// of docs/protocol.md §5 (the record-level rules, such as its size,
+    /// are checked when it is signed).
+    ///
+    /// # Errors
+    /// [`RecordError::Schema`] when it does not match the kind's schema,
+    /// [`RecordError::Invalid`] when a field breaks a rule.
+    pub fn from_kind_value(kind: RecordKind, value: Value) -> Result<Self, RecordError> {
+        let body = Self::from_value(kind, value).map_err(|e| RecordError::Schema {
+            message: e.to_string(),
+        })?;
+        body.validate()?;
+        Ok(body)
+    }
+}
+
 pub(crate) fn check_version<E>(
     value: &Value,
     supported: u64,

@@ -115,6 +115,8 @@ impl DigestedList {
                     part,
                     parts,
                     tools,
+                    source: None,
+                    lease_ms: None,
                 })
             })
             .collect())

@@ -128,6 +128,8 @@ fn build_chain() -> Chain {
             part: 0,
             parts: 1,
             tools,
+            source: None,
+            lease_ms: None,
         }),
     );
     let args = canonicalize(&json!({"id": "C-1001"})).expect("canonical");
@@ -483,6 +485,8 @@ fn build_second_chain() -> (Vec<Record>, Vec<(String, Record)>) {
                 part: part as u32,
                 parts: 2,
                 tools,
+                source: None,
+                lease_ms: None,
             }),
         );
         fixtures.push((format!("tools-part-{part}-of-2"), r));

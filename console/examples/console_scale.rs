@@ -217,6 +217,8 @@ async fn main() {
         part: 0,
         parts: 1,
         tools,
+        source: None,
+        lease_ms: None,
     }));
     let t = Instant::now();
     let mut records = vec![list];

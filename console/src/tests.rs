@@ -282,6 +282,8 @@ fn tools_body(list_id: &str, tools: Vec<ToolEntry>) -> RecordBody {
         part: 0,
         parts: 1,
         tools,
+        source: None,
+        lease_ms: None,
     })
 }
 

@@ -163,6 +163,8 @@ pub(crate) fn list_bodies(list: &DeclaredTools) -> Result<Vec<Body>, ToolListErr
                     part,
                     parts,
                     tools,
+                    source: None,
+                    lease_ms: None,
                 })
             })
             .collect())

@@ -55,6 +55,19 @@ pub const MAX_TOOL_LIST_PARTS: u32 = 64;
 /// Maximum number of tools in a tool list (all parts together).
 pub const MAX_TOOLS_PER_LIST: usize = MAX_TOOLS_PER_RECORD * MAX_TOOL_LIST_PARTS as usize;
 
+/// Shortest lease a `tools` record's `lease_ms` may give, in ms (§5.3).
+pub const MIN_TOOL_LIST_LEASE_MS: u64 = 1_000;
+
+/// Longest lease a `tools` record's `lease_ms` may give, in ms (24 h, §5.3).
+pub const MAX_TOOL_LIST_LEASE_MS: u64 = 86_400_000;
+
+/// The lease of a named source's tool list that omits `lease_ms` (§5.3).
+pub const DEFAULT_TOOL_LIST_LEASE_MS: u64 = MAX_TOOL_LIST_LEASE_MS;
+
+/// Named tool sources whose latest list coverage tracks per agent (§5.3,
+/// §11); a further source makes it forget the one completed earliest.
+pub const MAX_SOURCES_PER_AGENT: usize = 64;
+
 /// Maximum length of an agent name, in bytes.
 pub const MAX_AGENT_NAME_BYTES: usize = 64;
 

@@ -547,6 +547,8 @@ pub fn tools(list_id: &str, entries: Vec<ToolEntry>) -> Body {
         part: 0,
         parts: 1,
         tools: entries,
+        source: None,
+        lease_ms: None,
     })
 }
 

@@ -128,6 +128,8 @@ fn build_chain() -> Chain {
             part: 0,
             parts: 1,
             tools,
+            source: None,
+            lease_ms: None,
         }),
     );
     let args = canonicalize(&json!({"id": "C-1001"})).expect("canonical");
@@ -359,6 +361,23 @@ fn more_invalid_cases(
         .collect();
     vec![
         (
+            "refused-lease-without-source",
+            "a tools record with lease_ms and no source (protocol.md §5.3)",
+            "invalid_field",
+            edit(tools, &|v| v["body"]["lease_ms"] = json!(60_000)),
+            true,
+        ),
+        (
+            "refused-lease-below-its-range",
+            "a tools record of source crm with lease_ms 999, below 1,000 (protocol.md §5.3)",
+            "invalid_field",
+            edit(tools, &|v| {
+                v["body"]["source"] = json!("crm");
+                v["body"]["lease_ms"] = json!(999);
+            }),
+            true,
+        ),
+        (
             "refused-non-finite-number",
             "seq written as 1e400, which is not a finite double",
             "non_finite_number",
@@ -452,7 +471,8 @@ fn more_invalid_cases(
 }
 
 /// The second chain, of agent `tool-bot`: a tool list in two parts, then a
-/// decision and an outcome for each outcome status beyond ok and error.
+/// decision and an outcome for each outcome status beyond ok and error, then
+/// a one-part list of a named source with a lease.
 fn build_second_chain() -> (Vec<Record>, Vec<(String, Record)>) {
     let mut chain = Chain {
         agent: "tool-bot",
@@ -483,6 +503,8 @@ fn build_second_chain() -> (Vec<Record>, Vec<(String, Record)>) {
                 part: part as u32,
                 parts: 2,
                 tools,
+                source: None,
+                lease_ms: None,
             }),
         );
         fixtures.push((format!("tools-part-{part}-of-2"), r));
@@ -517,6 +539,20 @@ fn build_second_chain() -> (Vec<Record>, Vec<(String, Record)>) {
         );
         fixtures.push((format!("outcome-{name}"), outcome));
     }
+    // A list of a named tool source with its lease (protocol.md §5.3): the
+    // members in JCS order, lease_ms first and source after parts.
+    let named = chain.push(
+        10_000,
+        Body::Tools(ToolList {
+            list_id: "list-3".into(),
+            part: 0,
+            parts: 1,
+            tools: entries[..1].to_vec(),
+            source: Some("claims-gateway".into()),
+            lease_ms: Some(3_600_000),
+        }),
+    );
+    fixtures.push(("tools-named-source".into(), named));
     (chain.records, fixtures)
 }
 

@@ -234,6 +234,7 @@ impl<'a> Run<'a> {
         self.inclusion.record(&f);
         self.receipts.record(&f, &self.agents);
         self.timing.record(&f);
+        self.coverage[agent].record(f.record().time);
         match &f.record().body {
             Body::Decision(d) => {
                 self.outcomes.decision(&f, d);

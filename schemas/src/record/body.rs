@@ -8,7 +8,8 @@ use super::RecordError;
 use crate::hash::Hash;
 use crate::keys::{KeyId, PublicKey};
 use crate::limits::{
-    MAX_NAME_BYTES, MAX_NOTE_TEXT_BYTES, MAX_TOOLS_PER_RECORD, MAX_TOOL_LIST_PARTS,
+    DEFAULT_TOOL_LIST_LEASE_MS, MAX_NAME_BYTES, MAX_NOTE_TEXT_BYTES, MAX_TOOLS_PER_RECORD,
+    MAX_TOOL_LIST_LEASE_MS, MAX_TOOL_LIST_PARTS, MIN_TOOL_LIST_LEASE_MS,
 };
 
 /// The kind of a record; it selects the body's schema.
@@ -183,6 +184,27 @@ pub struct ToolList {
     pub parts: u32,
     /// The tools in this part, by name, without repeats.
     pub tools: Vec<ToolEntry>,
+    /// The tool source this list declares (a gateway's server, an SDK
+    /// program); `None` is the unnamed source of records without it
+    /// (docs/protocol.md §5.3).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub source: Option<String>,
+    /// How long, in ms, the declaration holds; only with `source`, and
+    /// [`DEFAULT_TOOL_LIST_LEASE_MS`] when a named source omits it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub lease_ms: Option<u64>,
+}
+
+impl ToolList {
+    /// The lease of this list, for a named source: `lease_ms`, or
+    /// [`DEFAULT_TOOL_LIST_LEASE_MS`] when omitted (docs/protocol.md §5.3).
+    /// `None` for the unnamed source, whose list never expires.
+    #[must_use]
+    pub fn lease(&self) -> Option<u64> {
+        self.source
+            .as_ref()
+            .map(|_| self.lease_ms.unwrap_or(DEFAULT_TOOL_LIST_LEASE_MS))
+    }
 }
 
 /// Body of a `note` record.
@@ -251,6 +273,25 @@ impl Body {
             Self::Outcome(o) => check_text("body.call_id", &o.call_id, MAX_NAME_BYTES, false),
             Self::Tools(t) => {
                 check_text("body.list_id", &t.list_id, MAX_NAME_BYTES, false)?;
+                if let Some(source) = &t.source {
+                    check_text("body.source", source, MAX_NAME_BYTES, false)?;
+                }
+                if let Some(lease) = t.lease_ms {
+                    if t.source.is_none() {
+                        return Err(RecordError::Invalid {
+                            field: "body.lease_ms",
+                            reason: "is allowed only together with source".into(),
+                        });
+                    }
+                    if !(MIN_TOOL_LIST_LEASE_MS..=MAX_TOOL_LIST_LEASE_MS).contains(&lease) {
+                        return Err(RecordError::Invalid {
+                            field: "body.lease_ms",
+                            reason: format!(
+                                "{lease} is not within {MIN_TOOL_LIST_LEASE_MS} to {MAX_TOOL_LIST_LEASE_MS}"
+                            ),
+                        });
+                    }
+                }
                 if t.parts == 0 || t.parts > MAX_TOOL_LIST_PARTS || t.part >= t.parts {
                     return Err(RecordError::Invalid {
                         field: "body.part",

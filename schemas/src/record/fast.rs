@@ -225,6 +225,8 @@ struct FastBody {
     part: Option<u32>,
     parts: Option<u32>,
     tools: Option<Vec<ToolEntry>>,
+    source: Option<String>,
+    lease_ms: Option<u64>,
     text: Option<String>,
     new_key_id: Option<KeyId>,
     new_public_key: Option<PublicKey>,
@@ -251,6 +253,8 @@ impl FastBody {
                 "part" => b.part = Some(u32::try_from(c.counter()?).ok()?),
                 "parts" => b.parts = Some(u32::try_from(c.counter()?).ok()?),
                 "tools" => b.tools = Some(read_tools(c)?),
+                "source" => b.source = Some(c.string()?.into_owned()),
+                "lease_ms" => b.lease_ms = Some(c.counter()?),
                 "text" => b.text = Some(c.string()?.into_owned()),
                 "new_key_id" => b.new_key_id = Some(KeyId::from_hex(&c.string()?).ok()?),
                 "new_public_key" => {
@@ -375,6 +379,8 @@ impl FastRecord {
                 part: b.part?,
                 parts: b.parts?,
                 tools: b.tools?,
+                source: b.source,
+                lease_ms: b.lease_ms,
             }),
             RecordKind::Note => Body::Note(NoteBody { text: b.text? }),
             RecordKind::KeyRotation => Body::KeyRotation(KeyRotation {

@@ -513,6 +513,8 @@ mod tests {
                     part: 0,
                     parts: 2,
                     tools: vec![tool("refund", true), tool("zé\\ro", false)],
+                    source: None,
+                    lease_ms: None,
                 }),
             ),
             signed(
@@ -558,7 +560,142 @@ mod tests {
                 9_007_199_254_740_991,
                 Body::Note(NoteBody { text: "max".into() }),
             ),
+            signed(
+                6,
+                Body::Tools(ToolList {
+                    list_id: "l2".into(),
+                    part: 1,
+                    parts: 2,
+                    tools: vec![tool("search", true)],
+                    source: Some("gateway \"docs\"/é😀".into()),
+                    lease_ms: Some(86_400_000),
+                }),
+            ),
+            signed(
+                7,
+                Body::Tools(ToolList {
+                    list_id: "l3".into(),
+                    part: 0,
+                    parts: 1,
+                    tools: vec![],
+                    source: Some("sdk".into()),
+                    lease_ms: None,
+                }),
+            ),
+            signed(
+                8,
+                Body::Tools(ToolList {
+                    list_id: "l4".into(),
+                    part: 0,
+                    parts: 1,
+                    tools: vec![tool("a", false)],
+                    source: Some("s".into()),
+                    lease_ms: Some(1_000),
+                }),
+            ),
         ]
+    }
+
+    /// A named source's list (docs/protocol.md §5.3): the members in JCS
+    /// order, the lease's default, and the refusals.
+    #[test]
+    fn a_tools_source_and_lease_are_read_written_and_refused_as_section_5_3_says() {
+        let r = &samples()[9];
+        let text = String::from_utf8(r.canonical_bytes().to_vec()).unwrap();
+        assert!(
+            text.contains(
+                "\"body\":{\"lease_ms\":1000,\"list_id\":\"l4\",\"part\":0,\"parts\":1,\"source\":\"s\",\"tools\":["
+            ),
+            "{text}"
+        );
+        let Body::Tools(t) = &r.body else { panic!() };
+        assert_eq!(t.lease(), Some(1_000));
+        let Body::Tools(t) = &samples()[8].body else {
+            panic!()
+        };
+        assert_eq!(t.lease(), Some(crate::limits::DEFAULT_TOOL_LIST_LEASE_MS));
+        let Body::Tools(t) = &samples()[0].body else {
+            panic!()
+        };
+        assert_eq!(t.lease(), None);
+        // Without either member the bytes are those of a record of before.
+        let t0 = String::from_utf8(samples()[0].canonical_bytes().to_vec()).unwrap();
+        assert!(t0.contains("\"body\":{\"list_id\":"), "{t0}");
+        assert!(!t0.contains("source") && !t0.contains("lease_ms"));
+
+        let cases: Vec<(String, &str)> = vec![
+            (text.replace(",\"source\":\"s\"", ""), "invalid_field"),
+            (
+                text.replace("\"lease_ms\":1000,", "\"lease_ms\":999,"),
+                "invalid_field",
+            ),
+            (
+                text.replace("\"lease_ms\":1000,", "\"lease_ms\":86400001,"),
+                "invalid_field",
+            ),
+            (
+                text.replace("\"lease_ms\":1000,", "\"lease_ms\":-1,"),
+                "schema",
+            ),
+            (
+                text.replace("\"lease_ms\":1000,", "\"lease_ms\":1e3,"),
+                "schema",
+            ),
+            (
+                text.replace("\"lease_ms\":1000,", "\"lease_ms\":null,"),
+                "schema",
+            ),
+            // With the lease beside it, the null source is read as no
+            // source first: a lease without a source.
+            (
+                text.replace("\"source\":\"s\"", "\"source\":null"),
+                "invalid_field",
+            ),
+            (
+                text.replace("\"lease_ms\":1000,", "")
+                    .replace("\"source\":\"s\"", "\"source\":null"),
+                "schema",
+            ),
+            (
+                text.replace("\"source\":\"s\"", "\"source\":\"\""),
+                "invalid_field",
+            ),
+            (
+                text.replace("\"source\":\"s\"", "\"source\":\"s\\u0007\""),
+                "invalid_field",
+            ),
+            (
+                text.replace(
+                    "\"source\":\"s\"",
+                    &format!("\"source\":\"{}\"", "s".repeat(257)),
+                ),
+                "invalid_field",
+            ),
+            (text.replace("\"source\":\"s\"", "\"source\":7"), "schema"),
+        ];
+        for (bytes, code) in cases {
+            assert_ne!(bytes, text);
+            assert!(
+                Record::from_canonical(bytes.as_bytes()).is_none(),
+                "{bytes}"
+            );
+            let fast = Record::from_json(bytes.as_bytes());
+            assert_eq!(fast, strict(bytes.as_bytes()));
+            assert_eq!(fast.unwrap_err().code(), code, "{bytes}");
+        }
+        // 256 bytes is still a source; and a decision's body may not hold one.
+        let long = text.replace(
+            "\"source\":\"s\"",
+            &format!("\"source\":\"{}\"", "s".repeat(256)),
+        );
+        assert!(Record::from_json(long.as_bytes()).is_ok());
+        let d = String::from_utf8(samples()[1].canonical_bytes().to_vec()).unwrap();
+        let d = d.replace("\"body\":{", "\"body\":{\"source\":\"s\",");
+        assert!(Record::from_canonical(d.as_bytes()).is_none());
+        assert_eq!(
+            Record::from_json(d.as_bytes()).unwrap_err().code(),
+            "schema"
+        );
     }
 
     #[test]

@@ -155,7 +155,7 @@ fn write_tool(out: &mut Vec<u8>, tool: &ToolEntry) {
     out.push(b'}');
 }
 
-fn write_body(out: &mut Vec<u8>, body: &Body) {
+fn write_body(out: &mut Vec<u8>, body: &Body) -> Result<(), RecordError> {
     match body {
         Body::Decision(d) => {
             out.extend_from_slice(b"{\"call_id\":");
@@ -178,12 +178,27 @@ fn write_body(out: &mut Vec<u8>, body: &Body) {
             put_str(out, o.status.as_str());
         }
         Body::Tools(t) => {
-            out.extend_from_slice(b"{\"list_id\":");
+            out.push(b'{');
+            if let Some(lease) = t.lease_ms {
+                out.extend_from_slice(b"\"lease_ms\":");
+                // Only a record built in code, not parsed, can hold a
+                // lease beyond 2^53 − 1, which no JSON of tally's holds.
+                put_counter(out, lease).ok_or_else(|| RecordError::Invalid {
+                    field: "body.lease_ms",
+                    reason: format!("{lease} is beyond 2^53 - 1"),
+                })?;
+                out.push(b',');
+            }
+            out.extend_from_slice(b"\"list_id\":");
             put_str(out, &t.list_id);
             out.extend_from_slice(b",\"part\":");
             put_u32(out, t.part);
             out.extend_from_slice(b",\"parts\":");
             put_u32(out, t.parts);
+            if let Some(source) = &t.source {
+                out.extend_from_slice(b",\"source\":");
+                put_str(out, source);
+            }
             out.extend_from_slice(b",\"tools\":[");
             for (i, tool) in t.tools.iter().enumerate() {
                 if i > 0 {
@@ -205,6 +220,7 @@ fn write_body(out: &mut Vec<u8>, body: &Body) {
         }
     }
     out.push(b'}');
+    Ok(())
 }
 
 /// Appends `JCS(record)`, or `JCS(record without "sig")` when `sig` is
@@ -216,8 +232,8 @@ fn write_body(out: &mut Vec<u8>, body: &Body) {
 /// `JCS(record without "sig")`.
 ///
 /// # Errors
-/// [`RecordError::Invalid`] for a time outside the wire range (only a record
-/// built in code, not parsed, can hold one).
+/// [`RecordError::Invalid`] for a time outside the wire range or a `lease_ms`
+/// beyond 2^53 − 1 (only a record built in code, not parsed, can hold one).
 pub(super) fn write_canonical(
     u: &UnsignedRecord,
     sig: Option<&Signature>,
@@ -226,7 +242,7 @@ pub(super) fn write_canonical(
     out.extend_from_slice(b"{\"agent\":");
     put_str(out, u.agent.as_str());
     out.extend_from_slice(b",\"body\":");
-    write_body(out, &u.body);
+    write_body(out, &u.body)?;
     out.extend_from_slice(b",\"key_id\":");
     put_str(out, &u.key_id.to_hex());
     out.extend_from_slice(b",\"kind\":");

@@ -218,6 +218,8 @@ fn tools_record(agent: AgentName, extra: usize, key: &SecretKey) -> Record {
             part: 0,
             parts: 1,
             tools,
+            source: None,
+            lease_ms: None,
         }),
     }
     .sign(key)

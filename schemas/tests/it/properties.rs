@@ -111,15 +111,17 @@ fn part_digests() -> impl Strategy<Value = ToolPartDigests> {
     )
 }
 
-/// One part of a tool list: names unique (a map), part below parts.
+/// One part of a tool list: names unique (a map), part below parts, and
+/// a lease only beside a source (docs/protocol.md §5.3).
 fn tool_list() -> impl Strategy<Value = ToolList> {
     (
         text(),
         1u32..=64,
         any::<u32>(),
         prop::collection::btree_map(text(), (any::<bool>(), hash(), part_digests()), 0..6),
+        proptest::option::of((text(), proptest::option::of(1_000u64..=86_400_000))),
     )
-        .prop_map(|(list_id, parts, part, tools)| ToolList {
+        .prop_map(|(list_id, parts, part, tools, source)| ToolList {
             list_id,
             part: part % parts,
             parts,
@@ -132,6 +134,8 @@ fn tool_list() -> impl Strategy<Value = ToolList> {
                     parts,
                 })
                 .collect(),
+            lease_ms: source.as_ref().and_then(|(_, lease)| *lease),
+            source: source.map(|(name, _)| name),
         })
 }
 

@@ -22,6 +22,8 @@ fn part(list_id: &str, part: u32, parts: u32, tools: Vec<ToolEntry>) -> Body {
         part,
         parts,
         tools,
+        source: None,
+        lease_ms: None,
     })
 }
 

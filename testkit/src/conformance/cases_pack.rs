@@ -818,6 +818,8 @@ fn oversized_record_line(fx: &mut fixture::Fixture) -> Vec<u8> {
             part: 0,
             parts: 1,
             tools,
+            source: None,
+            lease_ms: None,
         }),
     );
     let unsigned = draft.signing_bytes().expect("in range");

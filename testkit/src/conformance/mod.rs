@@ -21,6 +21,7 @@ mod cases_keys;
 mod cases_outcomes;
 mod cases_pack;
 mod cases_receipts;
+mod cases_sources;
 mod cases_trust;
 
 use std::fmt::Write as _;
@@ -310,6 +311,7 @@ pub fn corpus() -> Vec<Case> {
     cases.extend(cases_outcomes::cases());
     cases.extend(cases_head::cases(&b));
     cases.extend(cases_coverage::cases());
+    cases.extend(cases_sources::cases(&b));
     cases.push(golden_pack_case());
     cases.extend(cases_trust::cases(&b));
     cases.sort_by(|a, b| a.name.cmp(&b.name));

@@ -68,8 +68,7 @@ const ESTABLISH_FOR: Duration = Duration::from_secs(10);
 const RETRY_LOOKBACK: usize = 8192;
 /// How long closing waits for a member's requests to be answered.
 const CLOSE_WAIT: Duration = Duration::from_secs(5);
-/// A named tool source's lease when it gives none (docs/protocol.md §5.3).
-pub const DEFAULT_SOURCE_LEASE_MS: u64 = 86_400_000;
+use tally_schemas::limits::DEFAULT_TOOL_LIST_LEASE_MS as DEFAULT_SOURCE_LEASE_MS;
 
 fn source_label(source: Option<&str>) -> String {
     match source {

@@ -163,8 +163,9 @@ pub(crate) fn list_bodies(list: &DeclaredTools) -> Result<Vec<Body>, ToolListErr
                     part,
                     parts,
                     tools,
-                    source: None,
-                    lease_ms: None,
+                    source: list.source.clone(),
+                    // A lease only goes with a source (docs/protocol.md §5.3).
+                    lease_ms: list.source.as_ref().and(list.lease_ms),
                 })
             })
             .collect())

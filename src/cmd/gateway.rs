@@ -222,7 +222,7 @@ pub(crate) fn run(args: &Args) -> anyhow::Result<ExitCode> {
         name_prefix: args.name_prefix.clone(),
         record_only_prefix: args.record_only_prefix.clone(),
         source: Some(source.clone()),
-        source_lease_ms: Some(args.source_lease * 1000),
+        source_lease_ms: (args.source_lease != 86_400).then_some(args.source_lease * 1000),
         store_content: args.store_content,
         strict_timeout: Duration::from_millis(args.strict_timeout_ms),
     };

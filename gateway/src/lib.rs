@@ -14,6 +14,7 @@
 //! - `toollist`: `tools` records from MCP tool lists (§5.3, §6.2).
 //! - [`chain`]: the agent's one chain, shared by every writer on the host (gateways,
 //!   `tally record`, the SDKs): one owner holds the store, the others hand it records.
+//! - [`sdk`]: the blocking in-process writer the language SDKs (sdk/python, sdk/typescript) wrap.
 //! - [`calls`]: the recording core both transports share: decision, strict receipt, outcome, tool lists.
 //! - [`proxy`], [`process`]: the MCP stdio proxy and the child process behind it.
 //! - [`http`], `sse`: the MCP Streamable HTTP proxy (`tally gateway --upstream URL`).
@@ -28,6 +29,7 @@ pub mod journal;
 pub mod process;
 pub mod proxy;
 pub mod recorder;
+pub mod sdk;
 mod sse;
 pub mod state;
 pub mod store;

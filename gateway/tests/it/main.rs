@@ -11,4 +11,5 @@ mod http;
 mod journal;
 mod kill9;
 mod proxy;
+mod sdk;
 mod sync;

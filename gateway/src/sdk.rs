@@ -1,0 +1,491 @@
+//! The in-process recorder the language SDKs wrap (sdk/python,
+//! sdk/typescript): one more writer of the agent's chain
+//! ([`crate::chain`]), with a blocking API a binding can call from any
+//! thread. It holds its own tokio runtime; every method blocks the calling
+//! thread only, never a runtime thread, so a binding releases its
+//! interpreter's lock around each call.
+//!
+//! What it records is what the gateway records for a `tools/call`
+//! (docs/protocol.md §5): a `decision` before the function runs, durable in
+//! the chain (journaled) before [`SdkAgent::decide`] returns, then an
+//! `outcome` when it returns or raises. The salted hashes, the signing, the
+//! chain, the journal, the sync and the receipt acceptance are the CLI's
+//! own; a binding adds only its language's idioms.
+
+use std::path::PathBuf;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use rand_core::{OsRng, RngCore as _};
+use serde_json::Value;
+use tally_schemas::canonical::parse_strict;
+use tally_schemas::record::{Decision, NoteBody, Outcome, OutcomeStatus, ToolEntry};
+use tally_schemas::time::SystemClock;
+use tally_schemas::tools::{digest_tool_definition, TOOL_DEFINITION_LIMITS};
+use tally_schemas::{AgentName, Body, Hash};
+
+use crate::chain::{AgentChain, ChainOptions, ChainStatus, DeclaredTools, Waited, WriterInfo};
+use crate::recorder::AppendError;
+use crate::state::StateDir;
+use crate::store::Secret;
+
+/// Why an SDK call failed; [`SdkError::code`] is stable.
+#[derive(Debug, thiserror::Error)]
+pub enum SdkError {
+    /// The agent has no key or configuration in the state folder (the
+    /// message names the folder and how it was chosen).
+    #[error("{0}")]
+    AgentNotFound(String),
+    /// Arguments or a result that is not JSON tally can hash (not
+    /// serialisable, a duplicate key, a number JSON cannot hold exactly).
+    #[error("{0}")]
+    BadContent(String),
+    /// A name or text breaks the protocol's rules (docs/protocol.md §5).
+    #[error("{0}")]
+    Invalid(String),
+    /// The record could not be written to the chain: the call must not run.
+    #[error("the decision could not be recorded in the agent's chain: {0}")]
+    NotRecorded(String),
+    /// With `strict`: no accepted receipt for the decision.
+    #[error("no accepted witness receipt: {0}")]
+    NoReceipt(String),
+    /// The agent was closed.
+    #[error("the agent is closed")]
+    Closed,
+}
+
+impl SdkError {
+    /// A stable code: `agent_not_found`, `bad_content`, `invalid`,
+    /// `not_recorded`, `no_receipt`, `closed`.
+    #[must_use]
+    pub const fn code(&self) -> &'static str {
+        match self {
+            Self::AgentNotFound(_) => "agent_not_found",
+            Self::BadContent(_) => "bad_content",
+            Self::Invalid(_) => "invalid",
+            Self::NotRecorded(_) => "not_recorded",
+            Self::NoReceipt(_) => "no_receipt",
+            Self::Closed => "closed",
+        }
+    }
+}
+
+/// How an SDK agent is opened.
+#[derive(Debug, Clone, Default)]
+pub struct SdkOptions {
+    /// The state folder; none: `TALLY_STATE_DIR`, else `.tally` in the
+    /// current folder (as the CLI).
+    pub state_dir: Option<PathBuf>,
+    /// The tool source the program declares its tools under (docs/protocol.md
+    /// §5.3); none: `sdk:<pid-independent program name>` chosen by the binding.
+    pub source: Option<String>,
+    /// How long a declaration holds, in milliseconds (none: the default).
+    pub source_lease_ms: Option<u64>,
+    /// Keep arguments and results in the local store (salts are always kept).
+    pub store_content: bool,
+    /// Answer a record only once it is committed with fsync.
+    pub durable: bool,
+    /// The binding's name for `tally status` (`sdk-python`, `sdk-node`).
+    pub kind: Option<String>,
+}
+
+/// A tool as a program declares it.
+#[derive(Debug, Clone)]
+pub struct SdkTool {
+    /// Its name.
+    pub name: String,
+    /// Whether calls to it are recorded (it is wrapped).
+    pub recorded: bool,
+    /// Its definition as an MCP tool definition would give it (at least
+    /// `name`; `description`, `inputSchema`, … when known): the digests of
+    /// docs/protocol.md §6.2 are taken over it.
+    pub definition: Value,
+}
+
+/// A decision recorded, until its outcome is.
+#[derive(Debug, Clone)]
+pub struct SdkCall {
+    /// The call id.
+    pub call_id: String,
+    /// The tool.
+    pub tool: String,
+    /// The decision's seq.
+    pub seq: u64,
+    /// The decision's record hash.
+    pub decision: Hash,
+}
+
+/// How a sync ended.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SdkSync {
+    /// Every record has an accepted receipt.
+    pub complete: bool,
+    /// Records in the chain.
+    pub records: u64,
+    /// Records without a receipt.
+    pub pending: u64,
+    /// Why not complete: `[code] message`.
+    pub error: Option<String>,
+}
+
+/// One SDK writer of an agent's chain.
+pub struct SdkAgent {
+    rt: tokio::runtime::Runtime,
+    chain: Mutex<Option<AgentChain>>,
+    agent: AgentName,
+    source: String,
+    lease_ms: Option<u64>,
+    store_content: bool,
+    has_witness: bool,
+}
+
+impl std::fmt::Debug for SdkAgent {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("SdkAgent")
+            .field("agent", &self.agent)
+            .field("source", &self.source)
+            .finish_non_exhaustive()
+    }
+}
+
+fn content(json: &[u8], what: &str) -> Result<Value, SdkError> {
+    parse_strict(json, TOOL_DEFINITION_LIMITS)
+        .map_err(|e| SdkError::BadContent(format!("{what} is not JSON tally can hash: {e}")))
+}
+
+fn appended(e: AppendError) -> SdkError {
+    // From a member, the owner's refusal of an invalid record has the code.
+    if e.code() == "invalid" {
+        return SdkError::Invalid(e.to_string());
+    }
+    SdkError::NotRecorded(e.to_string())
+}
+
+impl SdkAgent {
+    /// Opens `agent`'s chain as one more writer (the owner when no other
+    /// writer holds it).
+    ///
+    /// # Errors
+    /// [`SdkError::AgentNotFound`] naming where it looked;
+    /// [`SdkError::NotRecorded`] when the chain can be neither opened nor
+    /// reached.
+    pub fn open(agent: &str, options: SdkOptions) -> Result<Self, SdkError> {
+        let agent = AgentName::new(agent)
+            .map_err(|e| SdkError::Invalid(format!("agent name {agent:?}: {e}")))?;
+        let state = match &options.state_dir {
+            Some(d) => StateDir::with_lookup(d, "given to the SDK"),
+            None => match std::env::var_os("TALLY_STATE_DIR").filter(|v| !v.is_empty()) {
+                Some(d) => StateDir::with_lookup(PathBuf::from(d), "from TALLY_STATE_DIR"),
+                None => StateDir::with_lookup(
+                    ".tally",
+                    "the default, .tally in the current folder: TALLY_STATE_DIR is not set",
+                ),
+            },
+        };
+        let config = state
+            .load_config(&agent)
+            .and_then(|c| state.load_key(&agent).map(|_| c))
+            .map_err(|e| SdkError::AgentNotFound(e.to_string()))?;
+        let source = options.source.clone().unwrap_or_else(|| "sdk".into());
+        crate::calls::check_tool_name(&source)
+            .map_err(|why| SdkError::Invalid(format!("source {source:?}: {why}")))?;
+        let rt = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(2)
+            .thread_name("tally-sdk")
+            .enable_all()
+            .build()
+            .map_err(|e| SdkError::NotRecorded(format!("cannot start a runtime: {e}")))?;
+        let chain = rt
+            .block_on(AgentChain::open(
+                &state,
+                &agent,
+                Arc::new(SystemClock),
+                ChainOptions {
+                    me: WriterInfo {
+                        kind: options.kind.clone().unwrap_or_else(|| "sdk".into()),
+                        source: Some(source.clone()),
+                    },
+                    durable: options.durable,
+                    final_sync: Duration::from_secs(3),
+                    window: None,
+                },
+            ))
+            .map_err(|e| match e {
+                crate::chain::ChainError::State(s) => SdkError::AgentNotFound(s.to_string()),
+                e => SdkError::NotRecorded(e.to_string()),
+            })?;
+        Ok(Self {
+            rt,
+            chain: Mutex::new(Some(chain)),
+            agent,
+            source,
+            lease_ms: options.source_lease_ms,
+            store_content: options.store_content,
+            has_witness: config.witness.is_some(),
+        })
+    }
+
+    fn chain(&self) -> Result<AgentChain, SdkError> {
+        self.chain
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .clone()
+            .ok_or(SdkError::Closed)
+    }
+
+    /// The agent's name.
+    #[must_use]
+    pub fn agent(&self) -> &str {
+        self.agent.as_str()
+    }
+
+    /// The tool source this writer declares under.
+    #[must_use]
+    pub fn source(&self) -> &str {
+        &self.source
+    }
+
+    /// Records the decision to call `tool` with `arguments` (JSON), and
+    /// returns once it is in the chain: only then may the call run.
+    /// `call_id` defaults to 16 random hex digits.
+    ///
+    /// # Errors
+    /// [`SdkError::BadContent`] for arguments that cannot be hashed,
+    /// [`SdkError::Invalid`] for a bad tool name or call id,
+    /// [`SdkError::NotRecorded`] when it could not be written.
+    pub fn decide(
+        &self,
+        tool: &str,
+        call_id: Option<&str>,
+        arguments: &[u8],
+    ) -> Result<SdkCall, SdkError> {
+        let arguments = content(arguments, "the arguments")?;
+        let (input_hash, secret) = Secret::for_content(&arguments, self.store_content, &mut OsRng)
+            .map_err(|e| SdkError::BadContent(format!("the arguments: {e}")))?;
+        let call_id = match call_id {
+            Some(c) => c.to_owned(),
+            None => {
+                let mut b = [0u8; 8];
+                OsRng.fill_bytes(&mut b);
+                hex::encode(b)
+            }
+        };
+        let body = Body::Decision(Decision {
+            call_id: call_id.clone(),
+            tool: tool.to_owned(),
+            input_hash,
+        });
+        let chain = self.chain()?;
+        let record = self
+            .rt
+            .block_on(chain.append(body, Some(secret)))
+            .map_err(appended)?;
+        Ok(SdkCall {
+            call_id,
+            tool: tool.to_owned(),
+            seq: record.seq.get(),
+            decision: record.hash(),
+        })
+    }
+
+    /// Waits up to `timeout` for the decision's witness receipt, accepted
+    /// by the chain's syncer (docs/protocol.md §8): the SDKs' `strict`.
+    ///
+    /// # Errors
+    /// [`SdkError::NoReceipt`] saying why there is none.
+    pub fn wait_receipt(&self, call: &SdkCall, timeout: Duration) -> Result<(), SdkError> {
+        let chain = self.chain()?;
+        match self
+            .rt
+            .block_on(chain.wait_receipt(call.seq, timeout, false))
+        {
+            Waited::Receipted { .. } => Ok(()),
+            Waited::NoWitness => Err(SdkError::NoReceipt(format!(
+                "no witness is configured for agent {} (tally agent init {} --witness URL)",
+                self.agent, self.agent
+            ))),
+            Waited::Halted { note } | Waited::Failed { note } => Err(SdkError::NoReceipt(format!(
+                "[{}] {}",
+                note.code, note.message
+            ))),
+            Waited::TimedOut { last } => Err(SdkError::NoReceipt(format!(
+                "none within {} ms{}",
+                timeout.as_millis(),
+                last.map(|n| format!(" (last sync error: [{}] {})", n.code, n.message))
+                    .unwrap_or_default()
+            ))),
+        }
+    }
+
+    /// Records how `call` ended: `status` is one of docs/protocol.md §5.2's
+    /// (`ok`, `error`, …), `output` the result or error as JSON. Queued in
+    /// order after the decision; does not wait.
+    ///
+    /// # Errors
+    /// [`SdkError::Invalid`] for an unknown status, [`SdkError::BadContent`]
+    /// for an output that cannot be hashed (the outcome is then recorded
+    /// without an output hash, and the error says so),
+    /// [`SdkError::NotRecorded`] when the chain is gone.
+    pub fn outcome(
+        &self,
+        call: &SdkCall,
+        status: &str,
+        output: Option<&[u8]>,
+    ) -> Result<(), SdkError> {
+        let status: OutcomeStatus = serde_json::from_value(Value::String(status.to_owned()))
+            .map_err(|_| {
+                SdkError::Invalid(format!(
+                    "outcome status {status:?} is not one of ok, error, cancelled, server_exited, client_gone, timeout, http_error, not_run"
+                ))
+            })?;
+        let mut unhashable = None;
+        let (output_hash, secret) = match output.map(|o| {
+            content(o, "the result").and_then(|v| {
+                Secret::for_content(&v, self.store_content, &mut OsRng)
+                    .map_err(|e| SdkError::BadContent(format!("the result: {e}")))
+            })
+        }) {
+            Some(Ok((h, s))) => (Some(h), Some(s)),
+            Some(Err(e)) => {
+                unhashable = Some(e);
+                (None, None)
+            }
+            None => (None, None),
+        };
+        let body = Body::Outcome(Outcome {
+            call_id: call.call_id.clone(),
+            decision: call.decision,
+            status,
+            output_hash,
+        });
+        self.chain()?
+            .append_detached(body, secret)
+            .map_err(appended)?;
+        match unhashable {
+            Some(SdkError::BadContent(m)) => Err(SdkError::BadContent(format!(
+                "{m}; the outcome was recorded without an output hash"
+            ))),
+            Some(e) => Err(e),
+            None => Ok(()),
+        }
+    }
+
+    /// Records a note; returns its seq once it is in the chain.
+    ///
+    /// # Errors
+    /// [`SdkError::Invalid`] for text the protocol refuses,
+    /// [`SdkError::NotRecorded`] when it could not be written.
+    pub fn note(&self, text: &str) -> Result<u64, SdkError> {
+        let chain = self.chain()?;
+        self.rt
+            .block_on(chain.append(Body::Note(NoteBody { text: text.into() }), None))
+            .map(|r| r.seq.get())
+            .map_err(appended)
+    }
+
+    /// Declares the program's full tool list under its source (docs/protocol.md
+    /// §5.3): recorded unless the same list was declared recently, and
+    /// declared again every half lease while the agent is open.
+    ///
+    /// # Errors
+    /// [`SdkError::Invalid`] for a definition without a name or two tools
+    /// of one name; [`SdkError::NotRecorded`] when it could not be written
+    /// (a name another source declares: `tool_name_conflict`).
+    pub fn declare_tools(&self, tools: &[SdkTool]) -> Result<bool, SdkError> {
+        let mut entries = Vec::with_capacity(tools.len());
+        let mut seen = std::collections::BTreeSet::new();
+        for t in tools {
+            let (name, digest, parts) = digest_tool_definition(&t.definition)
+                .map_err(|e| SdkError::Invalid(format!("tool {:?}: {e}", t.name)))?;
+            crate::calls::check_tool_name(&name)
+                .map_err(|why| SdkError::Invalid(format!("tool name {name:?}: {why}")))?;
+            if !seen.insert(name.clone()) {
+                return Err(SdkError::Invalid(format!(
+                    "tool {name:?} is declared twice"
+                )));
+            }
+            entries.push(ToolEntry {
+                name,
+                recorded: t.recorded,
+                digest,
+                parts,
+            });
+        }
+        let declared = DeclaredTools {
+            source: Some(self.source.clone()),
+            lease_ms: self.lease_ms,
+            entries,
+        };
+        let chain = self.chain()?;
+        self.rt
+            .block_on(chain.declare_tools(declared))
+            .map_err(appended)
+    }
+
+    /// Waits up to `timeout` for every record so far to be receipted.
+    ///
+    /// # Errors
+    /// [`SdkError::Closed`].
+    pub fn sync(&self, timeout: Duration) -> Result<SdkSync, SdkError> {
+        let chain = self.chain()?;
+        self.rt.block_on(async {
+            let before = chain.status().await.map_err(SdkError::NotRecorded)?;
+            let error = match (self.has_witness, before.store.head) {
+                (false, _) => Some(format!(
+                    "[no_witness] no witness is configured for agent {}",
+                    self.agent
+                )),
+                (true, None) => None,
+                (true, Some((head, _))) => match chain.wait_receipt(head, timeout, false).await {
+                    Waited::Receipted { .. } => None,
+                    Waited::NoWitness => Some("[no_witness] no witness is configured".into()),
+                    Waited::Halted { note } | Waited::Failed { note } => {
+                        Some(format!("[{}] {}", note.code, note.message))
+                    }
+                    Waited::TimedOut { last } => Some(match last {
+                        Some(n) => format!("[{}] {}", n.code, n.message),
+                        None => format!("[timeout] no receipt within {} ms", timeout.as_millis()),
+                    }),
+                },
+            };
+            let after = chain.status().await.map_err(SdkError::NotRecorded)?;
+            Ok(SdkSync {
+                complete: error.is_none(),
+                records: after.store.records,
+                pending: after.store.records.saturating_sub(after.store.sync_cursor),
+                error,
+            })
+        })
+    }
+
+    /// The chain's status, from its owner.
+    ///
+    /// # Errors
+    /// [`SdkError::NotRecorded`] when the owner cannot say.
+    pub fn status(&self) -> Result<ChainStatus, SdkError> {
+        let chain = self.chain()?;
+        self.rt
+            .block_on(chain.status())
+            .map_err(SdkError::NotRecorded)
+    }
+
+    /// Closes this writer: its queued records are answered (an owner
+    /// commits them, tries one last sync and hands the chain on). Later
+    /// calls fail with [`SdkError::Closed`]. Safe to call twice.
+    pub fn close(&self) {
+        let chain = self
+            .chain
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .take();
+        if let Some(c) = chain {
+            self.rt.block_on(c.close());
+        }
+    }
+}
+
+impl Drop for SdkAgent {
+    fn drop(&mut self) {
+        self.close();
+    }
+}

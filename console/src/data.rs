@@ -360,6 +360,8 @@ pub(crate) struct ToolListRow {
     pub part: u32,
     /// Number of parts.
     pub parts: u32,
+    /// The tool source that declared it (docs/protocol.md §5.3), if named.
+    pub source: Option<String>,
     /// The tools of this part.
     pub tools: Vec<ToolRow>,
 }
@@ -485,6 +487,7 @@ impl ChainView {
                     list_id: list.list_id.clone(),
                     part: list.part,
                     parts: list.parts,
+                    source: list.source.clone(),
                     tools: list
                         .tools
                         .iter()

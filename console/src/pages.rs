@@ -598,7 +598,7 @@ pub(crate) fn agent(view: &View, p: &AgentPage<'_>) -> Markup {
                 details #tool-lists {
                     summary { "Declared tool lists (" (p.chain.tool_lists().len()) " newest parts)" }
                     @for l in p.chain.tool_lists() {
-                        h3 { "list " span.mono { (ext(&l.list_id)) } ", part " (l.part + 1) " of " (l.parts) " — seq " a href=(format!("{base}/records/{}", l.at.index)) { (l.at.seq) } " at " (time(l.at.received)) }
+                        h3 { "list " span.mono { (ext(&l.list_id)) } ", part " (l.part + 1) " of " (l.parts) @if let Some(s) = &l.source { ", source " span.mono { (ext(s)) } } " — seq " a href=(format!("{base}/records/{}", l.at.index)) { (l.at.seq) } " at " (time(l.at.received)) }
                         table {
                             thead { tr { th { "tool" } th { "recorded" } th { "digest" } } }
                             tbody {

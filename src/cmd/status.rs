@@ -170,6 +170,9 @@ fn status_text(s: &Value) -> String {
             text(&k["not_after"])
         );
     }
+    if s["writers"].as_array().is_some_and(Vec::is_empty) {
+        let _ = writeln!(out, "  writers: none running");
+    }
     for w in s["writers"].as_array().into_iter().flatten() {
         let last = match w["last_seq"].as_u64() {
             Some(seq) => format!("last record seq {seq}"),

@@ -148,6 +148,9 @@ def main():
     ap.add_argument("--witness", help="a running `tally serve` to sync to (registers the agent)")
     ap.add_argument("--api-key", help="the witness project's API key")
     ap.add_argument("--http", action="store_true", help="Streamable HTTP: server-everything streamableHttp, gateway --upstream")
+    ap.add_argument("--member", action="store_true",
+                    help="first start an idle gateway of the same agent, which holds the chain (and syncs), so the "
+                         "measured gateway is a member that hands its records over writer.sock")
     args = ap.parse_args()
 
     state = tempfile.mkdtemp(prefix="tally-bench-")
@@ -163,6 +166,16 @@ def main():
         agent = "bench"
     direct, through = [], []
     per_round = args.calls // args.rounds
+    holder = None
+    if args.member:
+        holder = subprocess.Popen([args.tally, "gateway", "--agent", agent, "--name-prefix", "holder.", "--",
+                                   "node", args.server, "stdio"], env=env, stdin=subprocess.PIPE,
+                                  stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        sock = os.path.join(state, "agents", agent, "writer.sock")
+        deadline = time.time() + 30
+        while not os.path.exists(sock):
+            assert time.time() < deadline, "the holder gateway did not start"
+            time.sleep(0.05)
     if args.http:
         server_port, gateway_port = free_port(), free_port()
         server_p = subprocess.Popen(["node", args.server, "streamableHttp"], env=dict(env, PORT=str(server_port)),
@@ -194,6 +207,10 @@ def main():
                 s.timed_calls(args.warmup)
                 sink.extend(s.timed_calls(per_round))
                 s.close()
+
+    if holder is not None:
+        holder.stdin.close()
+        holder.wait(timeout=60)
 
     def row(name, xs):
         return f"| {name} | {len(xs)} | {percentile(xs, 50):.3f} | {percentile(xs, 99):.3f} | {statistics.mean(xs):.3f} |"

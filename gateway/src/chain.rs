@@ -453,6 +453,17 @@ impl OwnerCore {
                 w.records += 1;
                 w.last_seq = Some(record.seq.get());
             }
+            // Once retries were asked about, keep their index current, so a
+            // member that reconnects to this same owner finds what it sent.
+            let mut recent = lock(&core.recent);
+            if let Some(index) = recent.as_mut() {
+                if index.len() >= 4 * RETRY_LOOKBACK {
+                    *recent = None;
+                } else {
+                    index.insert(body_hash(&record.body), record.clone());
+                }
+            }
+            drop(recent);
             Ok(record)
         }))
     }
@@ -771,16 +782,19 @@ async fn serve_member(
         let id = req.id().unwrap_or(0);
         match req {
             Request::Hello { pid, info } => {
-                lock(&core.writers).insert(
-                    conn_id,
-                    WriterStatus {
-                        pid,
-                        info,
-                        owner: false,
-                        records: 0,
-                        last_seq: None,
-                    },
-                );
+                // `tally status` asks and goes: it is not a writer.
+                if info.kind != "status" {
+                    lock(&core.writers).insert(
+                        conn_id,
+                        WriterStatus {
+                            pid,
+                            info,
+                            owner: false,
+                            records: 0,
+                            last_seq: None,
+                        },
+                    );
+                }
                 let _ = out_tx.send(Answer::Welcome {
                     owner_pid: std::process::id(),
                 });
@@ -1122,8 +1136,14 @@ async fn become_owner(ctx: &Ctx, store: ChainStore) -> Result<Owner, String> {
         tokio::spawn(async move {
             let mut next = 1u64;
             loop {
-                let Ok((stream, _)) = listener.accept().await else {
-                    continue;
+                let stream = match listener.accept().await {
+                    Ok((stream, _)) => stream,
+                    Err(e) => {
+                        // Out of file descriptors, say: wait, do not spin.
+                        eprintln!("tally: accepting a writer of the agent's chain: {e}");
+                        tokio::time::sleep(Duration::from_millis(100)).await;
+                        continue;
+                    }
                 };
                 // Only this user's processes may sign as the agent.
                 if uid.is_none() || stream.peer_cred().map(|c| c.uid()).ok() != uid {

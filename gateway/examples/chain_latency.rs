@@ -85,9 +85,15 @@ async fn main() {
     holder.close().await;
     println!("| writer | appends | p50 ms | p99 ms | mean ms |");
     println!("|---|---|---|---|---|");
-    for (name, xs) in [("holds the chain", &mut own), ("hands over (member)", &mut handed)] {
+    for (name, xs) in [
+        ("holds the chain", &mut own),
+        ("hands over (member)", &mut handed),
+    ] {
         let mean = xs.iter().sum::<f64>() / xs.len() as f64;
         let (p50, p99) = (percentile(xs, 50.0), percentile(xs, 99.0));
-        println!("| {name} | {} | {p50:.3} | {p99:.3} | {mean:.3} |", xs.len());
+        println!(
+            "| {name} | {} | {p50:.3} | {p99:.3} | {mean:.3} |",
+            xs.len()
+        );
     }
 }

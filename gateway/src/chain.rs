@@ -813,9 +813,18 @@ async fn serve_member(
                 match queued {
                     Ok(fut) => {
                         inflight.spawn(async move {
-                            let _ = tx.send(appended(id, fut.await));
+                            let r = fut.await;
+                            // This owner's writer stopped (it is closing)
+                            // without writing the record: no answer, so the
+                            // member sends it to the next owner.
+                            if !matches!(r, Err(AppendError::Unavailable(_))) {
+                                let _ = tx.send(appended(id, r));
+                            }
                         });
                     }
+                    // Closing: stop reading; the member sends this request,
+                    // and any after it, to the next owner.
+                    Err(AppendError::Unavailable(_)) => break,
                     Err(e) => {
                         let _ = tx.send(appended(id, Err(e)));
                     }
@@ -873,6 +882,7 @@ async fn serve_member(
                             });
                         });
                     }
+                    Err(AppendError::Unavailable(_)) => break,
                     Err(e) => {
                         let _ = tx.send(refused(id, &e));
                     }

@@ -31,3 +31,4 @@ mod verify_cli;
 mod wire_schemas;
 mod witness_e2e;
 mod witness_tls;
+mod writers_kill9;

@@ -65,6 +65,7 @@ async fn main() {
                     durable: false,
                     final_sync: Duration::ZERO,
                     window: None,
+                    keep_trying: false,
                 },
             )
             .await

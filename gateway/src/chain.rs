@@ -1552,6 +1552,10 @@ pub struct ChainOptions {
     /// Records per batch request when this writer syncs as the owner
     /// (none: the default window).
     pub window: Option<usize>,
+    /// When the chain can be neither opened nor reached: open anyway,
+    /// refuse records (fail closed) and try again at each one after a
+    /// second, instead of failing (a long-running gateway).
+    pub keep_trying: bool,
 }
 
 impl AgentChain {
@@ -1575,13 +1579,18 @@ impl AgentChain {
             agent: agent.clone(),
             key,
             clock,
-            me: options.me,
+            me: options.me.clone(),
             final_sync: options.final_sync,
             window: options.window,
         };
         let role = establish(&ctx).await;
         if let Role::Down(why, _) = &role {
-            return Err(ChainError::Unreachable(why.clone()));
+            if !options.keep_trying {
+                return Err(ChainError::Unreachable(why.clone()));
+            }
+            eprintln!(
+                "tally: agent {agent}: records are refused until the chain can be opened or reached (tried again at each record): {why}"
+            );
         }
         let (tx, rx) = mpsc::unbounded_channel();
         tokio::spawn(drive(ctx, role, rx));

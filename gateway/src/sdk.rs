@@ -208,6 +208,7 @@ impl SdkAgent {
                     durable: options.durable,
                     final_sync: Duration::from_secs(3),
                     window: None,
+                    keep_trying: false,
                 },
             ))
             .map_err(|e| match e {

@@ -447,6 +447,7 @@ fn sync(args: &SyncArgs) -> anyhow::Result<ExitCode> {
                 durable: false,
                 final_sync: Duration::ZERO,
                 window: Some(args.window),
+                keep_trying: false,
             },
         )
         .await?;

@@ -239,6 +239,7 @@ pub(crate) fn run(args: &Args) -> anyhow::Result<ExitCode> {
             durable: args.sync_before_forward,
             final_sync: FINAL_SYNC,
             window: None,
+            keep_trying: true,
         };
         let chain = match AgentChain::open(&state, &args.agent, clock, options).await {
             Ok(c) => c,

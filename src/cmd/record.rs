@@ -332,6 +332,7 @@ pub(crate) fn run(args: &Args) -> anyhow::Result<ExitCode> {
             durable: true,
             final_sync: Duration::ZERO,
             window: None,
+            keep_trying: false,
         },
     ))?;
     let result = rt.block_on(record_and_sync(

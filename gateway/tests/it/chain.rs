@@ -41,6 +41,7 @@ async fn open(state: &StateDir, agent: &AgentName, kind: &str) -> AgentChain {
             durable: false,
             final_sync: Duration::ZERO,
             window: None,
+            keep_trying: false,
         },
     )
     .await

@@ -393,10 +393,12 @@ impl Witness {
                 max: self.config.max_body_bytes,
             });
         }
-        let record = Record::from_json(body)?;
+        // The token before the parse: a record that fails to parse costs
+        // the server as much as one that passes (docs/api.md "`POST /v1/records`").
         self.limiter
             .take(&principal.key_id, self.now())
             .map_err(|retry_after_ms| WitnessError::RateLimited { retry_after_ms })?;
+        let record = Record::from_json(body)?;
         self.owned_agent(principal, &record.agent)?;
         let hash = record.hash();
         if let Err(e) = self.check_key_and_signature(principal, &record) {
@@ -777,11 +779,22 @@ impl Witness {
         principal: &Principal,
         body: &[u8],
     ) -> Result<BatchChecked, WitnessError> {
+        // Paid before the parse, by size: one token per `max_body_bytes`
+        // (the most one record may take) of the body, so that a batch that
+        // fails to parse costs its sender as much as the records it could
+        // hold; then one more per record beyond that, as debt
+        // (docs/api.md "`POST /v1/records/batch`").
+        let by_size = body
+            .len()
+            .div_ceil(self.config.max_body_bytes.max(1))
+            .max(1);
+        self.limiter
+            .take_n(&principal.key_id, by_size, self.now())
+            .map_err(|retry_after_ms| WitnessError::RateLimited { retry_after_ms })?;
         let request = BatchRequest::parse(body)?;
         let n = request.records.len();
         self.limiter
-            .take_n(&principal.key_id, n, self.now())
-            .map_err(|retry_after_ms| WitnessError::RateLimited { retry_after_ms })?;
+            .charge(&principal.key_id, n.saturating_sub(by_size), self.now());
         let mut answers: Vec<Option<Result<Admitted, WitnessError>>> = vec![None; n];
         let mut records: Vec<(usize, CheckedRecord)> = Vec::with_capacity(n);
         let mut keys: Vec<(usize, tally_schemas::PublicKey)> = Vec::with_capacity(n);

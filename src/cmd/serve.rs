@@ -321,14 +321,7 @@ impl Args {
 /// # Errors
 /// Configuration, data folder, bind or TLS errors (exit 2).
 pub(crate) fn run(args: &Args) -> anyhow::Result<ExitCode> {
-    let _ = tracing_subscriber::fmt()
-        .with_env_filter(
-            tracing_subscriber::EnvFilter::try_from_default_env()
-                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info")),
-        )
-        .with_writer(std::io::stderr)
-        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
-        .try_init();
+    super::init_server_logs();
     let (config, origin) = args.config()?;
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .enable_all()

@@ -13,7 +13,8 @@
 //! - `key_changes`: key changes never reach back before admitted records.
 //! - `conn`: the connection cap and the timeouts that bound every
 //!   connection, head and body.
-//! - `keydir`, `metrics`, `ratelimit`, [`refusal_log`]: the smaller parts.
+//! - `keydir`, `metrics`, `ratelimit`, [`refusal_log`], [`log_filter`]: the
+//!   smaller parts.
 //!
 //! The console at `/console` is its own crate, tally-console, on top of this
 //! one; `tally serve` merges its routes into [`http::router`].
@@ -27,6 +28,7 @@ pub mod http;
 mod key_changes;
 mod keydir;
 pub mod kv;
+pub mod log_filter;
 mod metrics;
 mod ratelimit;
 pub mod refusal_log;

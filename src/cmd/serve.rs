@@ -163,10 +163,15 @@ impl CosignArgs {
 #[command(next_help_heading = "Connections (docs/operations.md \"Connections\")")]
 pub(crate) struct ConnArgs {
     /// Most open connections; at the cap a new one closes the connection
-    /// that has waited longest for a request. Lowered to fit the open-file
-    /// limit, which is raised to its hard limit at start [default: 10000].
+    /// that has waited longest for a request, else the oldest
+    /// unauthenticated one. Lowered to fit the open-file limit, which is
+    /// raised to its hard limit at start [default: 10000].
     #[arg(long)]
     pub max_connections: Option<usize>,
+    /// Most unauthenticated connections one client address (IPv4 address,
+    /// IPv6 /64) holds; its next one closes its oldest [default: 1000].
+    #[arg(long)]
+    pub max_connections_per_client: Option<usize>,
     /// Largest request head (HTTP/1.1) or header list (HTTP/2) in bytes,
     /// 8192 to 65536; a larger one is answered 431 [default: 16384].
     #[arg(long)]
@@ -206,6 +211,9 @@ impl ConnArgs {
         let secs = Duration::from_secs;
         if let Some(v) = self.max_connections {
             limits.max_connections = v;
+        }
+        if let Some(v) = self.max_connections_per_client {
+            limits.max_connections_per_client = v;
         }
         if let Some(v) = self.max_header_bytes {
             limits.max_header_bytes = v;

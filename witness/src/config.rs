@@ -169,6 +169,10 @@ pub struct ConnLimits {
     /// closing the one that has waited longest for a request; when every
     /// connection has a request in flight, accepting waits.
     pub max_connections: usize,
+    /// Most unauthenticated connections (none of whose requests has shown
+    /// a valid credential) one client address (an IPv4 address, an IPv6
+    /// /64) holds open; its next one closes its oldest.
+    pub max_connections_per_client: usize,
     /// Largest request head (request line and headers) of HTTP/1.1, and
     /// header list of HTTP/2, in bytes; beyond it, 431.
     pub max_header_bytes: usize,
@@ -199,6 +203,7 @@ impl Default for ConnLimits {
     fn default() -> Self {
         Self {
             max_connections: 10_000,
+            max_connections_per_client: 1_000,
             max_header_bytes: 16 * 1024,
             header_timeout: Duration::from_secs(10),
             idle_timeout: Duration::from_secs(30),
@@ -234,6 +239,9 @@ impl ConnLimits {
         use conn_bounds::{H2_STREAMS, HEADER_BYTES, TIMEOUT_SECS};
         if self.max_connections == 0 {
             return Err("--max-connections must be at least 1".into());
+        }
+        if self.max_connections_per_client == 0 {
+            return Err("--max-connections-per-client must be at least 1".into());
         }
         if !HEADER_BYTES.contains(&self.max_header_bytes) {
             return Err(format!(
@@ -284,6 +292,8 @@ impl ConnLimits {
 pub struct ConnectionsFile {
     /// [`ConnLimits::max_connections`].
     pub max_connections: Option<usize>,
+    /// [`ConnLimits::max_connections_per_client`].
+    pub max_connections_per_client: Option<usize>,
     /// [`ConnLimits::max_header_bytes`].
     pub max_header_bytes: Option<usize>,
     /// [`ConnLimits::header_timeout`].
@@ -308,6 +318,9 @@ impl ConnLimits {
         let secs = Duration::from_secs;
         if let Some(v) = file.max_connections {
             self.max_connections = v;
+        }
+        if let Some(v) = file.max_connections_per_client {
+            self.max_connections_per_client = v;
         }
         if let Some(v) = file.max_header_bytes {
             self.max_header_bytes = v;

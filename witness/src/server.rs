@@ -380,7 +380,7 @@ pub async fn serve(
             }
         };
         let _ = stream.set_nodelay(true);
-        let state = tracker.register(slot);
+        let state = tracker.register(slot, peer.ip());
         let connection = serve_connection(
             stream,
             peer,

@@ -306,7 +306,7 @@ fn path_index(p: Result<Path<String>, PathRejection>) -> Result<LeafIndex, PageE
 
 /// The login page with a fresh form token in its field and its cookie.
 fn login_page(c: &Console, status: StatusCode, message: Option<&str>) -> Response {
-    let token = auth::login_token(&c.witness);
+    let token = auth::login_token(&c.witness, &c.login_key);
     let mut r = page(status, &pages::login(&token, message));
     if let Ok(v) = HeaderValue::from_str(&auth::login_cookie(&token, c.secure_cookies)) {
         r.headers_mut().insert(header::SET_COOKIE, v);
@@ -395,7 +395,7 @@ pub(crate) async fn login(
         }
         Err(_) => return login_page(&c, StatusCode::BAD_REQUEST, Some("Enter an API key.")),
     };
-    if !auth::login_token_ok(&headers, form.login_token.as_deref()) {
+    if !auth::login_token_ok(&c.login_key, &headers, form.login_token.as_deref()) {
         return login_page(
             &c,
             StatusCode::FORBIDDEN,
@@ -1004,6 +1004,20 @@ async fn within_idle<T>(
         })
 }
 
+/// An upload whose reading failed: `408` when the server's body deadline
+/// cut it off (docs/operations.md "Connections": `--body-timeout` from the
+/// head, plus a second per `--body-min-rate` bytes received), else `400`.
+fn unreadable(what: &str, e: &axum::extract::multipart::MultipartError) -> UploadError {
+    if tally_witness::is_body_timeout(e) {
+        UploadError {
+            status: StatusCode::REQUEST_TIMEOUT,
+            message: "the upload fell behind the server's body deadline and was cut off; send it again, or run tally verify on your machine".into(),
+        }
+    } else {
+        format!("{what}: {}", e.body_text()).into()
+    }
+}
+
 /// Reads a small multipart field whole, refusing one over `max` bytes.
 async fn small_field(
     c: &Console,
@@ -1014,7 +1028,7 @@ async fn small_field(
     let mut out = Vec::new();
     while let Some(chunk) = within_idle(c, field.chunk())
         .await?
-        .map_err(|e| format!("reading {name}: {}", e.body_text()))?
+        .map_err(|e| unreadable(&format!("reading {name}"), &e))?
     {
         if out.len() + chunk.len() > max {
             return Err(format!("{name} is larger than {max} bytes").into());
@@ -1043,7 +1057,7 @@ async fn run_upload(
         let mut field = match within_idle(c, multipart.next_field()).await? {
             Ok(Some(f)) => f,
             Ok(None) => return Err("the form has no pack; choose a pack file".into()),
-            Err(e) => return Err(format!("the upload could not be read: {}", e.body_text()).into()),
+            Err(e) => return Err(unreadable("the upload could not be read", &e)),
         };
         let name = field.name().unwrap_or("").to_owned();
         if !csrf_seen {
@@ -1181,6 +1195,7 @@ async fn stream_pack(
             Ok(None) => break,
             Err(e) => {
                 let _ = tx.send(Err(std::io::Error::other(e.body_text()))).await;
+                refused = Some(unreadable("reading the pack", &e));
                 break;
             }
         }

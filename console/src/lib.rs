@@ -200,6 +200,7 @@ pub struct Console {
     links: Arc<LinkStore>,
     sessions: auth::Sessions,
     login_throttle: throttle::LoginThrottle,
+    login_key: auth::LoginKey,
     secure_cookies: bool,
     reports: Mutex<Reports>,
     report_done: Condvar,
@@ -321,10 +322,12 @@ impl Console {
         secure_cookies: bool,
         limits: ConsoleLimits,
     ) -> Arc<Self> {
+        let login_key = auth::LoginKey::new(&witness);
         Arc::new(Self {
             witness,
             links,
             sessions,
+            login_key,
             login_throttle: throttle::LoginThrottle::new(
                 limits.login_per_address,
                 limits.login_global,

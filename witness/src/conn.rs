@@ -976,6 +976,14 @@ pub(crate) fn body_timeout(e: &(dyn std::error::Error + 'static)) -> Option<Body
         .find_map(|e| e.downcast_ref::<BodyTimeout>().copied())
 }
 
+/// Whether `e` is, or wraps, a request body cut off by its deadline (for
+/// routes that read bodies through other extractors, such as multipart:
+/// they answer it `408`, docs/api.md "Errors").
+#[must_use]
+pub fn is_body_timeout(e: &(dyn std::error::Error + 'static)) -> bool {
+    body_timeout(e).is_some()
+}
+
 /// How a response body is being taken by the connection.
 #[derive(Debug, Default)]
 struct ResponseProgress {
@@ -1025,20 +1033,32 @@ impl HttpBody for GuardedBody {
     }
 }
 
+/// `Strict-Transport-Security` of every answer over TLS: browsers that
+/// have seen it use HTTPS for the host for a year (docs/operations.md
+/// "TLS"); subdomains are left alone, they may be other services.
+pub(crate) const HSTS: &str = "max-age=31536000";
+
 /// The routes of one connection: counts its requests in flight, gives each
-/// request body its deadline, and tells handlers the client's address
-/// (axum's `ConnectInfo<SocketAddr>`).
+/// request body its deadline, tells handlers the client's address (axum's
+/// `ConnectInfo<SocketAddr>`) and hands them the connection's
+/// [`ConnTrust`]; over TLS, adds `Strict-Transport-Security` to every answer.
 #[derive(Clone)]
 pub(crate) struct TrackedService {
     app: Router,
     state: Arc<ConnState>,
     body: BodyLimits,
     peer: std::net::SocketAddr,
+    tls: bool,
 }
 
 impl TrackedService {
-    /// `app` serving the connection `state` from `peer`.
-    pub(crate) fn new(app: Router, state: Arc<ConnState>, peer: std::net::SocketAddr) -> Self {
+    /// `app` serving the connection `state` from `peer`, over TLS or not.
+    pub(crate) fn new(
+        app: Router,
+        state: Arc<ConnState>,
+        peer: std::net::SocketAddr,
+        tls: bool,
+    ) -> Self {
         let limits = &state.tracker.limits;
         let body = BodyLimits {
             timeout: limits.body_timeout,
@@ -1050,6 +1070,7 @@ impl TrackedService {
             state,
             body,
             peer,
+            tls,
         }
     }
 }
@@ -1070,8 +1091,15 @@ impl hyper::service::Service<Request<Incoming>> for TrackedService {
             .insert(ConnTrust(Arc::downgrade(&self.state)));
         let app = self.app.clone();
         let state = Arc::clone(&self.state);
+        let tls = self.tls;
         Box::pin(async move {
-            let resp = app.oneshot(req).await?;
+            let mut resp = app.oneshot(req).await?;
+            if tls {
+                resp.headers_mut().insert(
+                    hyper::header::STRICT_TRANSPORT_SECURITY,
+                    hyper::header::HeaderValue::from_static(HSTS),
+                );
+            }
             Ok(resp.map(|inner| {
                 let progress = http2.then(|| state.track_response());
                 Body::new(GuardedBody {

@@ -37,7 +37,7 @@ pub mod server;
 pub mod witness;
 
 pub use config::{ServeConfig, WitnessConfig};
-pub use conn::{client_key, CloseReason, ConnTrust, ConnectionStats};
+pub use conn::{client_key, is_body_timeout, CloseReason, ConnTrust, ConnectionStats};
 pub use error::WitnessError;
 pub use key_changes::{AgentTimes, KeyChanges};
 pub use keydir::KeyDirectoryError;

@@ -436,7 +436,7 @@ async fn serve_http(
     http: Arc<auto::Builder<TokioExecutor>>,
     watcher: Watcher,
 ) {
-    let service = TrackedService::new(app, Arc::clone(&state), peer);
+    let service = TrackedService::new(app, Arc::clone(&state), peer, acceptor.is_some());
     match acceptor {
         None => {
             let io = TokioIo::new(ConnIo::new(stream, state));

@@ -75,6 +75,14 @@ pub(crate) struct Args {
     /// Token bucket size per API key [default: 2 x rate limit].
     #[arg(long)]
     pub rate_burst: Option<u32>,
+    /// Records a project may have checked per UTC day; past it 429
+    /// quota_exceeded; 0: no quota [default: no quota].
+    #[arg(long, value_name = "N")]
+    pub project_records_per_day: Option<u64>,
+    /// Canonical record bytes a project may have checked per UTC day; past
+    /// it 429 quota_exceeded; 0: no quota [default: no quota].
+    #[arg(long, value_name = "BYTES")]
+    pub project_bytes_per_day: Option<u64>,
     /// Appends that may wait for the log's writer [default: 8192].
     #[arg(long)]
     pub queue_capacity: Option<usize>,
@@ -287,6 +295,12 @@ impl Args {
             });
         } else if let (Some(burst), Some(rl)) = (self.rate_burst, c.witness.rate_limit.as_mut()) {
             rl.burst = burst;
+        }
+        if let Some(v) = self.project_records_per_day {
+            c.witness.project_quota.records_per_day = (v > 0).then_some(v);
+        }
+        if let Some(v) = self.project_bytes_per_day {
+            c.witness.project_quota.bytes_per_day = (v > 0).then_some(v);
         }
         if let Some(v) = self.queue_capacity {
             c.log.queue_capacity = v.max(1);

@@ -1129,3 +1129,85 @@ async fn unparseable_batches_are_charged_and_answered_429() {
         "{statuses:?}"
     );
 }
+
+/// Defect: nothing bounded how much one project could grow the log: one
+/// key at the allowed rate could add about 1.1 TB an hour. Now a project
+/// may have at most `--project-records-per-day` records (and
+/// `--project-bytes-per-day` bytes) checked per UTC day; past it `429
+/// quota_exceeded` with the time to the next day, for single records and
+/// each record of a batch, while a retry of an admitted record still gets
+/// its receipt.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_project_over_its_quota_is_answered_429_quota_exceeded() {
+    let _heavy = common::heavy().await;
+    let w = start(&["--project-records-per-day", "5"]);
+    let mut agent = w.agent("quota-bot").await;
+    let mut admitted = Vec::new();
+    for i in 0..5 {
+        let r = agent.draft(&format!("within {i}"));
+        let resp = common::post_record(&w.http, &w.url, &w.api_key, &r)
+            .await
+            .unwrap();
+        assert_eq!(resp.status(), 200, "record {i}");
+        agent.accepted(&r);
+        admitted.push(r);
+    }
+    let over = agent.draft("over");
+    let resp = common::post_record(&w.http, &w.url, &w.api_key, &over)
+        .await
+        .unwrap();
+    assert_eq!(resp.status(), 429);
+    let retry_after: u64 = resp
+        .headers()
+        .get("retry-after")
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.parse().ok())
+        .unwrap();
+    assert!((1..=86_400).contains(&retry_after), "{retry_after}");
+    let body: serde_json::Value = resp.json().await.unwrap();
+    println!("over the quota: {body}");
+    assert_eq!(body["error"]["code"], "quota_exceeded");
+    assert!(body["error"]["retry_after_ms"].as_u64().unwrap() <= 86_400_000);
+
+    // A batch: each record refused on its own.
+    let batch = format!(
+        "{{\"records\":[{}],\"v\":1}}",
+        String::from_utf8(over.canonical_bytes().to_vec()).unwrap()
+    );
+    let resp = w
+        .http
+        .post(format!("{}/v1/records/batch", w.url))
+        .bearer_auth(&w.api_key)
+        .body(batch)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(resp.status(), 200);
+    let answer: serde_json::Value = resp.json().await.unwrap();
+    assert_eq!(answer["results"][0]["status"], 429, "{answer}");
+    assert_eq!(answer["results"][0]["error"]["code"], "quota_exceeded");
+
+    // A lost answer retried: the original receipt, quota or not.
+    let resp = common::post_record(&w.http, &w.url, &w.api_key, &admitted[2])
+        .await
+        .unwrap();
+    assert_eq!(resp.status(), 200);
+
+    let metrics = w
+        .http
+        .get(format!("{}/metrics", w.url))
+        .send()
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    assert!(
+        metrics.contains("tally_project_records_today{project=\"default\"} 5"),
+        "{metrics}"
+    );
+    assert!(
+        metrics.contains("tally_admissions_total{status=\"429\",code=\"quota_exceeded\"}"),
+        "{metrics}"
+    );
+}

@@ -908,6 +908,7 @@ async fn metrics(State(w): State<Arc<Witness>>) -> Response {
         )],
         {
             let mut text = w.metrics().render(w.log().stats(), size);
+            w.render_quotas(&mut text);
             if let Some(c) = w.cosigning() {
                 c.render_metrics(&mut text);
             }

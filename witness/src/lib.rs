@@ -13,8 +13,8 @@
 //! - `key_changes`: key changes never reach back before admitted records.
 //! - `conn`: the connection cap and the timeouts that bound every
 //!   connection, head and body.
-//! - `keydir`, `metrics`, `ratelimit`, [`refusal_log`], [`log_filter`]: the
-//!   smaller parts.
+//! - `keydir`, `metrics`, `ratelimit`, `quota`, [`refusal_log`],
+//!   [`log_filter`]: the smaller parts.
 //!
 //! The console at `/console` is its own crate, tally-console, on top of this
 //! one; `tally serve` merges its routes into [`http::router`].
@@ -30,6 +30,7 @@ mod keydir;
 pub mod kv;
 pub mod log_filter;
 mod metrics;
+mod quota;
 mod ratelimit;
 pub mod refusal_log;
 pub mod registry;
@@ -42,4 +43,5 @@ pub use error::WitnessError;
 pub use key_changes::{AgentTimes, KeyChanges};
 pub use keydir::KeyDirectoryError;
 pub use metrics::Metrics;
+pub use quota::ProjectQuota;
 pub use witness::Witness;

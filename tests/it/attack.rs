@@ -15,7 +15,9 @@
 //! second), one address holds at most its share of unauthenticated
 //! connections, zero-window entry-tile fetches share one bundle (RSS
 //! bounded), 2 MB console form bodies are refused at once, rapid resets do
-//! not flood the log, and unparseable batches are charged and answered 429.
+//! not flood the log, unparseable batches are charged and answered 429, a
+//! project over its quota is answered 429, and a stalled verify upload is
+//! answered 408 at the body deadline.
 //!
 //! Bounded in count and time: at most about 7,000 sockets, each closed by
 //! the server within seconds (short timeouts are set by flag). The tests run
@@ -1210,4 +1212,94 @@ async fn a_project_over_its_quota_is_answered_429_quota_exceeded() {
         metrics.contains("tally_admissions_total{status=\"429\",code=\"quota_exceeded\"}"),
         "{metrics}"
     );
+}
+
+/// Defect: a verify upload that stalled was cut off by the server's body
+/// deadline and answered `400`, where api.md and console.md said `408`
+/// at 20 s. Now a body timeout on the upload routes is `408`, at the body
+/// deadline (`--body-timeout`, here 2 s, plus a second per
+/// `--body-min-rate` bytes), as the docs now say.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_stalled_verify_upload_is_answered_408_at_the_body_deadline() {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let _heavy = common::heavy().await;
+    let w = start(&["--body-timeout", "2"]);
+    let addr = hostile::addr_of(&w.url);
+    let browser = reqwest::Client::builder()
+        .redirect(reqwest::redirect::Policy::none())
+        .build()
+        .unwrap();
+    let first_cookie = |r: &reqwest::Response| {
+        r.headers()
+            .get(reqwest::header::SET_COOKIE)
+            .and_then(|v| v.to_str().ok())
+            .and_then(|v| v.split(';').next())
+            .unwrap()
+            .to_owned()
+    };
+    let between = |s: &str, start: &str| {
+        let i = s.find(start).unwrap() + start.len();
+        s[i..i + s[i..].find('"').unwrap()].to_owned()
+    };
+    let form = browser
+        .get(format!("{}/console/login", w.url))
+        .send()
+        .await
+        .unwrap();
+    let login_cookie = first_cookie(&form);
+    let token = between(&form.text().await.unwrap(), "name=\"login_token\" value=\"");
+    let r = browser
+        .post(format!("{}/console/login", w.url))
+        .header(reqwest::header::COOKIE, login_cookie)
+        .form(&[("login_token", token.as_str()), ("api_key", &w.api_key)])
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 303);
+    let session = first_cookie(&r);
+    let page = browser
+        .get(format!("{}/console/verify", w.url))
+        .header(reqwest::header::COOKIE, &session)
+        .send()
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    let csrf = between(&page, "name=\"csrf\" value=\"");
+
+    let mut s = tokio::net::TcpStream::connect(addr).await.unwrap();
+    let body = format!(
+        "--XyZ\r\nContent-Disposition: form-data; name=\"csrf\"\r\n\r\n{csrf}\r\n--XyZ\r\nContent-Disposition: form-data; name=\"agent_keys\"\r\n\r\n{{"
+    );
+    let head = format!(
+        "POST /console/verify HTTP/1.1\r\nHost: {addr}\r\nOrigin: http://{addr}\r\nCookie: {session}\r\nContent-Type: multipart/form-data; boundary=XyZ\r\nContent-Length: 100000\r\n\r\n"
+    );
+    s.write_all(format!("{head}{body}").as_bytes())
+        .await
+        .unwrap();
+    let sent = Instant::now();
+    let mut answer = Vec::new();
+    let mut buf = vec![0u8; 4096];
+    let _ = tokio::time::timeout(Duration::from_secs(30), async {
+        while let Ok(n) = s.read(&mut buf).await {
+            if n == 0 {
+                break;
+            }
+            answer.extend_from_slice(&buf[..n]);
+            if answer.windows(4).any(|w| w == b"\r\n\r\n") {
+                break;
+            }
+        }
+    })
+    .await;
+    let after = sent.elapsed();
+    let status = String::from_utf8_lossy(&answer)
+        .split_whitespace()
+        .nth(1)
+        .unwrap_or("none")
+        .to_owned();
+    println!("the stalled verify upload was answered {status} after {after:?}");
+    assert_eq!(status, "408");
+    assert!(after >= Duration::from_secs(2) && after <= Duration::from_secs(2) + SLACK);
 }

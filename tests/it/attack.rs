@@ -10,8 +10,8 @@
 //! answers without flow-control window and stalled TLS handshakes are
 //! closed. The acceptance test holds 5,000 slow bodies and 2,000 slowloris
 //! connections at once while an agent posts valid records. The second
-//! round: keyless h2c streams and HTTP/1.1 login bodies cannot hold the
-//! connection slots (valid posts from new connections answered within a
+//! round: keyless h2c streams, h2 streams over TLS and HTTP/1.1 login
+//! bodies cannot hold the connection slots (valid posts from new connections answered within a
 //! second), one address holds at most its share of unauthenticated
 //! connections, zero-window entry-tile fetches share one bundle (RSS
 //! bounded), 2 MB console form bodies are refused at once, rapid resets do
@@ -1302,4 +1302,76 @@ async fn a_stalled_verify_upload_is_answered_408_at_the_body_deadline() {
     println!("the stalled verify upload was answered {status} after {after:?}");
     assert_eq!(status, "408");
     assert!(after >= Duration::from_secs(2) && after <= Duration::from_secs(2) + SLACK);
+}
+
+/// The slot hold of `keyless_clients_cannot_hold_the_connection_slots`
+/// over TLS (ALPN h2): the same connection layer bounds it, so valid
+/// posts from new connections are still answered within a second.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn keyless_h2_streams_over_tls_cannot_hold_the_connection_slots() {
+    let _heavy = common::heavy().await;
+    hostile::raise_nofile(2_000).unwrap();
+    let tls = |name: &str| {
+        std::path::PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+            .join("testdata/tls")
+            .join(name)
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let (cert, key) = (tls("server.pem"), tls("server.key"));
+    let server = Server::start(
+        &dir.path().join("data"),
+        &[
+            "--rate-limit",
+            "0",
+            "--tls-cert",
+            cert.to_str().unwrap(),
+            "--tls-key",
+            key.to_str().unwrap(),
+            "--max-connections",
+            "100",
+            "--max-connections-per-client",
+            "100000",
+        ],
+    );
+    let api_key = server.banner_value("API key");
+    let log_key = NoteVerifier::from_vkey(&server.banner_value("witness key")).unwrap();
+    let addr: std::net::SocketAddr = server
+        .url
+        .strip_prefix("https://")
+        .unwrap()
+        .parse()
+        .unwrap();
+    let ca = std::fs::read(tls("ca.pem")).unwrap();
+    let http = reqwest::Client::builder()
+        .tls_built_in_root_certs(false)
+        .add_root_certificate(reqwest::Certificate::from_pem(&ca).unwrap())
+        .pool_max_idle_per_host(0)
+        .build()
+        .unwrap();
+    let mut agent = Agent::new("tls-slot-bot");
+    agent.register(&http, &server.url, &api_key).await;
+
+    let until = Instant::now() + Duration::from_secs(12);
+    let flood = hostile::hold_slots_h2(
+        addr,
+        Some(hostile::h2_tls_connector(&ca)),
+        150,
+        Duration::from_millis(500),
+        until,
+    );
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    let p = probe(
+        &http,
+        &server.url,
+        &api_key,
+        &mut agent,
+        &log_key,
+        10,
+        Duration::from_millis(200),
+    )
+    .await;
+    let flood = hostile::join_floods(flood).await;
+    println!("h2 login streams over TLS: {flood:?}");
+    assert_posts_within_a_second("valid posts during 150 h2 login streams over TLS", &p);
+    assert!(flood.opened >= 150, "the flood did not connect: {flood:?}");
 }

@@ -444,7 +444,10 @@ impl Tracker {
             trusted: AtomicBool::new(false),
             started: Instant::now(),
             responses: Mutex::new(Vec::new()),
-            _slot: slot,
+            slot: Mutex::new(Some(Slot {
+                _permit: slot,
+                stats: Arc::clone(&self.stats),
+            })),
         });
         self.waiting(&conn, 0);
         self.untrusted_from(&conn, client_key(peer));
@@ -494,12 +497,35 @@ pub(crate) struct ConnState {
     started: Instant,
     /// The response bodies of the requests in flight.
     responses: Mutex<Vec<Weak<ResponseProgress>>>,
-    _slot: OwnedSemaphorePermit,
+    /// The connection's place under the cap, given back when the watchdog
+    /// ends (the socket is closed then), not when the last request of the
+    /// connection ends: an HTTP/2 request of a connection closed for room
+    /// may run on until its body deadline, and must not hold the slot.
+    slot: Mutex<Option<Slot>>,
 }
 
-impl Drop for ConnState {
+/// A place under the connection cap, counted in `tally_connections_open`.
+#[derive(Debug)]
+struct Slot {
+    _permit: OwnedSemaphorePermit,
+    stats: Arc<ConnectionStats>,
+}
+
+impl Drop for Slot {
     fn drop(&mut self) {
-        self.tracker.stats.open.fetch_sub(1, Ordering::Relaxed);
+        self.stats.open.fetch_sub(1, Ordering::Relaxed);
+    }
+}
+
+impl ConnState {
+    /// Gives the connection's slot back (the connection is closed).
+    fn release_slot(&self) {
+        let slot = self
+            .slot
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .take();
+        drop(slot);
     }
 }
 
@@ -645,6 +671,13 @@ impl ConnState {
         if let Some(reason) = p.close_now {
             return Err(Some(reason));
         }
+        // Closed for room while it waited, and a request has begun since:
+        // a key holder's request is let finish, an unauthenticated one
+        // is not (it could hold the slot accepting waits for until its
+        // body deadline).
+        if p.evicted && !self.trusted.load(Ordering::Relaxed) {
+            return Err(Some(CloseReason::Evicted));
+        }
         if p.in_flight > 0 {
             drop(p);
             return match self.response_deadline() {
@@ -712,6 +745,17 @@ impl Drop for RequestGuard {
 /// left to finish them (hyper's graceful shutdown closes it after).
 pub(crate) async fn watch_connection<F: Future>(
     state: Arc<ConnState>,
+    connection: F,
+    shutdown: watch::Receiver<bool>,
+) {
+    watch_until_closed(&state, connection, shutdown).await;
+    // The connection (socket and HTTP state) was dropped with the future.
+    state.release_slot();
+}
+
+/// [`watch_connection`] up to the close.
+async fn watch_until_closed<F: Future>(
+    state: &Arc<ConnState>,
     connection: F,
     mut shutdown: watch::Receiver<bool>,
 ) {

@@ -432,9 +432,47 @@ pub(crate) fn h2c_reset(stream: u32) -> Vec<u8> {
     out
 }
 
+/// A plain or TLS stream of the h2 floods.
+trait Io: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send {}
+impl<T: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send> Io for T {}
+
+/// A TLS client trusting `ca_pem` alone, offering only ALPN h2.
+pub(crate) fn h2_tls_connector(ca_pem: &[u8]) -> tokio_rustls::TlsConnector {
+    use rustls::pki_types::pem::PemObject;
+    let mut roots = rustls::RootCertStore::empty();
+    for cert in rustls::pki_types::CertificateDer::pem_slice_iter(ca_pem) {
+        roots.add(cert.unwrap()).unwrap();
+    }
+    let provider = Arc::new(rustls::crypto::ring::default_provider());
+    let mut cfg = rustls::ClientConfig::builder_with_provider(provider)
+        .with_safe_default_protocol_versions()
+        .unwrap()
+        .with_root_certificates(roots)
+        .with_no_client_auth();
+    cfg.alpn_protocols = vec![b"h2".to_vec()];
+    tokio_rustls::TlsConnector::from(Arc::new(cfg))
+}
+
+/// A connection to `addr`, over TLS (server name `localhost`) when
+/// `tls` is given.
+async fn connect(
+    addr: SocketAddr,
+    tls: Option<&tokio_rustls::TlsConnector>,
+) -> Option<Box<dyn Io>> {
+    let s = TcpStream::connect(addr).await.ok()?;
+    match tls {
+        None => Some(Box::new(s)),
+        Some(c) => {
+            let name = rustls::pki_types::ServerName::try_from("localhost").ok()?;
+            let t = c.connect(name, s).await.ok()?;
+            Some(Box::new(t))
+        }
+    }
+}
+
 /// Reads and drops whatever the server sends until it closes; counts the
 /// bytes.
-fn drain(mut rd: tokio::net::tcp::OwnedReadHalf) -> JoinHandle<u64> {
+fn drain<R: tokio::io::AsyncRead + Unpin + Send + 'static>(mut rd: R) -> JoinHandle<u64> {
     tokio::spawn(async move {
         let mut buf = vec![0u8; 16 * 1024];
         let mut n = 0;
@@ -469,18 +507,30 @@ pub(crate) fn hold_slots_h2c(
     every: Duration,
     until: Instant,
 ) -> Vec<JoinHandle<Flood>> {
+    hold_slots_h2(addr, None, conns, every, until)
+}
+
+/// [`hold_slots_h2c`], over TLS with `tls` (ALPN h2) when given.
+pub(crate) fn hold_slots_h2(
+    addr: SocketAddr,
+    tls: Option<tokio_rustls::TlsConnector>,
+    conns: usize,
+    every: Duration,
+    until: Instant,
+) -> Vec<JoinHandle<Flood>> {
     (0..conns)
         .map(|_| {
+            let tls = tls.clone();
             tokio::spawn(async move {
                 let mut f = Flood::default();
                 let authority = addr.to_string();
                 while Instant::now() < until {
-                    let Ok(s) = TcpStream::connect(addr).await else {
+                    let Some(s) = connect(addr, tls.as_ref()).await else {
                         tokio::time::sleep(Duration::from_millis(50)).await;
                         continue;
                     };
                     f.opened += 1;
-                    let (rd, mut wr) = s.into_split();
+                    let (rd, mut wr) = tokio::io::split(s);
                     let reader = drain(rd);
                     let mut out = h2c_preface(false);
                     let mut stream = 1u32;

@@ -5,7 +5,7 @@
 //! authentication, projects and agent keys, record admission, receipts,
 //! exports, the key directory, metrics, and the server behind `tally serve`.
 //!
-//! - [`witness`]: admission in the order of docs/api.md "`POST /v1/records`", agent heads.
+//! - [`witness`]: admission in the order of docs/api.md "POST /v1/records", agent heads.
 //! - [`registry`]: projects, API keys (hashed), agents and their keys.
 //! - [`export`]: packs, agent-keys.json, head.json (protocol.md §9).
 //! - [`http`]: the routes; [`error`]: the one error → status/code table.

@@ -1,4 +1,4 @@
-//! Per-project quotas (docs/api.md "`POST /v1/records`", 429
+//! Per-project quotas (docs/api.md "POST /v1/records", 429
 //! `quota_exceeded`; docs/operations.md "Quotas"): records and bytes a
 //! project may have checked per UTC day of the witness clock. A key's rate
 //! limit bounds how fast; a quota bounds how much a project can grow the

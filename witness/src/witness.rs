@@ -401,13 +401,13 @@ impl Witness {
             });
         }
         // The token before the parse: a record that fails to parse costs
-        // the server as much as one that passes (docs/api.md "`POST /v1/records`").
+        // the server as much as one that passes (docs/api.md "POST /v1/records").
         self.limiter
             .take(&principal.key_id, self.now())
             .map_err(|retry_after_ms| WitnessError::RateLimited { retry_after_ms })?;
         let record = Record::from_json(body)?;
         let hash = record.hash();
-        // The project's quota (docs/api.md "`POST /v1/records`"); a retry
+        // The project's quota (docs/api.md "POST /v1/records"); a retry
         // of an admitted record still gets its receipt.
         if let Err(e) = self.quotas.charge(
             &principal.project,
@@ -800,7 +800,7 @@ impl Witness {
         // (the most one record may take) of the body, so that a batch that
         // fails to parse costs its sender as much as the records it could
         // hold; then one more per record beyond that, as debt
-        // (docs/api.md "`POST /v1/records/batch`").
+        // (docs/api.md "POST /v1/records/batch").
         let by_size = body
             .len()
             .div_ceil(self.config.max_body_bytes.max(1))

@@ -310,13 +310,59 @@ pub(crate) fn session_cookie(token: &str, secure: bool) -> String {
     )
 }
 
-/// A fresh login-form token: 256 random bits, hex.
-pub(crate) fn login_token(w: &Witness) -> String {
-    w.with_rng(|rng| {
-        let mut t = [0u8; 32];
+/// The server's key for login-form tokens, random per process: a token
+/// this server did not make (one a client set in its own cookie and form
+/// alike) is refused (docs/console.md "Access").
+pub(crate) struct LoginKey([u8; 32]);
+
+impl LoginKey {
+    /// A fresh key from the witness's randomness.
+    pub(crate) fn new(w: &Witness) -> Self {
+        Self(w.with_rng(|rng| {
+            let mut k = [0u8; 32];
+            rng.fill_bytes(&mut k);
+            k
+        }))
+    }
+
+    /// The tag of a token's random half: SHA-256 of a label, the key and
+    /// the nonce, cut to 128 bits.
+    fn tag(&self, nonce: &[u8; 16]) -> [u8; 16] {
+        let d = Sha256::new()
+            .chain_update(b"tally console login form\n")
+            .chain_update(self.0)
+            .chain_update(nonce)
+            .finalize();
+        let mut t = [0u8; 16];
+        t.copy_from_slice(&d[..16]);
+        t
+    }
+
+    /// Whether `token` (64 hex digits) is one this key made.
+    fn made(&self, token: &str) -> bool {
+        let Ok(bytes) = hex::decode(token) else {
+            return false;
+        };
+        let Ok(bytes) = <[u8; 32]>::try_from(bytes) else {
+            return false;
+        };
+        let mut nonce = [0u8; 16];
+        nonce.copy_from_slice(&bytes[..16]);
+        self.tag(&nonce).ct_eq(&bytes[16..]).into()
+    }
+}
+
+/// A fresh login-form token: 128 random bits and their tag under the
+/// server's [`LoginKey`], hex.
+pub(crate) fn login_token(w: &Witness, key: &LoginKey) -> String {
+    let nonce = w.with_rng(|rng| {
+        let mut t = [0u8; 16];
         rng.fill_bytes(&mut t);
-        hex::encode(t)
-    })
+        t
+    });
+    let mut t = nonce.to_vec();
+    t.extend_from_slice(&key.tag(&nonce));
+    hex::encode(t)
 }
 
 /// The `Set-Cookie` value that carries a login form's token.
@@ -329,12 +375,12 @@ pub(crate) fn login_cookie(token: &str, secure: bool) -> String {
 }
 
 /// Whether a login post's form token equals its `tally_login` cookie
-/// (compared in constant time).
+/// (compared in constant time) and was made by this server's `key`.
 #[must_use]
-pub(crate) fn login_token_ok(headers: &HeaderMap, submitted: Option<&str>) -> bool {
+pub(crate) fn login_token_ok(key: &LoginKey, headers: &HeaderMap, submitted: Option<&str>) -> bool {
     match (cookie(headers, LOGIN_COOKIE), submitted) {
         (Some(c), Some(s)) if c.len() == 64 && s.len() == c.len() => {
-            s.as_bytes().ct_eq(c.as_bytes()).into()
+            bool::from(s.as_bytes().ct_eq(c.as_bytes())) && key.made(c)
         }
         _ => false,
     }
@@ -479,18 +525,31 @@ mod tests {
     }
 
     #[test]
-    fn console_login_token_must_match_its_cookie() {
-        let t = "a".repeat(64);
+    fn console_login_token_must_match_its_cookie_and_be_the_servers() {
+        let key = LoginKey([7; 32]);
+        let mut nonce = [0u8; 16];
+        nonce[0] = 1;
+        let t = format!("{}{}", hex::encode(nonce), hex::encode(key.tag(&nonce)));
         let mut h = HeaderMap::new();
-        assert!(!login_token_ok(&h, Some(&t)), "no cookie");
+        assert!(!login_token_ok(&key, &h, Some(&t)), "no cookie");
         h.insert(
             header::COOKIE,
             HeaderValue::from_str(&format!("{LOGIN_COOKIE}={t}")).unwrap(),
         );
-        assert!(login_token_ok(&h, Some(&t)));
-        assert!(!login_token_ok(&h, Some(&"b".repeat(64))));
-        assert!(!login_token_ok(&h, Some("")));
-        assert!(!login_token_ok(&h, None));
+        assert!(login_token_ok(&key, &h, Some(&t)));
+        assert!(!login_token_ok(&key, &h, Some(&"b".repeat(64))));
+        assert!(!login_token_ok(&key, &h, Some("")));
+        assert!(!login_token_ok(&key, &h, None));
+        // A token the client made up, the same in cookie and form, or one
+        // another server (key) made: refused.
+        let forged = "a".repeat(64);
+        let mut h2 = HeaderMap::new();
+        h2.insert(
+            header::COOKIE,
+            HeaderValue::from_str(&format!("{LOGIN_COOKIE}={forged}")).unwrap(),
+        );
+        assert!(!login_token_ok(&key, &h2, Some(&forged)));
+        assert!(!login_token_ok(&LoginKey([8; 32]), &h, Some(&t)));
         let c = login_cookie(&t, true);
         assert!(c.contains("Path=/console/login") && c.contains("SameSite=Strict"));
         assert!(c.contains("HttpOnly") && c.ends_with("; Secure"));

@@ -11,11 +11,14 @@ use std::sync::Arc;
 
 use axum::extract::multipart::MultipartRejection;
 use axum::extract::rejection::{FormRejection, PathRejection, QueryRejection};
-use axum::extract::{ConnectInfo, Form, FromRequestParts, Multipart, Path, Query, State};
+use axum::extract::{
+    ConnectInfo, Form, FromRequest, FromRequestParts, Multipart, Path, Query, Request, State,
+};
 use axum::http::request::Parts;
 use axum::http::{header, HeaderMap, HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Redirect, Response};
 use maud::Markup;
+use serde::de::DeserializeOwned;
 use serde::Deserialize;
 use tally_schemas::limits::{MAX_AGENTS_PER_PACK, MAX_WIRE_OBJECT_BYTES};
 use tally_schemas::note::NoteVerifier;
@@ -303,7 +306,7 @@ fn path_index(p: Result<Path<String>, PathRejection>) -> Result<LeafIndex, PageE
 
 /// The login page with a fresh form token in its field and its cookie.
 fn login_page(c: &Console, status: StatusCode, message: Option<&str>) -> Response {
-    let token = auth::login_token(&c.witness);
+    let token = auth::login_token(&c.witness, &c.login_key);
     let mut r = page(status, &pages::login(&token, message));
     if let Ok(v) = HeaderValue::from_str(&auth::login_cookie(&token, c.secure_cookies)) {
         r.headers_mut().insert(header::SET_COOKIE, v);
@@ -339,11 +342,27 @@ impl<St: Send + Sync> FromRequestParts<St> for ClientAddr {
     }
 }
 
+/// Reads a form body, after the checks that need only the headers: the
+/// console router bounds every form body to [`crate::MAX_FORM_BYTES`]
+/// (docs/console.md "Access"), and the server gives it its deadline.
+async fn read_form<T: DeserializeOwned>(request: Request) -> Result<T, FormRejection> {
+    Form::<T>::from_request(request, &()).await.map(|Form(t)| t)
+}
+
+/// Marks the request's connection as a key holder's (docs/operations.md
+/// "Connections"), once a session or an API key has been checked.
+fn trust_connection(request: &Request) {
+    if let Some(t) = request.extensions().get::<tally_witness::ConnTrust>() {
+        t.authenticated();
+    }
+}
+
+/// `POST /console/login`: the throttle and the origin are decided from the
+/// headers, before any of the body is read (docs/console.md "Access").
 pub(crate) async fn login(
     State(c): S,
     ClientAddr(client): ClientAddr,
-    headers: HeaderMap,
-    form: Result<Form<LoginForm>, FormRejection>,
+    request: Request,
 ) -> Response {
     // Every attempt counts, before anything about it is looked at.
     if let Err(wait_ms) = c.login_throttle.take(client, c.witness.now()) {
@@ -360,14 +379,23 @@ pub(crate) async fn login(
             .insert(header::RETRY_AFTER, HeaderValue::from(secs));
         return r;
     }
-    if !auth::same_site_post(&headers) {
+    if !auth::same_site_post(request.headers()) {
         return PageError::new(StatusCode::FORBIDDEN, "Cross-site form posts are refused.")
             .into_response();
     }
-    let Ok(Form(form)) = form else {
-        return login_page(&c, StatusCode::BAD_REQUEST, Some("Enter an API key."));
+    let headers = request.headers().clone();
+    let trust = request
+        .extensions()
+        .get::<tally_witness::ConnTrust>()
+        .cloned();
+    let form = match read_form::<LoginForm>(request).await {
+        Ok(f) => f,
+        Err(e) if e.status() == StatusCode::PAYLOAD_TOO_LARGE => {
+            return login_page(&c, e.status(), Some("That form is too large."));
+        }
+        Err(_) => return login_page(&c, StatusCode::BAD_REQUEST, Some("Enter an API key.")),
     };
-    if !auth::login_token_ok(&headers, form.login_token.as_deref()) {
+    if !auth::login_token_ok(&c.login_key, &headers, form.login_token.as_deref()) {
         return login_page(
             &c,
             StatusCode::FORBIDDEN,
@@ -379,6 +407,9 @@ pub(crate) async fn login(
     match logged_in {
         Err(page) => page.into_response(),
         Ok(Some((_, token))) => {
+            if let Some(t) = trust {
+                t.authenticated();
+            }
             let mut r = Redirect::to("/console").into_response();
             if let Ok(v) = HeaderValue::from_str(&auth::session_cookie(&token, c.secure_cookies)) {
                 r.headers_mut().insert(header::SET_COOKIE, v);
@@ -403,23 +434,33 @@ fn field<'a>(pairs: &'a Pairs, name: &str) -> Option<&'a str> {
         .map(|(_, v)| v.as_str())
 }
 
-/// Checks the origin and CSRF token of an operator's form post.
+/// Checks the session and origin of an operator's form post from its
+/// headers, then reads the form and checks its CSRF token: a post without
+/// a session is refused with its body unread.
 async fn checked_post(
     c: &Arc<Console>,
-    headers: &HeaderMap,
-    form: Result<Form<Pairs>, FormRejection>,
+    request: Request,
 ) -> Result<(Operator, View, Pairs), Refusal> {
-    let (op, view) = operator(c, headers).await?;
-    if !auth::same_site_post(headers) {
+    let (op, view) = operator(c, request.headers()).await?;
+    trust_connection(&request);
+    if !auth::same_site_post(request.headers()) {
         return Err(Refusal::Page(
             PageError::new(StatusCode::FORBIDDEN, "Cross-site form posts are refused.")
                 .with_view(&view),
         ));
     }
-    let Ok(Form(pairs)) = form else {
-        return Err(Refusal::Page(
-            PageError::bad("The form could not be read.").with_view(&view),
-        ));
+    let pairs = match read_form::<Pairs>(request).await {
+        Ok(p) => p,
+        Err(e) if e.status() == StatusCode::PAYLOAD_TOO_LARGE => {
+            return Err(Refusal::Page(
+                PageError::new(e.status(), "The form is too large.").with_view(&view),
+            ))
+        }
+        Err(_) => {
+            return Err(Refusal::Page(
+                PageError::bad("The form could not be read.").with_view(&view),
+            ))
+        }
     };
     if !auth::csrf_ok(&op, field(&pairs, "csrf")) {
         return Err(Refusal::Page(
@@ -433,12 +474,8 @@ async fn checked_post(
     Ok((op, view, pairs))
 }
 
-pub(crate) async fn logout(
-    State(c): S,
-    headers: HeaderMap,
-    form: Result<Form<Pairs>, FormRejection>,
-) -> Response {
-    match checked_post(&c, &headers, form).await {
+pub(crate) async fn logout(State(c): S, request: Request) -> Response {
+    match checked_post(&c, request).await {
         Ok((op, view, _)) => {
             let id = op.session_id;
             if let Err(page) = on_sessions(&c, move |c| c.sessions.logout(&id)).await {
@@ -967,6 +1004,20 @@ async fn within_idle<T>(
         })
 }
 
+/// An upload whose reading failed: `408` when the server's body deadline
+/// cut it off (docs/operations.md "Connections": `--body-timeout` from the
+/// head, plus a second per `--body-min-rate` bytes received), else `400`.
+fn unreadable(what: &str, e: &axum::extract::multipart::MultipartError) -> UploadError {
+    if tally_witness::is_body_timeout(e) {
+        UploadError {
+            status: StatusCode::REQUEST_TIMEOUT,
+            message: "the upload fell behind the server's body deadline and was cut off; send it again, or run tally verify on your machine".into(),
+        }
+    } else {
+        format!("{what}: {}", e.body_text()).into()
+    }
+}
+
 /// Reads a small multipart field whole, refusing one over `max` bytes.
 async fn small_field(
     c: &Console,
@@ -977,7 +1028,7 @@ async fn small_field(
     let mut out = Vec::new();
     while let Some(chunk) = within_idle(c, field.chunk())
         .await?
-        .map_err(|e| format!("reading {name}: {}", e.body_text()))?
+        .map_err(|e| unreadable(&format!("reading {name}"), &e))?
     {
         if out.len() + chunk.len() > max {
             return Err(format!("{name} is larger than {max} bytes").into());
@@ -1006,7 +1057,7 @@ async fn run_upload(
         let mut field = match within_idle(c, multipart.next_field()).await? {
             Ok(Some(f)) => f,
             Ok(None) => return Err("the form has no pack; choose a pack file".into()),
-            Err(e) => return Err(format!("the upload could not be read: {}", e.body_text()).into()),
+            Err(e) => return Err(unreadable("the upload could not be read", &e)),
         };
         let name = field.name().unwrap_or("").to_owned();
         if !csrf_seen {
@@ -1144,6 +1195,7 @@ async fn stream_pack(
             Ok(None) => break,
             Err(e) => {
                 let _ = tx.send(Err(std::io::Error::other(e.body_text()))).await;
+                refused = Some(unreadable("reading the pack", &e));
                 break;
             }
         }
@@ -1323,12 +1375,8 @@ fn new_link(c: &Console, project: &str, pairs: &Pairs) -> Result<NewLink, String
     })
 }
 
-pub(crate) async fn links_create(
-    State(c): S,
-    headers: HeaderMap,
-    form: Result<Form<Pairs>, FormRejection>,
-) -> Response {
-    let (op, view, pairs) = match checked_post(&c, &headers, form).await {
+pub(crate) async fn links_create(State(c): S, request: Request) -> Response {
+    let (op, view, pairs) = match checked_post(&c, request).await {
         Ok(x) => x,
         Err(r) => return r.into_response(),
     };
@@ -1360,11 +1408,10 @@ pub(crate) async fn links_create(
 
 pub(crate) async fn links_revoke(
     State(c): S,
-    headers: HeaderMap,
     id: Result<Path<String>, PathRejection>,
-    form: Result<Form<Pairs>, FormRejection>,
+    request: Request,
 ) -> Response {
-    let (op, view, _) = match checked_post(&c, &headers, form).await {
+    let (op, view, _) = match checked_post(&c, request).await {
         Ok(x) => x,
         Err(r) => return r.into_response(),
     };

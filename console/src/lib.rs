@@ -58,6 +58,10 @@ pub const CONSOLE_DB: &str = "console.redb";
 /// Largest pack the verify page accepts, in bytes (64 MiB); larger packs
 /// are for `tally verify`.
 pub const MAX_VERIFY_PACK_BYTES: usize = 64 << 20;
+/// Largest body of every console route but the verify uploads (the login,
+/// logout and link forms are a few hundred bytes); a larger one is refused
+/// with 413 unread (docs/console.md "Access").
+pub const MAX_FORM_BYTES: usize = 16 << 10;
 
 /// The Content-Security-Policy of every console response.
 pub const CSP: &str = "default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self'; \
@@ -196,6 +200,7 @@ pub struct Console {
     links: Arc<LinkStore>,
     sessions: auth::Sessions,
     login_throttle: throttle::LoginThrottle,
+    login_key: auth::LoginKey,
     secure_cookies: bool,
     reports: Mutex<Reports>,
     report_done: Condvar,
@@ -317,10 +322,12 @@ impl Console {
         secure_cookies: bool,
         limits: ConsoleLimits,
     ) -> Arc<Self> {
+        let login_key = auth::LoginKey::new(&witness);
         Arc::new(Self {
             witness,
             links,
             sessions,
+            login_key,
             login_throttle: throttle::LoginThrottle::new(
                 limits.login_per_address,
                 limits.login_global,
@@ -618,6 +625,9 @@ pub fn router(console: Arc<Console>) -> Router {
         .route("/console/assets/console.css", get(h::css))
         .route("/console/assets/console.js", get(h::js))
         .route("/console/{*rest}", get(h::not_found))
+        // Every route's body is small but the verify uploads' (their own
+        // limit, set on the route, takes precedence over this one).
+        .layer(DefaultBodyLimit::max(MAX_FORM_BYTES))
         .layer(axum::middleware::map_response(security_headers))
         .with_state(console)
 }

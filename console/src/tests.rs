@@ -399,7 +399,14 @@ async fn console_pages_need_a_login() {
     let (s, hd, _) = h.get("/console/login", None).await;
     assert_eq!(s, StatusCode::OK);
     let cookie = login_cookie(&hd);
+    // A token the client made up itself, the same in cookie and form: not
+    // one this server made.
+    let forged = format!("tally_login={}", "a".repeat(64));
     for (cookie, form) in [
+        (
+            Some(forged.as_str()),
+            format!("login_token={}&api_key={}", "a".repeat(64), h.api_key),
+        ),
         (None, format!("api_key={}", h.api_key)),
         (Some(cookie.as_str()), format!("api_key={}", h.api_key)),
         (

@@ -6,12 +6,20 @@
 //! consistency-proof.schema.json).
 //!
 //! Everything is served from storage and bounded by the latest signed
-//! checkpoint, so nothing unsigned is ever visible. Errors are 4xx JSON
+//! checkpoint, so nothing unsigned is ever visible. Entry bundles, up to
+//! 16.7 MB each, are bounded in memory (docs/storage.md "Read API"): each
+//! is built once into shared bytes that every answer of it refers to, the
+//! latest are kept in a small cache (a bundle of a given width never
+//! changes), and the bundles alive at once, cached or being sent, hold at
+//! most [`TileLimits::max_bundle_bytes`]; past it the answer is
+//! `503 busy` with `Retry-After`. Errors are 4xx JSON
 //! bodies `{"error":{"code":…,"message":…}}` with stable snake_case codes; a
 //! 500 says only "internal error" and the detail goes to the log.
 
-use std::sync::Arc;
+use std::collections::VecDeque;
+use std::sync::{Arc, Mutex};
 
+use axum::body::Bytes;
 use axum::extract::{Path, RawQuery, State};
 use axum::http::{header, HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
@@ -35,14 +43,130 @@ pub const IMMUTABLE: &str = "public, max-age=31536000, immutable";
 /// Cache header of the checkpoint and partial tiles, which are superseded.
 pub const SHORT_LIVED: &str = "no-cache";
 
-/// The read routes, at the root; the witness nests or merges them.
+/// The memory bounds of entry-bundle answers (docs/storage.md "Read API").
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct TileLimits {
+    /// Most bytes of entry bundles alive at once: cached, or held by
+    /// answers not yet sent. A bundle that does not fit is answered
+    /// `503 busy`.
+    pub max_bundle_bytes: usize,
+    /// Most bytes of the cache of recent bundles (within the above).
+    pub cache_bytes: usize,
+}
+
+impl Default for TileLimits {
+    fn default() -> Self {
+        Self {
+            max_bundle_bytes: 256 << 20,
+            cache_bytes: 64 << 20,
+        }
+    }
+}
+
+/// What the read routes share: the log and the entry bundles.
+#[derive(Debug)]
+struct Reads {
+    log: Arc<Log>,
+    bundles: Bundles,
+}
+
+/// Entry bundles in memory: a budget of bytes, taken by a bundle while any
+/// copy of its bytes (the cache's, an answer's) is alive, and the cache.
+#[derive(Debug)]
+struct Bundles {
+    limits: TileLimits,
+    budget: Arc<tokio::sync::Semaphore>,
+    /// At most this many builds at once; the others wait their turn.
+    building: tokio::sync::Semaphore,
+    /// Most recent last, keyed by (tile index, width).
+    cache: Mutex<VecDeque<((u64, u64), Bytes)>>,
+}
+
+/// Bundles built at once: reading 256 entries is I/O bound, a few at once
+/// keep the disk busy without piling copies up.
+const BUILDS_AT_ONCE: usize = 4;
+
+/// A budget permit's unit: one KiB.
+const KIB: usize = 1024;
+
+/// The bytes of one bundle, with the budget they hold until the last copy
+/// is dropped.
+struct Owned {
+    bytes: Vec<u8>,
+    _budget: tokio::sync::OwnedSemaphorePermit,
+}
+
+impl AsRef<[u8]> for Owned {
+    fn as_ref(&self) -> &[u8] {
+        &self.bytes
+    }
+}
+
+impl Bundles {
+    fn new(limits: TileLimits) -> Self {
+        let kib = u32::try_from(limits.max_bundle_bytes.div_ceil(KIB)).unwrap_or(u32::MAX);
+        Self {
+            limits,
+            budget: Arc::new(tokio::sync::Semaphore::new(kib as usize)),
+            building: tokio::sync::Semaphore::new(BUILDS_AT_ONCE),
+            cache: Mutex::new(VecDeque::new()),
+        }
+    }
+
+    fn cached(&self, key: (u64, u64)) -> Option<Bytes> {
+        let mut c = self
+            .cache
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        let i = c.iter().position(|(k, _)| *k == key)?;
+        let hit = c.remove(i)?;
+        let bytes = hit.1.clone();
+        c.push_back(hit);
+        Some(bytes)
+    }
+
+    fn keep(&self, key: (u64, u64), bytes: &Bytes) {
+        let mut c = self
+            .cache
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        if c.iter().any(|(k, _)| *k == key) || bytes.len() > self.limits.cache_bytes {
+            return;
+        }
+        let mut total: usize = c.iter().map(|(_, b)| b.len()).sum::<usize>() + bytes.len();
+        while total > self.limits.cache_bytes {
+            match c.pop_front() {
+                Some((_, old)) => total -= old.len(),
+                None => break,
+            }
+        }
+        c.push_back((key, bytes.clone()));
+    }
+
+    /// Takes the budget for a bundle of `len` bytes, if it fits now.
+    fn budget(&self, len: usize) -> Option<tokio::sync::OwnedSemaphorePermit> {
+        let kib = u32::try_from(len.div_ceil(KIB).max(1)).ok()?;
+        Arc::clone(&self.budget).try_acquire_many_owned(kib).ok()
+    }
+}
+
+/// The read routes, at the root, with the default [`TileLimits`]; the
+/// witness nests or merges them.
 pub fn router(log: Arc<Log>) -> Router {
+    router_with(log, TileLimits::default())
+}
+
+/// [`router`] with these bounds on entry bundles.
+pub fn router_with(log: Arc<Log>, limits: TileLimits) -> Router {
     Router::new()
         .route("/checkpoint", get(checkpoint))
         .route("/tile/{*path}", get(tile))
         .route("/v1/proof/inclusion", get(inclusion))
         .route("/v1/proof/consistency", get(consistency))
-        .with_state(log)
+        .with_state(Arc::new(Reads {
+            log,
+            bundles: Bundles::new(limits),
+        }))
 }
 
 /// A 4xx or 500 error with its stable code.
@@ -66,6 +190,14 @@ impl ApiError {
         Self::new(StatusCode::BAD_REQUEST, code, message)
     }
 
+    fn busy() -> Self {
+        Self::new(
+            StatusCode::SERVICE_UNAVAILABLE,
+            "busy",
+            "too many large tiles are being sent; try again in a second",
+        )
+    }
+
     fn internal(e: &dyn std::fmt::Display) -> Self {
         tracing::error!(error = %e, "log read failed");
         Self::new(
@@ -86,6 +218,10 @@ impl IntoResponse for ApiError {
         let mut r = (self.status, Json(body)).into_response();
         r.headers_mut()
             .insert(header::CACHE_CONTROL, HeaderValue::from_static(SHORT_LIVED));
+        if self.status == StatusCode::SERVICE_UNAVAILABLE {
+            r.headers_mut()
+                .insert(header::RETRY_AFTER, HeaderValue::from_static("1"));
+        }
         r
     }
 }
@@ -115,10 +251,10 @@ async fn blocking<T: Send + 'static>(
         .map_err(|e| ApiError::internal(&e))?
 }
 
-async fn checkpoint(State(log): State<Arc<Log>>) -> Response {
+async fn checkpoint(State(reads): State<Arc<Reads>>) -> Response {
     // With cosigners, the checkpoint they were last asked about, with their
     // cosignature lines (protocol.md §14.5).
-    let cp = log.published_checkpoint();
+    let cp = reads.log.published_checkpoint();
     (
         [
             (
@@ -132,8 +268,12 @@ async fn checkpoint(State(log): State<Arc<Log>>) -> Response {
         .into_response()
 }
 
-async fn tile(State(log): State<Arc<Log>>, Path(path): Path<String>) -> Result<Response, ApiError> {
+async fn tile(
+    State(reads): State<Arc<Reads>>,
+    Path(path): Path<String>,
+) -> Result<Response, ApiError> {
     let tp = parse_tile_path(&path).map_err(|m| ApiError::bad_request("bad_tile_path", m))?;
+    let log = Arc::clone(&reads.log);
     let size = log.latest_checkpoint().checkpoint.size;
     let have = tree::tile_width_at(size, tp.level.unwrap_or(0), tp.n);
     let want = tp.partial.unwrap_or(TILE_WIDTH);
@@ -144,16 +284,16 @@ async fn tile(State(log): State<Arc<Log>>, Path(path): Path<String>) -> Result<R
             format!("tile {path} is not in the tree of size {size}"),
         ));
     }
-    let body = blocking(move || {
-        let store = log.store().as_ref();
-        match tp.level {
-            Some(level) => {
-                tree::tile_hashes(store, level, tp.n, want).map_err(|e| ApiError::internal(&e))
-            }
-            None => entry_bundle(store, tp.n, want),
-        }
-    })
-    .await?;
+    let body = match tp.level {
+        Some(level) => Bytes::from(
+            blocking(move || {
+                tree::tile_hashes(log.store().as_ref(), level, tp.n, want)
+                    .map_err(|e| ApiError::internal(&e))
+            })
+            .await?,
+        ),
+        None => shared_bundle(&reads, tp.n, want).await?,
+    };
     let cache = if tp.partial.is_some() {
         SHORT_LIVED
     } else {
@@ -172,6 +312,37 @@ async fn tile(State(log): State<Arc<Log>>, Path(path): Path<String>) -> Result<R
         .into_response())
 }
 
+/// The entry bundle `n` of `width` entries, from the cache or built once
+/// within the budget (see the module docs).
+async fn shared_bundle(reads: &Arc<Reads>, n: u64, width: u64) -> Result<Bytes, ApiError> {
+    let key = (n, width);
+    if let Some(hit) = reads.bundles.cached(key) {
+        return Ok(hit);
+    }
+    let _turn = reads
+        .bundles
+        .building
+        .acquire()
+        .await
+        .map_err(|e| ApiError::internal(&e))?;
+    // Another request may have built it while this one waited its turn.
+    if let Some(hit) = reads.bundles.cached(key) {
+        return Ok(hit);
+    }
+    let r = Arc::clone(reads);
+    let bytes = blocking(move || {
+        let bundle = entry_bundle(r.log.store().as_ref(), n, width)?;
+        let budget = r.bundles.budget(bundle.len()).ok_or_else(ApiError::busy)?;
+        Ok(Bytes::from_owner(Owned {
+            bytes: bundle,
+            _budget: budget,
+        }))
+    })
+    .await?;
+    reads.bundles.keep(key, &bytes);
+    Ok(bytes)
+}
+
 /// C2SP entry bundle: each entry prefixed with its big-endian uint16 length.
 fn entry_bundle(
     store: &dyn crate::store::LogStore,
@@ -188,7 +359,7 @@ fn entry_bundle(
             entries.len()
         ))));
     }
-    let mut out = Vec::new();
+    let mut out = Vec::with_capacity(entries.iter().map(|e| 2 + e.len()).sum());
     for e in entries {
         let len = u16::try_from(e.len()).map_err(|_| {
             ApiError::internal(&StoreError::Corrupt(
@@ -250,9 +421,10 @@ fn get_param<'a>(params: &[(&'static str, &'a str)], name: &str) -> Option<&'a s
 }
 
 async fn inclusion(
-    State(log): State<Arc<Log>>,
+    State(reads): State<Arc<Reads>>,
     RawQuery(raw): RawQuery,
 ) -> Result<Response, ApiError> {
+    let log = Arc::clone(&reads.log);
     let params = query(raw.as_deref(), &["index", "leaf_hash", "size"])?;
     let size = get_param(&params, "size")
         .map(|v| number("size", v))
@@ -306,9 +478,10 @@ async fn inclusion(
 }
 
 async fn consistency(
-    State(log): State<Arc<Log>>,
+    State(reads): State<Arc<Reads>>,
     RawQuery(raw): RawQuery,
 ) -> Result<Response, ApiError> {
+    let log = Arc::clone(&reads.log);
     let params = query(raw.as_deref(), &["from", "to"])?;
     let from = TreeSize::new(
         get_param(&params, "from")

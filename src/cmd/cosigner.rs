@@ -248,14 +248,7 @@ fn show(args: &DirArgs) -> anyhow::Result<ExitCode> {
 }
 
 fn serve(args: &ServeArgs) -> anyhow::Result<ExitCode> {
-    let _ = tracing_subscriber::fmt()
-        .with_env_filter(
-            tracing_subscriber::EnvFilter::try_from_default_env()
-                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info")),
-        )
-        .with_writer(std::io::stderr)
-        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
-        .try_init();
+    super::init_server_logs();
     let cosigner = tally_cosigner::open(&args.dir.data_dir, Arc::new(SystemClock))
         .with_context(|| format!("opening the cosigner in {}", args.dir.data_dir.display()))?;
     if cosigner.logs().is_empty() {

@@ -20,3 +20,22 @@ pub(crate) mod serve;
 pub(crate) mod status;
 pub(crate) mod store;
 pub(crate) mod verify;
+
+/// The log of `tally serve` and `tally cosigner serve` on stderr, filtered
+/// by `RUST_LOG` (default `info`), with the libraries' lines rate-limited
+/// (docs/operations.md "Logs").
+pub(crate) fn init_server_logs() {
+    use tracing_subscriber::layer::SubscriberExt as _;
+    use tracing_subscriber::util::SubscriberInitExt as _;
+    use tracing_subscriber::Layer as _;
+    let env = tracing_subscriber::EnvFilter::try_from_default_env()
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
+    let _ = tracing_subscriber::registry()
+        .with(
+            tracing_subscriber::fmt::layer()
+                .with_writer(std::io::stderr)
+                .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
+                .with_filter(tally_witness::log_filter::RateLimitedLibraries::new(env)),
+        )
+        .try_init();
+}

@@ -75,6 +75,14 @@ pub(crate) struct Args {
     /// Token bucket size per API key [default: 2 x rate limit].
     #[arg(long)]
     pub rate_burst: Option<u32>,
+    /// Records a project may have checked per UTC day; past it 429
+    /// quota_exceeded; 0: no quota [default: no quota].
+    #[arg(long, value_name = "N")]
+    pub project_records_per_day: Option<u64>,
+    /// Canonical record bytes a project may have checked per UTC day; past
+    /// it 429 quota_exceeded; 0: no quota [default: no quota].
+    #[arg(long, value_name = "BYTES")]
+    pub project_bytes_per_day: Option<u64>,
     /// Appends that may wait for the log's writer [default: 8192].
     #[arg(long)]
     pub queue_capacity: Option<usize>,
@@ -163,10 +171,15 @@ impl CosignArgs {
 #[command(next_help_heading = "Connections (docs/operations.md \"Connections\")")]
 pub(crate) struct ConnArgs {
     /// Most open connections; at the cap a new one closes the connection
-    /// that has waited longest for a request. Lowered to fit the open-file
-    /// limit, which is raised to its hard limit at start [default: 10000].
+    /// that has waited longest for a request, else the oldest
+    /// unauthenticated one. Lowered to fit the open-file limit, which is
+    /// raised to its hard limit at start [default: 10000].
     #[arg(long)]
     pub max_connections: Option<usize>,
+    /// Most unauthenticated connections one client address (IPv4 address,
+    /// IPv6 /64) holds; its next one closes its oldest [default: 1000].
+    #[arg(long)]
+    pub max_connections_per_client: Option<usize>,
     /// Largest request head (HTTP/1.1) or header list (HTTP/2) in bytes,
     /// 8192 to 65536; a larger one is answered 431 [default: 16384].
     #[arg(long)]
@@ -206,6 +219,9 @@ impl ConnArgs {
         let secs = Duration::from_secs;
         if let Some(v) = self.max_connections {
             limits.max_connections = v;
+        }
+        if let Some(v) = self.max_connections_per_client {
+            limits.max_connections_per_client = v;
         }
         if let Some(v) = self.max_header_bytes {
             limits.max_header_bytes = v;
@@ -280,6 +296,12 @@ impl Args {
         } else if let (Some(burst), Some(rl)) = (self.rate_burst, c.witness.rate_limit.as_mut()) {
             rl.burst = burst;
         }
+        if let Some(v) = self.project_records_per_day {
+            c.witness.project_quota.records_per_day = (v > 0).then_some(v);
+        }
+        if let Some(v) = self.project_bytes_per_day {
+            c.witness.project_quota.bytes_per_day = (v > 0).then_some(v);
+        }
         if let Some(v) = self.queue_capacity {
             c.log.queue_capacity = v.max(1);
         }
@@ -321,14 +343,7 @@ impl Args {
 /// # Errors
 /// Configuration, data folder, bind or TLS errors (exit 2).
 pub(crate) fn run(args: &Args) -> anyhow::Result<ExitCode> {
-    let _ = tracing_subscriber::fmt()
-        .with_env_filter(
-            tracing_subscriber::EnvFilter::try_from_default_env()
-                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info")),
-        )
-        .with_writer(std::io::stderr)
-        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
-        .try_init();
+    super::init_server_logs();
     let (config, origin) = args.config()?;
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .enable_all()

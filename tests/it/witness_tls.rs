@@ -56,6 +56,15 @@ async fn serve_over_tls_admits_records_and_refuses_untrusted_and_plain_clients()
     let http = client(true);
     let health = http.get(format!("{url}/healthz")).send().await.unwrap();
     assert_eq!(health.status().as_u16(), 200);
+    // Over TLS every answer tells browsers to keep to HTTPS
+    // (operations.md "TLS").
+    assert_eq!(
+        health
+            .headers()
+            .get("strict-transport-security")
+            .and_then(|v| v.to_str().ok()),
+        Some("max-age=31536000")
+    );
 
     let agent = AgentName::new("tls-bot").unwrap();
     let secret = SecretKey::generate(&mut OsRng);

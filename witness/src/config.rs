@@ -142,6 +142,8 @@ pub struct WitnessConfig {
     pub max_in_flight: usize,
     /// Who may read the log's tiles, proofs, checkpoint and metrics.
     pub log_read: LogRead,
+    /// Records and bytes per project per UTC day; unbounded by default.
+    pub project_quota: crate::quota::ProjectQuota,
 }
 
 impl Default for WitnessConfig {
@@ -155,6 +157,7 @@ impl Default for WitnessConfig {
             }),
             max_in_flight: 4096,
             log_read: LogRead::Public,
+            project_quota: crate::quota::ProjectQuota::default(),
         }
     }
 }
@@ -169,6 +172,10 @@ pub struct ConnLimits {
     /// closing the one that has waited longest for a request; when every
     /// connection has a request in flight, accepting waits.
     pub max_connections: usize,
+    /// Most unauthenticated connections (none of whose requests has shown
+    /// a valid credential) one client address (an IPv4 address, an IPv6
+    /// /64) holds open; its next one closes its oldest.
+    pub max_connections_per_client: usize,
     /// Largest request head (request line and headers) of HTTP/1.1, and
     /// header list of HTTP/2, in bytes; beyond it, 431.
     pub max_header_bytes: usize,
@@ -199,6 +206,7 @@ impl Default for ConnLimits {
     fn default() -> Self {
         Self {
             max_connections: 10_000,
+            max_connections_per_client: 1_000,
             max_header_bytes: 16 * 1024,
             header_timeout: Duration::from_secs(10),
             idle_timeout: Duration::from_secs(30),
@@ -234,6 +242,9 @@ impl ConnLimits {
         use conn_bounds::{H2_STREAMS, HEADER_BYTES, TIMEOUT_SECS};
         if self.max_connections == 0 {
             return Err("--max-connections must be at least 1".into());
+        }
+        if self.max_connections_per_client == 0 {
+            return Err("--max-connections-per-client must be at least 1".into());
         }
         if !HEADER_BYTES.contains(&self.max_header_bytes) {
             return Err(format!(
@@ -284,6 +295,8 @@ impl ConnLimits {
 pub struct ConnectionsFile {
     /// [`ConnLimits::max_connections`].
     pub max_connections: Option<usize>,
+    /// [`ConnLimits::max_connections_per_client`].
+    pub max_connections_per_client: Option<usize>,
     /// [`ConnLimits::max_header_bytes`].
     pub max_header_bytes: Option<usize>,
     /// [`ConnLimits::header_timeout`].
@@ -308,6 +321,9 @@ impl ConnLimits {
         let secs = Duration::from_secs;
         if let Some(v) = file.max_connections {
             self.max_connections = v;
+        }
+        if let Some(v) = file.max_connections_per_client {
+            self.max_connections_per_client = v;
         }
         if let Some(v) = file.max_header_bytes {
             self.max_header_bytes = v;
@@ -379,6 +395,9 @@ pub struct ConfigFile {
     pub secure_cookies: Option<bool>,
     /// Rate limit per API key; `per_second = 0` turns it off.
     pub rate_limit: Option<RateLimit>,
+    /// Quotas per project and UTC day (`[project_quota]`:
+    /// `records_per_day`, `bytes_per_day`).
+    pub project_quota: Option<crate::quota::ProjectQuota>,
     /// TLS; absent means plain HTTP.
     pub tls: Option<TlsFiles>,
     /// Who may read the log: `"public"` (default) or `"token"`.
@@ -577,6 +596,13 @@ impl ServeConfig {
         if let Some(v) = file.rate_limit {
             self.witness.rate_limit = (v.per_second > 0.0).then_some(v);
         }
+        if let Some(v) = file.project_quota {
+            // 0, as for the flags: no quota.
+            self.witness.project_quota = crate::quota::ProjectQuota {
+                records_per_day: v.records_per_day.filter(|n| *n > 0),
+                bytes_per_day: v.bytes_per_day.filter(|n| *n > 0),
+            };
+        }
         if let Some(v) = file.tls {
             self.tls = Some(v);
         }
@@ -694,6 +720,22 @@ mod tests {
             CosignerConfig::parse_option(&format!("name=x,vkey={vkey},url=http://h,port=1"))
                 .is_err()
         );
+    }
+
+    #[test]
+    fn project_quotas_from_the_file_and_zero_is_none() {
+        let f: ConfigFile =
+            toml::from_str("[project_quota]\nrecords_per_day = 1000\nbytes_per_day = 0\n").unwrap();
+        let mut c = ServeConfig::default();
+        assert_eq!(
+            c.witness.project_quota,
+            crate::quota::ProjectQuota::default()
+        );
+        c.apply_file(f);
+        assert_eq!(c.witness.project_quota.records_per_day, Some(1000));
+        assert_eq!(c.witness.project_quota.bytes_per_day, None);
+        let bad: Result<ConfigFile, _> = toml::from_str("[project_quota]\nrecords = 1\n");
+        assert!(bad.is_err(), "unknown keys are refused");
     }
 
     #[test]

@@ -4,9 +4,13 @@
 //! agents need.
 //!
 //! - [`Tracker`]: the open-connection cap. At the cap, a new connection makes
-//!   room by closing the connection that has waited longest for a request
-//!   (never one with a request in flight); when all have requests in flight,
-//!   accepting waits.
+//!   room by closing the connection that has waited longest for a request;
+//!   when none waits, the oldest connection on which no request has yet
+//!   shown a valid credential ([`ConnTrust`]), requests in flight or not;
+//!   when every connection is a key holder's with a request in flight,
+//!   accepting waits. A client address (an IPv4 address, an IPv6 /64) holds
+//!   at most `max_connections_per_client` such unauthenticated connections:
+//!   its next one closes its oldest.
 //! - [`ConnState`] and [`watch_connection`]: per connection, a deadline
 //!   while no request is in flight: the first request head within the
 //!   header timeout of the accept; later, a new request within the idle
@@ -26,11 +30,12 @@
 //! The request-head size bound is hyper's (`max_buf_size`, answered 431),
 //! set in [`crate::server::serve`].
 
-use std::collections::VecDeque;
+use std::collections::{HashMap, VecDeque};
 use std::convert::Infallible;
 use std::fmt::Write as _;
 use std::future::Future;
 use std::io;
+use std::net::{IpAddr, Ipv6Addr};
 use std::pin::Pin;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, Weak};
@@ -65,15 +70,19 @@ pub enum CloseReason {
     TlsHandshakeTimeout,
     /// Closed to make room for a new connection at the cap.
     Evicted,
+    /// Unauthenticated, closed because its client address opened more than
+    /// `max_connections_per_client` unauthenticated connections.
+    ClientLimit,
 }
 
 impl CloseReason {
-    const ALL: [Self; 5] = [
+    const ALL: [Self; 6] = [
         Self::HeaderTimeout,
         Self::IdleTimeout,
         Self::WriteTimeout,
         Self::TlsHandshakeTimeout,
         Self::Evicted,
+        Self::ClientLimit,
     ];
 
     /// The metric label.
@@ -85,6 +94,7 @@ impl CloseReason {
             Self::WriteTimeout => "write_timeout",
             Self::TlsHandshakeTimeout => "tls_handshake_timeout",
             Self::Evicted => "evicted",
+            Self::ClientLimit => "client_limit",
         }
     }
 }
@@ -94,7 +104,7 @@ impl CloseReason {
 pub struct ConnectionStats {
     open: AtomicU64,
     accepted: AtomicU64,
-    closed: [AtomicU64; 5],
+    closed: [AtomicU64; 6],
     body_timeouts: AtomicU64,
     accept_errors: AtomicU64,
     cap_waits: AtomicU64,
@@ -170,6 +180,7 @@ struct LogWindow {
     last: Option<Instant>,
     evicted: u64,
     waited: u64,
+    client_limited: u64,
     accept_errors: u64,
     last_accept_error: String,
 }
@@ -181,8 +192,41 @@ pub(crate) struct Tracker {
     limits: ConnLimits,
     slots: Arc<Semaphore>,
     waiting: Mutex<VecDeque<(Weak<ConnState>, u64)>>,
+    untrusted: Mutex<Untrusted>,
     stats: Arc<ConnectionStats>,
     log: Mutex<LogWindow>,
+}
+
+/// The connections on which no request has shown a valid credential yet,
+/// oldest first, in all and per client address. Entries of connections
+/// since authenticated or closed are skipped when met, and swept out when
+/// the queues outgrow the open connections.
+#[derive(Debug, Default)]
+struct Untrusted {
+    order: VecDeque<Weak<ConnState>>,
+    by_client: HashMap<IpAddr, VecDeque<Weak<ConnState>>>,
+}
+
+fn is_untrusted(c: &Weak<ConnState>) -> bool {
+    c.upgrade()
+        .is_some_and(|c| !c.trusted.load(Ordering::Relaxed) && !c.lock().evicted)
+}
+
+/// The address a per-client limit counts under: an IPv4 address as is
+/// (also when mapped into IPv6), an IPv6 address cut to its /64 (one host
+/// usually holds a whole /64).
+#[must_use]
+pub fn client_key(ip: IpAddr) -> IpAddr {
+    match ip {
+        IpAddr::V4(_) => ip,
+        IpAddr::V6(v6) => match v6.to_ipv4_mapped() {
+            Some(v4) => IpAddr::V4(v4),
+            None => {
+                let s = v6.segments();
+                IpAddr::V6(Ipv6Addr::new(s[0], s[1], s[2], s[3], 0, 0, 0, 0))
+            }
+        },
+    }
 }
 
 impl Tracker {
@@ -193,11 +237,13 @@ impl Tracker {
             slots: Arc::new(Semaphore::new(limits.max_connections.max(1))),
             limits,
             waiting: Mutex::new(VecDeque::new()),
+            untrusted: Mutex::new(Untrusted::default()),
             stats,
             log: Mutex::new(LogWindow {
                 last: None,
                 evicted: 0,
                 waited: 0,
+                client_limited: 0,
                 accept_errors: 0,
                 last_accept_error: String::new(),
             }),
@@ -205,13 +251,13 @@ impl Tracker {
     }
 
     /// A slot for one more connection. At the cap, first closes the
-    /// connection that has waited longest for a request, then waits for a
-    /// slot to free up.
+    /// connection that has waited longest for a request, or else the oldest
+    /// unauthenticated one, then waits for a slot to free up.
     pub(crate) async fn slot(&self) -> OwnedSemaphorePermit {
         if let Ok(p) = Arc::clone(&self.slots).try_acquire_owned() {
             return p;
         }
-        let evicted = self.evict_one();
+        let evicted = self.evict_one() || self.evict_untrusted();
         if !evicted {
             self.stats.cap_waits.fetch_add(1, Ordering::Relaxed);
         }
@@ -260,6 +306,14 @@ impl Tracker {
                 LOG_INTERVAL.as_secs()
             );
         }
+        if w.client_limited > 0 {
+            tracing::warn!(
+                max_connections_per_client = self.limits.max_connections_per_client,
+                closed = w.client_limited,
+                "a client address opened more unauthenticated connections than allowed: closed its oldest (counts since the last such line; at most one line per {}s)",
+                LOG_INTERVAL.as_secs()
+            );
+        }
         if w.accept_errors > 0 {
             tracing::warn!(
                 failures = w.accept_errors,
@@ -270,6 +324,7 @@ impl Tracker {
         }
         w.evicted = 0;
         w.waited = 0;
+        w.client_limited = 0;
         w.accept_errors = 0;
     }
 
@@ -288,6 +343,65 @@ impl Tracker {
         false
     }
 
+    /// Closes the oldest connection that has not authenticated, requests
+    /// in flight or not. Returns whether there was one.
+    fn evict_untrusted(&self) -> bool {
+        let mut u = self
+            .untrusted
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        while let Some(conn) = u.order.pop_front() {
+            if conn
+                .upgrade()
+                .is_some_and(|c| c.evict_untrusted(CloseReason::Evicted))
+            {
+                return true;
+            }
+        }
+        false
+    }
+
+    /// Notes a new unauthenticated connection of `client`; when its client
+    /// already holds `max_connections_per_client` of them, closes the
+    /// oldest.
+    fn untrusted_from(&self, conn: &Arc<ConnState>, client: IpAddr) {
+        let max = self.limits.max_connections_per_client.max(1);
+        let open = usize::try_from(self.stats.open()).unwrap_or(usize::MAX);
+        let mut u = self
+            .untrusted
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        if u.order.len() > 2 * open + 64 {
+            u.order.retain(is_untrusted);
+        }
+        if u.by_client.len() > 2 * open + 64 {
+            u.by_client.retain(|_, q| {
+                q.retain(is_untrusted);
+                !q.is_empty()
+            });
+        }
+        u.order.push_back(Arc::downgrade(conn));
+        let mine = u.by_client.entry(client).or_default();
+        mine.retain(is_untrusted);
+        let mut closed = 0;
+        while mine.len() >= max {
+            let Some(oldest) = mine.pop_front() else {
+                break;
+            };
+            if oldest
+                .upgrade()
+                .is_some_and(|c| c.evict_untrusted(CloseReason::ClientLimit))
+            {
+                closed += 1;
+            }
+        }
+        mine.push_back(Arc::downgrade(conn));
+        drop(u);
+        if closed > 0 {
+            self.note(|w| w.client_limited += closed);
+        }
+    }
+
     /// Queues a connection that now waits for a request.
     fn waiting(&self, conn: &Arc<ConnState>, epoch: u64) {
         let mut q = self
@@ -303,9 +417,13 @@ impl Tracker {
         q.push_back((Arc::downgrade(conn), epoch));
     }
 
-    /// Registers a connection accepted now, holding `slot`.
+    /// Registers a connection accepted now from `peer`, holding `slot`.
     #[must_use]
-    pub(crate) fn register(self: &Arc<Self>, slot: OwnedSemaphorePermit) -> Arc<ConnState> {
+    pub(crate) fn register(
+        self: &Arc<Self>,
+        slot: OwnedSemaphorePermit,
+        peer: IpAddr,
+    ) -> Arc<ConnState> {
         self.stats.accepted.fetch_add(1, Ordering::Relaxed);
         self.stats.open.fetch_add(1, Ordering::Relaxed);
         let conn = Arc::new(ConnState {
@@ -317,16 +435,22 @@ impl Tracker {
                 first: true,
                 saw_byte: false,
                 evicted: false,
+                close_now: None,
                 shutting_down: false,
             }),
             notify: Notify::new(),
             watch_first_byte: AtomicBool::new(false),
             write_timed_out: AtomicBool::new(false),
+            trusted: AtomicBool::new(false),
             started: Instant::now(),
             responses: Mutex::new(Vec::new()),
-            _slot: slot,
+            slot: Mutex::new(Some(Slot {
+                _permit: slot,
+                stats: Arc::clone(&self.stats),
+            })),
         });
         self.waiting(&conn, 0);
+        self.untrusted_from(&conn, client_key(peer));
         conn
     }
 }
@@ -352,6 +476,9 @@ struct Phase {
     /// A byte arrived while waiting (the next head has begun).
     saw_byte: bool,
     evicted: bool,
+    /// Closed at once, requests in flight or not (an unauthenticated
+    /// connection closed for room), for this reason.
+    close_now: Option<CloseReason>,
     shutting_down: bool,
 }
 
@@ -364,16 +491,41 @@ pub(crate) struct ConnState {
     /// Set while waiting after a request, until the next byte arrives.
     watch_first_byte: AtomicBool,
     write_timed_out: AtomicBool,
+    /// A request on this connection showed a valid credential.
+    trusted: AtomicBool,
     /// When the connection was accepted (the base of `ResponseProgress`).
     started: Instant,
     /// The response bodies of the requests in flight.
     responses: Mutex<Vec<Weak<ResponseProgress>>>,
-    _slot: OwnedSemaphorePermit,
+    /// The connection's place under the cap, given back when the watchdog
+    /// ends (the socket is closed then), not when the last request of the
+    /// connection ends: an HTTP/2 request of a connection closed for room
+    /// may run on until its body deadline, and must not hold the slot.
+    slot: Mutex<Option<Slot>>,
 }
 
-impl Drop for ConnState {
+/// A place under the connection cap, counted in `tally_connections_open`.
+#[derive(Debug)]
+struct Slot {
+    _permit: OwnedSemaphorePermit,
+    stats: Arc<ConnectionStats>,
+}
+
+impl Drop for Slot {
     fn drop(&mut self) {
-        self.tracker.stats.open.fetch_sub(1, Ordering::Relaxed);
+        self.stats.open.fetch_sub(1, Ordering::Relaxed);
+    }
+}
+
+impl ConnState {
+    /// Gives the connection's slot back (the connection is closed).
+    fn release_slot(&self) {
+        let slot = self
+            .slot
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .take();
+        drop(slot);
     }
 }
 
@@ -485,6 +637,23 @@ impl ConnState {
         true
     }
 
+    /// Closes this connection now, requests in flight or not, unless a
+    /// request on it has authenticated. Returns whether it will close.
+    fn evict_untrusted(&self, reason: CloseReason) -> bool {
+        if self.trusted.load(Ordering::Relaxed) {
+            return false;
+        }
+        let mut p = self.lock();
+        if p.evicted {
+            return false;
+        }
+        p.evicted = true;
+        p.close_now = Some(reason);
+        drop(p);
+        self.notify.notify_one();
+        true
+    }
+
     fn is_waiting(&self, epoch: u64) -> bool {
         let p = self.lock();
         p.in_flight == 0 && p.epoch == epoch && !p.evicted
@@ -499,6 +668,16 @@ impl ConnState {
     /// `None` for a close at shutdown), else the deadline to wake at.
     fn check(&self, now: Instant) -> Result<Option<Instant>, Option<CloseReason>> {
         let p = self.lock();
+        if let Some(reason) = p.close_now {
+            return Err(Some(reason));
+        }
+        // Closed for room while it waited, and a request has begun since:
+        // a key holder's request is let finish, an unauthenticated one
+        // is not (it could hold the slot accepting waits for until its
+        // body deadline).
+        if p.evicted && !self.trusted.load(Ordering::Relaxed) {
+            return Err(Some(CloseReason::Evicted));
+        }
         if p.in_flight > 0 {
             drop(p);
             return match self.response_deadline() {
@@ -523,6 +702,32 @@ impl ConnState {
     }
 }
 
+/// A request's handle on its connection, in the request's extensions:
+/// a route that finds a valid credential in the request's headers (an API
+/// key, the admin token, a read token, a console session) marks the
+/// connection as a key holder's, which is then never closed for room nor
+/// counted against its client address's limit of unauthenticated
+/// connections (docs/operations.md "Connections").
+#[derive(Debug, Clone)]
+pub struct ConnTrust(Weak<ConnState>);
+
+impl ConnTrust {
+    /// Marks the connection as authenticated.
+    pub fn authenticated(&self) {
+        if let Some(c) = self.0.upgrade() {
+            c.trusted.store(true, Ordering::Relaxed);
+        }
+    }
+
+    /// Whether a request on the connection has authenticated.
+    #[must_use]
+    pub fn is_authenticated(&self) -> bool {
+        self.0
+            .upgrade()
+            .is_some_and(|c| c.trusted.load(Ordering::Relaxed))
+    }
+}
+
 /// Ends a request when dropped (its response sent, or abandoned).
 #[derive(Debug)]
 pub(crate) struct RequestGuard(Arc<ConnState>);
@@ -540,6 +745,17 @@ impl Drop for RequestGuard {
 /// left to finish them (hyper's graceful shutdown closes it after).
 pub(crate) async fn watch_connection<F: Future>(
     state: Arc<ConnState>,
+    connection: F,
+    shutdown: watch::Receiver<bool>,
+) {
+    watch_until_closed(&state, connection, shutdown).await;
+    // The connection (socket and HTTP state) was dropped with the future.
+    state.release_slot();
+}
+
+/// [`watch_connection`] up to the close.
+async fn watch_until_closed<F: Future>(
+    state: &Arc<ConnState>,
     connection: F,
     mut shutdown: watch::Receiver<bool>,
 ) {
@@ -804,6 +1020,14 @@ pub(crate) fn body_timeout(e: &(dyn std::error::Error + 'static)) -> Option<Body
         .find_map(|e| e.downcast_ref::<BodyTimeout>().copied())
 }
 
+/// Whether `e` is, or wraps, a request body cut off by its deadline (for
+/// routes that read bodies through other extractors, such as multipart:
+/// they answer it `408`, docs/api.md "Errors").
+#[must_use]
+pub fn is_body_timeout(e: &(dyn std::error::Error + 'static)) -> bool {
+    body_timeout(e).is_some()
+}
+
 /// How a response body is being taken by the connection.
 #[derive(Debug, Default)]
 struct ResponseProgress {
@@ -853,20 +1077,32 @@ impl HttpBody for GuardedBody {
     }
 }
 
+/// `Strict-Transport-Security` of every answer over TLS: browsers that
+/// have seen it use HTTPS for the host for a year (docs/operations.md
+/// "TLS"); subdomains are left alone, they may be other services.
+pub(crate) const HSTS: &str = "max-age=31536000";
+
 /// The routes of one connection: counts its requests in flight, gives each
-/// request body its deadline, and tells handlers the client's address
-/// (axum's `ConnectInfo<SocketAddr>`).
+/// request body its deadline, tells handlers the client's address (axum's
+/// `ConnectInfo<SocketAddr>`) and hands them the connection's
+/// [`ConnTrust`]; over TLS, adds `Strict-Transport-Security` to every answer.
 #[derive(Clone)]
 pub(crate) struct TrackedService {
     app: Router,
     state: Arc<ConnState>,
     body: BodyLimits,
     peer: std::net::SocketAddr,
+    tls: bool,
 }
 
 impl TrackedService {
-    /// `app` serving the connection `state` from `peer`.
-    pub(crate) fn new(app: Router, state: Arc<ConnState>, peer: std::net::SocketAddr) -> Self {
+    /// `app` serving the connection `state` from `peer`, over TLS or not.
+    pub(crate) fn new(
+        app: Router,
+        state: Arc<ConnState>,
+        peer: std::net::SocketAddr,
+        tls: bool,
+    ) -> Self {
         let limits = &state.tracker.limits;
         let body = BodyLimits {
             timeout: limits.body_timeout,
@@ -878,6 +1114,7 @@ impl TrackedService {
             state,
             body,
             peer,
+            tls,
         }
     }
 }
@@ -894,10 +1131,19 @@ impl hyper::service::Service<Request<Incoming>> for TrackedService {
         let mut req = req.map(|b| Body::new(DeadlineBody::new(b, limits)));
         req.extensions_mut()
             .insert(axum::extract::ConnectInfo(self.peer));
+        req.extensions_mut()
+            .insert(ConnTrust(Arc::downgrade(&self.state)));
         let app = self.app.clone();
         let state = Arc::clone(&self.state);
+        let tls = self.tls;
         Box::pin(async move {
-            let resp = app.oneshot(req).await?;
+            let mut resp = app.oneshot(req).await?;
+            if tls {
+                resp.headers_mut().insert(
+                    hyper::header::STRICT_TRANSPORT_SECURITY,
+                    hyper::header::HeaderValue::from_static(HSTS),
+                );
+            }
             Ok(resp.map(|inner| {
                 let progress = http2.then(|| state.track_response());
                 Body::new(GuardedBody {

@@ -153,6 +153,18 @@ pub enum WitnessError {
         /// When a token will be available.
         retry_after_ms: u64,
     },
+    /// The project reached one of its quotas for the UTC day.
+    #[error("project {project} reached its quota of {limit} {quota} per UTC day; retry in {retry_after_ms} ms, at the next UTC day")]
+    QuotaExceeded {
+        /// The project.
+        project: String,
+        /// Which quota: `records` or `bytes`.
+        quota: &'static str,
+        /// The quota.
+        limit: u64,
+        /// Time to the next UTC day, when the counts start again.
+        retry_after_ms: u64,
+    },
     /// Too much work in flight, or the log's queue is full.
     #[error("the witness is overloaded; retry later")]
     Overloaded,
@@ -267,6 +279,7 @@ impl WitnessError {
             Self::ClockSkew { .. } => (StatusCode::UNPROCESSABLE_ENTITY, "clock_skew"),
             Self::KeyNotActive { .. } => (StatusCode::UNPROCESSABLE_ENTITY, "key_not_active"),
             Self::RateLimited { .. } => (StatusCode::TOO_MANY_REQUESTS, "rate_limited"),
+            Self::QuotaExceeded { .. } => (StatusCode::TOO_MANY_REQUESTS, "quota_exceeded"),
             Self::Overloaded => (StatusCode::SERVICE_UNAVAILABLE, "overloaded"),
             Self::ShuttingDown => (StatusCode::SERVICE_UNAVAILABLE, "shutting_down"),
             Self::SequencerUnavailable { .. } => {
@@ -354,7 +367,9 @@ impl WitnessError {
                 e.nonce = Some(nonce.clone());
                 e.first_index = Some(*first_index);
             }
-            Self::RateLimited { retry_after_ms } => e.retry_after_ms = Some(*retry_after_ms),
+            Self::RateLimited { retry_after_ms } | Self::QuotaExceeded { retry_after_ms, .. } => {
+                e.retry_after_ms = Some(*retry_after_ms);
+            }
             Self::SequencerUnavailable { .. } => e.retry_after_ms = Some(1000),
             Self::Exists { what, name } => {
                 e.what = Some((*what).to_owned());
@@ -415,7 +430,7 @@ impl IntoResponse for WitnessError {
             Self::Unauthorized | Self::AdminUnauthorized | Self::ReadTokenRequired => {
                 h.insert(header::WWW_AUTHENTICATE, HeaderValue::from_static("Bearer"));
             }
-            Self::RateLimited { retry_after_ms } => {
+            Self::RateLimited { retry_after_ms } | Self::QuotaExceeded { retry_after_ms, .. } => {
                 let secs = retry_after_ms.div_ceil(1000).max(1);
                 if let Ok(v) = HeaderValue::from_str(&secs.to_string()) {
                     h.insert(header::RETRY_AFTER, v);

@@ -74,10 +74,36 @@ pub fn router(witness: Arc<Witness>) -> Router {
         .route("/v1/read-tokens/{id}/revoke", post(revoke_read_token))
         .route("/.well-known/tally/keys", get(key_directory))
         .route("/healthz", get(healthz))
-        .with_state(witness)
+        .with_state(Arc::clone(&witness))
         .merge(log_reads)
         .fallback(not_found)
         .method_not_allowed_fallback(method_not_allowed)
+        .layer(middleware::from_fn_with_state(witness, trust_key_holders))
+}
+
+/// Marks the connection of a request whose headers carry a valid API key,
+/// admin token or read token as a key holder's, which the connection cap
+/// never closes for room (docs/operations.md "Connections"). Once per
+/// connection: a connection already marked is not looked at again.
+async fn trust_key_holders(
+    State(w): State<Arc<Witness>>,
+    request: axum::extract::Request,
+    next: Next,
+) -> Response {
+    if let Some(trust) = request.extensions().get::<crate::conn::ConnTrust>() {
+        if !trust.is_authenticated() {
+            let registry = w.registry();
+            let valid = bearer(request.headers()).is_some_and(|t| {
+                registry.authenticate(t).is_some()
+                    || registry.is_admin(t)
+                    || registry.authenticate_reader(t).is_some()
+            });
+            if valid {
+                trust.authenticated();
+            }
+        }
+    }
+    next.run(request).await
 }
 
 async fn not_found() -> WitnessError {
@@ -882,6 +908,7 @@ async fn metrics(State(w): State<Arc<Witness>>) -> Response {
         )],
         {
             let mut text = w.metrics().render(w.log().stats(), size);
+            w.render_quotas(&mut text);
             if let Some(c) = w.cosigning() {
                 c.render_metrics(&mut text);
             }

@@ -5,7 +5,7 @@
 //! authentication, projects and agent keys, record admission, receipts,
 //! exports, the key directory, metrics, and the server behind `tally serve`.
 //!
-//! - [`witness`]: admission in the order of docs/api.md "`POST /v1/records`", agent heads.
+//! - [`witness`]: admission in the order of docs/api.md "POST /v1/records", agent heads.
 //! - [`registry`]: projects, API keys (hashed), agents and their keys.
 //! - [`export`]: packs, agent-keys.json, head.json (protocol.md §9).
 //! - [`http`]: the routes; [`error`]: the one error → status/code table.
@@ -13,7 +13,8 @@
 //! - `key_changes`: key changes never reach back before admitted records.
 //! - `conn`: the connection cap and the timeouts that bound every
 //!   connection, head and body.
-//! - `keydir`, `metrics`, `ratelimit`, [`refusal_log`]: the smaller parts.
+//! - `keydir`, `metrics`, `ratelimit`, `quota`, [`refusal_log`],
+//!   [`log_filter`]: the smaller parts.
 //!
 //! The console at `/console` is its own crate, tally-console, on top of this
 //! one; `tally serve` merges its routes into [`http::router`].
@@ -27,7 +28,9 @@ pub mod http;
 mod key_changes;
 mod keydir;
 pub mod kv;
+pub mod log_filter;
 mod metrics;
+mod quota;
 mod ratelimit;
 pub mod refusal_log;
 pub mod registry;
@@ -35,9 +38,10 @@ pub mod server;
 pub mod witness;
 
 pub use config::{ServeConfig, WitnessConfig};
-pub use conn::{CloseReason, ConnectionStats};
+pub use conn::{client_key, is_body_timeout, CloseReason, ConnTrust, ConnectionStats};
 pub use error::WitnessError;
 pub use key_changes::{AgentTimes, KeyChanges};
 pub use keydir::KeyDirectoryError;
 pub use metrics::Metrics;
+pub use quota::ProjectQuota;
 pub use witness::Witness;

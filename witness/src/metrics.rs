@@ -163,6 +163,11 @@ impl Metrics {
     #[must_use]
     pub fn render(&self, log: LogStats, tree_size: u64) -> String {
         let mut out = String::new();
+        let _ = writeln!(
+            out,
+            "# HELP tally_log_lines_suppressed_total Log lines of libraries (hyper, h2, rustls) over their rate limit, not written.\n# TYPE tally_log_lines_suppressed_total counter\ntally_log_lines_suppressed_total {}",
+            crate::log_filter::suppressed()
+        );
         out.push_str("# HELP tally_admissions_total Answers for records (of POST /v1/records, and each record of POST /v1/records/batch) by HTTP status and code.\n# TYPE tally_admissions_total counter\n");
         for ((status, code), n) in self
             .admissions

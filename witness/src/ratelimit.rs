@@ -48,6 +48,18 @@ impl RateLimiter {
     /// # Errors
     /// The milliseconds until a token is available, when the bucket is empty.
     pub(crate) fn take_n(&self, key: &str, n: usize, now: UnixMillis) -> Result<(), u64> {
+        self.take_or_charge(key, n, now, false)
+    }
+
+    /// Takes `n` tokens from `key`'s bucket at `now` whatever it holds (the
+    /// rest of a batch already admitted by [`Self::take_n`]), as debt.
+    pub(crate) fn charge(&self, key: &str, n: usize, now: UnixMillis) {
+        if n > 0 {
+            let _ = self.take_or_charge(key, n, now, true);
+        }
+    }
+
+    fn take_or_charge(&self, key: &str, n: usize, now: UnixMillis, force: bool) -> Result<(), u64> {
         let Some(limit) = self.limit else {
             return Ok(());
         };
@@ -64,7 +76,10 @@ impl RateLimiter {
         let elapsed = (now - b.at).max(0) as f64 / 1000.0;
         b.tokens = (b.tokens + elapsed * limit.per_second).min(burst);
         b.at = now.max(b.at);
-        if b.tokens >= 1.0 {
+        if force {
+            b.tokens -= n as f64;
+            Ok(())
+        } else if b.tokens >= 1.0 {
             b.tokens -= n.max(1) as f64;
             Ok(())
         } else {
@@ -111,5 +126,22 @@ mod tests {
         // 1.6 s pays 16 tokens: 15 of debt and one for the next request.
         assert_eq!(r.take("a", t), Err(1600));
         assert!(r.take("a", UnixMillis::new(1_001_600)).is_ok());
+    }
+
+    #[test]
+    fn a_charge_is_debt_taken_whatever_the_bucket_holds() {
+        let r = RateLimiter::new(Some(RateLimit {
+            per_second: 10.0,
+            burst: 5,
+        }));
+        let t = UnixMillis::new(1_000_000);
+        // Three tokens by size before the parse, 17 more records after it:
+        // the same debt as 20 records taken at once.
+        assert!(r.take_n("a", 3, t).is_ok());
+        r.charge("a", 17, t);
+        assert_eq!(r.take("a", t), Err(1600));
+        // A charge on an empty bucket still counts.
+        r.charge("a", 10, t);
+        assert_eq!(r.take("a", t), Err(2600));
     }
 }

@@ -380,7 +380,7 @@ pub async fn serve(
             }
         };
         let _ = stream.set_nodelay(true);
-        let state = tracker.register(slot);
+        let state = tracker.register(slot, peer.ip());
         let connection = serve_connection(
             stream,
             peer,
@@ -436,7 +436,7 @@ async fn serve_http(
     http: Arc<auto::Builder<TokioExecutor>>,
     watcher: Watcher,
 ) {
-    let service = TrackedService::new(app, Arc::clone(&state), peer);
+    let service = TrackedService::new(app, Arc::clone(&state), peer, acceptor.is_some());
     match acceptor {
         None => {
             let io = TokioIo::new(ConnIo::new(stream, state));

@@ -49,6 +49,7 @@ pub struct Witness {
     rng: Mutex<Rng>,
     config: WitnessConfig,
     limiter: RateLimiter,
+    quotas: crate::quota::Quotas,
     metrics: Metrics,
     in_flight: Arc<Semaphore>,
     keys: KeyDirectory,
@@ -116,6 +117,7 @@ impl Witness {
         Self {
             last_received: Mutex::new(last_received),
             limiter: RateLimiter::new(config.rate_limit),
+            quotas: crate::quota::Quotas::new(config.project_quota),
             in_flight: Arc::new(Semaphore::new(config.max_in_flight.max(1))),
             log,
             registry,
@@ -239,6 +241,11 @@ impl Witness {
             Some(t) if self.registry.is_admin(t) => Ok(()),
             _ => Err(WitnessError::AdminUnauthorized),
         }
+    }
+
+    /// Appends the projects' counts against their quotas to `/metrics`.
+    pub fn render_quotas(&self, out: &mut String) {
+        self.quotas.render(out, self.now());
     }
 
     /// The agent, if registered to the principal's project.
@@ -393,12 +400,24 @@ impl Witness {
                 max: self.config.max_body_bytes,
             });
         }
-        let record = Record::from_json(body)?;
+        // The token before the parse: a record that fails to parse costs
+        // the server as much as one that passes (docs/api.md "POST /v1/records").
         self.limiter
             .take(&principal.key_id, self.now())
             .map_err(|retry_after_ms| WitnessError::RateLimited { retry_after_ms })?;
-        self.owned_agent(principal, &record.agent)?;
+        let record = Record::from_json(body)?;
         let hash = record.hash();
+        // The project's quota (docs/api.md "POST /v1/records"); a retry
+        // of an admitted record still gets its receipt.
+        if let Err(e) = self.quotas.charge(
+            &principal.project,
+            1,
+            record.canonical_bytes().len() as u64,
+            self.now(),
+        ) {
+            return self.unless_admitted(&hash, e);
+        }
+        self.owned_agent(principal, &record.agent)?;
         if let Err(e) = self.check_key_and_signature(principal, &record) {
             // A front whose copy of a shared registry is behind does not
             // know a key registered through another front yet: it looks
@@ -777,15 +796,27 @@ impl Witness {
         principal: &Principal,
         body: &[u8],
     ) -> Result<BatchChecked, WitnessError> {
+        // Paid before the parse, by size: one token per `max_body_bytes`
+        // (the most one record may take) of the body, so that a batch that
+        // fails to parse costs its sender as much as the records it could
+        // hold; then one more per record beyond that, as debt
+        // (docs/api.md "POST /v1/records/batch").
+        let by_size = body
+            .len()
+            .div_ceil(self.config.max_body_bytes.max(1))
+            .max(1);
+        self.limiter
+            .take_n(&principal.key_id, by_size, self.now())
+            .map_err(|retry_after_ms| WitnessError::RateLimited { retry_after_ms })?;
         let request = BatchRequest::parse(body)?;
         let n = request.records.len();
         self.limiter
-            .take_n(&principal.key_id, n, self.now())
-            .map_err(|retry_after_ms| WitnessError::RateLimited { retry_after_ms })?;
+            .charge(&principal.key_id, n.saturating_sub(by_size), self.now());
         let mut answers: Vec<Option<Result<Admitted, WitnessError>>> = vec![None; n];
         let mut records: Vec<(usize, CheckedRecord)> = Vec::with_capacity(n);
         let mut keys: Vec<(usize, tally_schemas::PublicKey)> = Vec::with_capacity(n);
         let mut refreshed = false;
+        let now = self.now();
         for (i, member) in request.records.into_iter().enumerate() {
             let record = match member {
                 Ok(r) => r,
@@ -794,6 +825,14 @@ impl Witness {
                     continue;
                 }
             };
+            // Each record against its project's quota, as in `admit_as`.
+            let size = record.canonical_bytes().len() as u64;
+            if let Err(e) = self.quotas.charge(&principal.project, 1, size, now) {
+                if let Some(held) = self.held_unless_admitted(&mut answers, i, &record, e) {
+                    records.push((i, Err(held)));
+                }
+                continue;
+            }
             if let Err(e) = self.owned_agent(principal, &record.agent) {
                 records.push((i, Err((record.agent.clone(), record.seq, e))));
                 continue;

@@ -123,7 +123,8 @@ pub struct ErrorDetail {
     /// `clock_skew`: the bound.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub max_skew_ms: Option<u64>,
-    /// `rate_limited`: when a token is available again;
+    /// `rate_limited`: when a token is available again; `quota_exceeded`:
+    /// the time to the next UTC day;
     /// `sequencer_unavailable`: when to send the same record again.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub retry_after_ms: Option<u64>,

@@ -372,3 +372,249 @@ pub(crate) fn addr_of(url: &str) -> SocketAddr {
         .and_then(|a| a.parse().ok())
         .unwrap_or_else(|| panic!("not a plain-HTTP loopback URL: {url}"))
 }
+
+/// The HTTP/2 connection preface and a SETTINGS frame; with
+/// `zero_window`, INITIAL_WINDOW_SIZE 0 (the client takes no answer
+/// data).
+pub(crate) fn h2c_preface(zero_window: bool) -> Vec<u8> {
+    let mut out = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n".to_vec();
+    if zero_window {
+        out.extend_from_slice(&[0, 0, 6, 4, 0, 0, 0, 0, 0, 0, 4, 0, 0, 0, 0]);
+    } else {
+        out.extend_from_slice(&[0, 0, 0, 4, 0, 0, 0, 0, 0]);
+    }
+    out
+}
+
+/// A HEADERS frame (END_HEADERS, and END_STREAM when `end_stream`) of
+/// `POST` (else `GET`) `path` on `stream`. HPACK without Huffman or
+/// indexing: `:method` and `:scheme http` from the static table, `:path`,
+/// `:authority` and the `extra` headers (static-table name index, value) as
+/// literals.
+pub(crate) fn h2c_headers(
+    stream: u32,
+    post: bool,
+    path: &str,
+    authority: &str,
+    extra: &[(u8, &str)],
+    end_stream: bool,
+) -> Vec<u8> {
+    fn literal(block: &mut Vec<u8>, index: u8, value: &str) {
+        // Literal without indexing, indexed name (4-bit prefix).
+        if index < 15 {
+            block.push(index);
+        } else {
+            block.extend_from_slice(&[0x0f, index - 15]);
+        }
+        assert!(value.len() < 127);
+        block.push(value.len() as u8);
+        block.extend_from_slice(value.as_bytes());
+    }
+    let mut block = vec![if post { 0x83 } else { 0x82 }, 0x86];
+    literal(&mut block, 4, path);
+    literal(&mut block, 1, authority);
+    for (index, value) in extra {
+        literal(&mut block, *index, value);
+    }
+    let flags = 4 | u8::from(end_stream);
+    let len = block.len();
+    let mut out = vec![(len >> 16) as u8, (len >> 8) as u8, len as u8, 1, flags];
+    out.extend_from_slice(&stream.to_be_bytes());
+    out.extend_from_slice(&block);
+    out
+}
+
+/// An RST_STREAM frame (CANCEL) of `stream`.
+pub(crate) fn h2c_reset(stream: u32) -> Vec<u8> {
+    let mut out = vec![0, 0, 4, 3, 0];
+    out.extend_from_slice(&stream.to_be_bytes());
+    out.extend_from_slice(&8u32.to_be_bytes());
+    out
+}
+
+/// A plain or TLS stream of the h2 floods.
+trait Io: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send {}
+impl<T: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send> Io for T {}
+
+/// A TLS client trusting `ca_pem` alone, offering only ALPN h2.
+pub(crate) fn h2_tls_connector(ca_pem: &[u8]) -> tokio_rustls::TlsConnector {
+    use rustls::pki_types::pem::PemObject;
+    let mut roots = rustls::RootCertStore::empty();
+    for cert in rustls::pki_types::CertificateDer::pem_slice_iter(ca_pem) {
+        roots.add(cert.unwrap()).unwrap();
+    }
+    let provider = Arc::new(rustls::crypto::ring::default_provider());
+    let mut cfg = rustls::ClientConfig::builder_with_provider(provider)
+        .with_safe_default_protocol_versions()
+        .unwrap()
+        .with_root_certificates(roots)
+        .with_no_client_auth();
+    cfg.alpn_protocols = vec![b"h2".to_vec()];
+    tokio_rustls::TlsConnector::from(Arc::new(cfg))
+}
+
+/// A connection to `addr`, over TLS (server name `localhost`) when
+/// `tls` is given.
+async fn connect(
+    addr: SocketAddr,
+    tls: Option<&tokio_rustls::TlsConnector>,
+) -> Option<Box<dyn Io>> {
+    let s = TcpStream::connect(addr).await.ok()?;
+    match tls {
+        None => Some(Box::new(s)),
+        Some(c) => {
+            let name = rustls::pki_types::ServerName::try_from("localhost").ok()?;
+            let t = c.connect(name, s).await.ok()?;
+            Some(Box::new(t))
+        }
+    }
+}
+
+/// Reads and drops whatever the server sends until it closes; counts the
+/// bytes.
+fn drain<R: tokio::io::AsyncRead + Unpin + Send + 'static>(mut rd: R) -> JoinHandle<u64> {
+    tokio::spawn(async move {
+        let mut buf = vec![0u8; 16 * 1024];
+        let mut n = 0;
+        while let Ok(k) = rd.read(&mut buf).await {
+            if k == 0 {
+                break;
+            }
+            n += k as u64;
+        }
+        n
+    })
+}
+
+/// Static-table index of `content-type` (RFC 7541 Appendix A).
+pub(crate) const HPACK_CONTENT_TYPE: u8 = 31;
+
+/// How a slot-holding flood went: connections opened, of which the server
+/// closed.
+#[derive(Debug, Default, Clone, Copy)]
+pub(crate) struct Flood {
+    pub opened: u64,
+    pub closed_by_server: u64,
+}
+
+/// `conns` keyless h2c clients, each reopened when the server closes it,
+/// until `until`: each opens a new stream every `every`, a `POST
+/// /console/login` form whose body never comes, before the last one ends,
+/// so that a connection always has a request in flight.
+pub(crate) fn hold_slots_h2c(
+    addr: SocketAddr,
+    conns: usize,
+    every: Duration,
+    until: Instant,
+) -> Vec<JoinHandle<Flood>> {
+    hold_slots_h2(addr, None, conns, every, until)
+}
+
+/// [`hold_slots_h2c`], over TLS with `tls` (ALPN h2) when given.
+pub(crate) fn hold_slots_h2(
+    addr: SocketAddr,
+    tls: Option<tokio_rustls::TlsConnector>,
+    conns: usize,
+    every: Duration,
+    until: Instant,
+) -> Vec<JoinHandle<Flood>> {
+    (0..conns)
+        .map(|_| {
+            let tls = tls.clone();
+            tokio::spawn(async move {
+                let mut f = Flood::default();
+                let authority = addr.to_string();
+                while Instant::now() < until {
+                    let Some(s) = connect(addr, tls.as_ref()).await else {
+                        tokio::time::sleep(Duration::from_millis(50)).await;
+                        continue;
+                    };
+                    f.opened += 1;
+                    let (rd, mut wr) = tokio::io::split(s);
+                    let reader = drain(rd);
+                    let mut out = h2c_preface(false);
+                    let mut stream = 1u32;
+                    let closed = loop {
+                        out.extend(h2c_headers(
+                            stream,
+                            true,
+                            "/console/login",
+                            &authority,
+                            &[(HPACK_CONTENT_TYPE, "application/x-www-form-urlencoded")],
+                            false,
+                        ));
+                        if wr.write_all(&out).await.is_err() {
+                            break true;
+                        }
+                        out.clear();
+                        stream += 2;
+                        tokio::time::sleep(every).await;
+                        if reader.is_finished() {
+                            break true;
+                        }
+                        if Instant::now() >= until {
+                            break false;
+                        }
+                    };
+                    if closed {
+                        f.closed_by_server += 1;
+                    }
+                    reader.abort();
+                }
+                f
+            })
+        })
+        .collect()
+}
+
+/// `conns` keyless HTTP/1.1 clients, each reopened when the server closes
+/// it, until `until`: a `POST /console/login` form announcing 2,000,000
+/// bytes, whose body then trickles a byte every `every`.
+pub(crate) fn hold_slots_http1(
+    addr: SocketAddr,
+    conns: usize,
+    every: Duration,
+    until: Instant,
+) -> Vec<JoinHandle<Flood>> {
+    (0..conns)
+        .map(|_| {
+            tokio::spawn(async move {
+                let mut f = Flood::default();
+                while Instant::now() < until {
+                    let Ok(s) = TcpStream::connect(addr).await else {
+                        tokio::time::sleep(Duration::from_millis(50)).await;
+                        continue;
+                    };
+                    f.opened += 1;
+                    let (rd, mut wr) = s.into_split();
+                    let reader = drain(rd);
+                    let head = format!(
+                        "POST /console/login HTTP/1.1\r\nHost: {addr}\r\nContent-Type: application/x-www-form-urlencoded\r\nContent-Length: 2000000\r\n\r\napi_key="
+                    );
+                    let mut closed = wr.write_all(head.as_bytes()).await.is_err();
+                    while !closed && Instant::now() < until {
+                        tokio::time::sleep(every).await;
+                        closed = reader.is_finished() || wr.write_all(b"a").await.is_err();
+                    }
+                    if closed {
+                        f.closed_by_server += 1;
+                    }
+                    reader.abort();
+                }
+                f
+            })
+        })
+        .collect()
+}
+
+/// Sums the floods' counts.
+pub(crate) async fn join_floods(handles: Vec<JoinHandle<Flood>>) -> Flood {
+    let mut total = Flood::default();
+    for h in handles {
+        if let Ok(f) = h.await {
+            total.opened += f.opened;
+            total.closed_by_server += f.closed_by_server;
+        }
+    }
+    total
+}

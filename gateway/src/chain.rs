@@ -409,6 +409,8 @@ struct OwnerCore {
     recent: Mutex<Option<HashMap<Hash, Record>>>,
     /// Per tool source: the last list declared in this owner's run.
     declared: Mutex<HashMap<Option<String>, Declared>>,
+    /// Set when the owner closes: waits end, so nothing holds the store.
+    closing: watch::Sender<bool>,
 }
 
 /// A tool source's last declaration, as its owner remembers it.
@@ -491,11 +493,18 @@ impl OwnerCore {
         let Some(mut progress) = self.progress.clone() else {
             return Waited::NoWitness;
         };
-        if let Some(s) = &self.syncer {
-            s.nudge();
+        // Cut a backoff short for a waiter that allows retries; one that
+        // allows one try gets the attempt its record's commit starts, and
+        // no other (`tally record` without --wait-receipt: docs/operations.md
+        // "Syncing").
+        if !one_try {
+            if let Some(s) = &self.syncer {
+                s.nudge();
+            }
         }
         let start_attempts = progress.borrow().attempts;
         let deadline = tokio::time::Instant::now() + timeout;
+        let mut closing = self.closing.subscribe();
         loop {
             {
                 let p = progress.borrow_and_update();
@@ -516,9 +525,16 @@ impl OwnerCore {
                     }
                 }
             }
-            match tokio::time::timeout_at(deadline, progress.changed()).await {
-                Ok(Ok(())) => {}
-                Ok(Err(_)) | Err(_) => {
+            tokio::select! {
+                changed = tokio::time::timeout_at(deadline, progress.changed()) => match changed {
+                    Ok(Ok(())) => {}
+                    Ok(Err(_)) | Err(_) => {
+                        return Waited::TimedOut {
+                            last: progress.borrow().failure.clone(),
+                        }
+                    }
+                },
+                _ = closing.wait_for(|c| *c) => {
                     return Waited::TimedOut {
                         last: progress.borrow().failure.clone(),
                     }
@@ -700,6 +716,8 @@ fn answer(reply: Option<AppendReply>, result: Result<Record, AppendError>) {
 /// The owner's running parts, stopped by [`Owner::close`].
 struct Owner {
     core: Arc<OwnerCore>,
+    /// The store, released (its lock with it) before close returns.
+    store: Arc<ChainStore>,
     recorder: Option<Recorder>,
     sync_task: Option<tokio::task::JoinHandle<()>>,
     stop_sync: Option<watch::Sender<bool>>,
@@ -713,6 +731,7 @@ struct Owner {
 impl Owner {
     async fn close(mut self) {
         let _ = self.shutdown.send(true);
+        let _ = self.core.closing.send(true);
         if let Some(t) = self.accept_task.take() {
             t.abort();
             let _ = t.await;
@@ -746,6 +765,15 @@ impl Owner {
                 .await;
             }
         }
+        // The store's lock goes with its last reference: wait for the
+        // tasks that still hold one to end, so the next writer can open it
+        // as soon as this returns.
+        let Self { core, store, .. } = self;
+        drop(core);
+        let deadline = tokio::time::Instant::now() + CLOSE_WAIT;
+        while Arc::strong_count(&store) > 1 && tokio::time::Instant::now() < deadline {
+            tokio::time::sleep(Duration::from_millis(2)).await;
+        }
     }
 }
 
@@ -766,6 +794,9 @@ async fn serve_member(
         }
     });
     let mut inflight = tokio::task::JoinSet::new();
+    // Waits are not answered when the owner closes: the member asks the
+    // next owner again.
+    let mut waits = tokio::task::JoinSet::new();
     loop {
         let frame = tokio::select! {
             f = read_frame::<_, Request>(&mut rd) => f,
@@ -838,11 +869,13 @@ async fn serve_member(
             } => {
                 let core = Arc::clone(&core);
                 let tx = out_tx.clone();
-                inflight.spawn(async move {
+                waits.spawn(async move {
                     let waited = core
                         .wait(seq, Duration::from_millis(timeout_ms), one_try)
                         .await;
-                    let _ = tx.send(Answer::Waited { id, waited });
+                    if !*core.closing.borrow() {
+                        let _ = tx.send(Answer::Waited { id, waited });
+                    }
                 });
             }
             Request::Status { .. } => {
@@ -892,6 +925,8 @@ async fn serve_member(
     }
     // Requests already queued are answered before the connection closes;
     // waits are not (the member asks the next owner again).
+    waits.abort_all();
+    while waits.join_next().await.is_some() {}
     let deadline = tokio::time::Instant::now() + CLOSE_WAIT;
     while let Ok(Some(_)) = tokio::time::timeout_at(deadline, inflight.join_next()).await {}
     inflight.abort_all();
@@ -1103,12 +1138,13 @@ async fn become_owner(ctx: &Ctx, store: ChainStore) -> Result<Owner, String> {
     });
     let core = Arc::new(OwnerCore {
         handle,
-        store: Some(store),
+        store: Some(Arc::clone(&store)),
         progress: syncer.as_ref().map(|s| s.progress()),
         syncer,
         writers: Mutex::new(BTreeMap::new()),
         recent: Mutex::new(None),
         declared: Mutex::new(HashMap::new()),
+        closing: watch::channel(false).0,
     });
     lock(&core.writers).insert(
         0,
@@ -1174,6 +1210,7 @@ async fn become_owner(ctx: &Ctx, store: ChainStore) -> Result<Owner, String> {
     };
     Ok(Owner {
         core,
+        store,
         recorder: Some(recorder),
         sync_task,
         stop_sync: Some(stop_sync),
@@ -1618,6 +1655,7 @@ impl AgentChain {
             writers: Mutex::new(BTreeMap::new()),
             recent: Mutex::new(None),
             declared: Mutex::new(HashMap::new()),
+            closing: watch::channel(false).0,
         });
         let (tx, mut rx) = mpsc::unbounded_channel::<Cmd>();
         tokio::spawn(async move {

@@ -255,8 +255,8 @@ class Agent:
         :class:`NoReceipt` says why it has none."""
         self._writer().wait_receipt(call, self.strict_timeout if timeout is None else timeout)
 
-    def _begin(self, tool: str, arguments: Any, strict: bool) -> _native.Call:
-        call = self.decide(tool, arguments)
+    def _begin(self, tool: str, arguments: Any, strict: bool, call_id: str | None = None) -> _native.Call:
+        call = self.decide(tool, arguments, call_id)
         if strict:
             self._strict_wait(call)
         return call
@@ -268,10 +268,12 @@ class Agent:
             self._writer().outcome(call, "not_run", None)
             raise
 
-    def _ended(self, call: _native.Call, error: BaseException | None, result: Any = None) -> None:
+    def _ended(
+        self, call: _native.Call, error: BaseException | None, result: Any = None, status: str = "ok"
+    ) -> None:
         if error is None:
             try:
-                self.outcome(call, "ok", result)
+                self.outcome(call, status, result)
             except BadContent as e:
                 e.result = result  # type: ignore[attr-defined]
                 raise
@@ -354,13 +356,17 @@ class Agent:
         return wrapper  # type: ignore[return-value]
 
     # -- the rest of the API ---------------------------------------------------
-    def declare_tools(self, tools: Iterable[str | Callable[..., Any] | Mapping[str, Any]]) -> bool:
+    def declare_tools(
+        self, tools: Iterable[str | Callable[..., Any] | Mapping[str, Any]], *, recorded: Iterable[str] = ()
+    ) -> bool:
         """Declares the program's full tool list (docs/protocol.md §5.3):
         names, wrapped functions, or MCP tool definitions (dicts with a
         ``name``). Tools wrapped by this agent are declared recorded, the
         others not; the verifier's coverage line names both kinds of gap.
-        Returns whether a declaration was recorded (not when the same list
-        was declared recently)."""
+        ``recorded`` names more tools this writer records by other means
+        (the adapters' tools). Returns whether a declaration was recorded
+        (not when the same list was declared recently)."""
+        also = set(recorded)
         entries = []
         for t in tools:
             if isinstance(t, Mapping):
@@ -380,17 +386,19 @@ class Agent:
                 definition = _definition(name, wrapped.fn if wrapped else None)
             else:
                 raise Invalid(f"{t!r} is neither a tool name, a function nor a definition")
-            entries.append((name, name in self._wrapped, _json(definition, f"the definition of tool {name!r}")))
+            entries.append((name, name in self._wrapped or name in also, _json(definition, f"the definition of tool {name!r}")))
         return self._writer().declare_tools(entries)
 
-    def call(self, tool: str, arguments: Any = None, *, strict: bool | None = None) -> Call:
+    def call(
+        self, tool: str, arguments: Any = None, *, strict: bool | None = None, call_id: str | None = None
+    ) -> Call:
         """A recorded call for code that is not a function::
 
             with agent.call("refund", {"claim": 7}) as call:
                 call.outcome(do_refund(7))
 
         ``async with`` works too (a strict wait then runs off the loop)."""
-        return Call(self, tool, arguments, self.strict if strict is None else strict)
+        return Call(self, tool, arguments, self.strict if strict is None else strict, call_id)
 
     def note(self, text: str) -> int:
         """Records a note; returns its seq."""
@@ -440,9 +448,11 @@ class Call:
     on entry, the outcome on exit: ``ok`` with what :meth:`outcome` was
     given, ``error`` when the block raises (the exception propagates)."""
 
-    def __init__(self, agent: Agent, tool: str, arguments: Any, strict: bool) -> None:
+    def __init__(self, agent: Agent, tool: str, arguments: Any, strict: bool, call_id: str | None = None) -> None:
         self._agent = agent
         self.tool = tool
+        self._call_id = call_id
+        self._status = "ok"
         self._arguments = arguments
         self._strict = strict
         self._call: _native.Call | None = None
@@ -452,20 +462,23 @@ class Call:
     def call_id(self) -> str | None:
         return self._call.call_id if self._call else None
 
-    def outcome(self, result: Any) -> None:
-        """The result the outcome records when the block ends."""
+    def outcome(self, result: Any, status: str = "ok") -> None:
+        """The result the outcome records when the block ends, and its
+        status (``error`` for a result that reports a failure without
+        raising, as an MCP ``isError`` result does)."""
         self._result = result
+        self._status = status
 
     def __enter__(self) -> Call:
-        self._call = self._agent._begin(self.tool, self._arguments, self._strict)
+        self._call = self._agent._begin(self.tool, self._arguments, self._strict, self._call_id)
         return self
 
     def __exit__(self, exc_type: object, exc: BaseException | None, tb: object) -> None:
         if self._call is not None:
-            self._agent._ended(self._call, exc, self._result)
+            self._agent._ended(self._call, exc, self._result, self._status)
 
     async def __aenter__(self) -> Call:
-        self._call = self._agent.decide(self.tool, self._arguments)
+        self._call = self._agent.decide(self.tool, self._arguments, self._call_id)
         if self._strict:
             await asyncio.to_thread(self._agent._strict_wait, self._call)
         return self

@@ -193,7 +193,7 @@ def test_strict_against_a_witness_that_refuses_does_not_run_the_call(state: Path
     # Pinned to the witness, never added to it: the witness refuses its records.
     run_tally(state, "agent", "init", AGENT)
     run_tally(state, "agent", "init", AGENT, "--witness", witness.url, "--api-key", witness.api_key)
-    agent = tally.Agent(AGENT, state_dir=state, strict=True, strict_timeout=10)
+    agent = tally.Agent(AGENT, state_dir=state, strict=True, strict_timeout=5)
     ran = []
 
     @agent.tool
@@ -203,6 +203,7 @@ def test_strict_against_a_witness_that_refuses_does_not_run_the_call(state: Path
     with pytest.raises(tally.NoReceipt) as e:
         pay(5)
     assert e.value.code == "no_receipt"
+    assert "agent_not_allowed" in str(e.value), e.value  # the witness's own reason
     assert ran == []
     with pytest.raises(tally.NoReceipt):
         agent.sync(timeout=5)

@@ -207,12 +207,13 @@ class Agent:
         self._native: _native.Agent | None = _native.Agent(name, **self._options)
         self._closed = False
         self._wrapped: dict[str, _Wrapped] = {}
+        self._declared: list[tuple[str, bool, bytes]] | None = None
         self.name: str = self._native.name
         self.source: str = self._native.source
         with _agents_lock:
             _agents.add(self)
 
-    # -- the native writer, reopened in a child after fork ---------------
+    # -- the native writer, closed around fork and reopened on first use --
     def _writer(self) -> _native.Agent:
         w = self._native
         if w is not None:
@@ -221,15 +222,31 @@ class Agent:
             if self._closed:
                 raise Closed("the agent is closed")
             if self._native is None:
-                self._native = _native.Agent(self.name, **self._options)
+                w = _native.Agent(self.name, **self._options)
+                if self._declared is not None:
+                    w.declare_tools(self._declared)
+                self._native = w
             return self._native
 
+    def _before_fork(self) -> None:
+        # A child inherits the parent's memory but none of its threads. The
+        # writer's threads (tokio's, the chain writer's) park on
+        # parking_lot's process-wide queues; a child that starts threads of
+        # its own would walk queue entries whose threads and stacks are
+        # gone. So no writer thread may exist at fork: the writer is closed
+        # (its queue committed, the chain handed on) and parent and child
+        # each open a new one on first use.
+        with self._lock:
+            w, self._native = self._native, None
+        if w is not None:
+            w.close()
+
     def _after_fork_in_child(self) -> None:
-        # The parent's runtime threads do not exist here: never touch its
-        # writer; open our own on first use.
         self._lock = threading.Lock()
         w, self._native = self._native, None
         if w is not None:
+            # Opened by another thread during the fork: its threads are not
+            # here, so it is let go of without being touched.
             w.abandon()
 
     # -- records -----------------------------------------------------------
@@ -387,7 +404,9 @@ class Agent:
             else:
                 raise Invalid(f"{t!r} is neither a tool name, a function nor a definition")
             entries.append((name, name in self._wrapped or name in also, _json(definition, f"the definition of tool {name!r}")))
-        return self._writer().declare_tools(entries)
+        declared = self._writer().declare_tools(entries)
+        self._declared = entries  # declared again by a writer reopened after fork
+        return declared
 
     def call(
         self, tool: str, arguments: Any = None, *, strict: bool | None = None, call_id: str | None = None
@@ -487,6 +506,11 @@ class Call:
         self.__exit__(exc_type, exc, tb)
 
 
+def _before_fork() -> None:
+    for a in list(_agents):
+        a._before_fork()
+
+
 def _after_fork_in_child() -> None:
     global _agents_lock
     _agents_lock = threading.Lock()
@@ -501,6 +525,6 @@ def _close_all() -> None:
         a.close()
 
 
-os.register_at_fork(after_in_child=_after_fork_in_child)
+os.register_at_fork(before=_before_fork, after_in_child=_after_fork_in_child)
 atexit.register(_close_all)
 

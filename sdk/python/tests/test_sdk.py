@@ -311,3 +311,29 @@ def test_tally_record_writes_beside_the_program(state: Path, tmp_path: Path, wit
     assert tools["script"] == 5 and tools["lookup"] >= 50
     assert len(outcomes(entries)) == len(decisions(entries))
     assert "PASS" in witness.verify(state, tmp_path, vkey)
+
+
+def test_a_forked_child_records_after_the_parent_closed(local_agent: Path) -> None:
+    # The parent owned the chain when it forked; the child inherits its
+    # open files but must still become the owner once the parent is gone.
+    agent = tally.Agent(AGENT, state_dir=local_agent)
+    work = agent.tool(lambda who: who, name="work")
+    work("parent")
+    r, w = os.pipe()
+    pid = os.fork()
+    if pid == 0:
+        code = 1
+        try:
+            os.read(r, 1)
+            work("child")
+            agent.close()
+            code = 0
+        finally:
+            os._exit(code)
+    agent.close()
+    os.write(w, b"x")
+    _, status = os.waitpid(pid, 0)
+    assert os.waitstatus_to_exitcode(status) == 0
+    entries = chain(local_agent)
+    check_links(entries)
+    assert len(decisions(entries)) == 2 and len(outcomes(entries)) == 2

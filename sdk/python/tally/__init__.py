@@ -116,7 +116,9 @@ def _definition(name: str, fn: Callable[..., Any] | None) -> dict[str, Any]:
     for p in sig.parameters.values():
         if p.kind in (p.VAR_POSITIONAL, p.VAR_KEYWORD) or p.name in ("self", "cls"):
             continue
-        t = _TYPES.get(getattr(hints.get(p.name), "__origin__", hints.get(p.name)))  # list[int] -> list
+        hint = hints.get(p.name)
+        origin = getattr(hint, "__origin__", hint)  # list[int] -> list
+        t = _TYPES.get(origin) if isinstance(origin, type) else None
         properties[p.name] = {"type": t} if t else {}
         if p.default is p.empty:
             required.append(p.name)
@@ -196,7 +198,7 @@ class Agent:
         *,
         strict_timeout: float = STRICT_TIMEOUT,
     ) -> None:
-        self._options = {
+        self._options: dict[str, Any] = {
             "state_dir": os.fspath(state_dir) if state_dir is not None else None,
             "source": source or _default_source(),
             "store_content": store_content,
@@ -307,7 +309,7 @@ class Agent:
     @overload
     def tool(self, fn: F, /) -> F: ...
     @overload
-    def tool(self, *, name: str | None = None, strict: bool | None = None) -> Callable[[F], F]: ...
+    def tool(self, /, *, name: str | None = None, strict: bool | None = None) -> Callable[[F], F]: ...
     def tool(self, fn: Any = None, /, *, name: str | None = None, strict: bool | None = None) -> Any:
         """Records every call of the decorated function (sync or async): a
         decision before it runs, an outcome (``ok``, or ``error`` with the

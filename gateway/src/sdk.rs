@@ -153,6 +153,13 @@ fn content(json: &[u8], what: &str) -> Result<Value, SdkError> {
         .map_err(|e| SdkError::BadContent(format!("{what} is not JSON tally can hash: {e}")))
 }
 
+/// The newest record's seq: the store's head, or a writer's last record
+/// when it is journaled but not yet committed to the store.
+fn newest(status: &ChainStatus) -> Option<u64> {
+    let writers = status.writers.iter().filter_map(|w| w.last_seq).max();
+    status.store.head.map(|(seq, _)| seq).max(writers)
+}
+
 fn appended(e: AppendError) -> SdkError {
     // From a member, the owner's refusal of an invalid record has the code.
     if e.code() == "invalid" {
@@ -422,21 +429,29 @@ impl SdkAgent {
             .map_err(appended)
     }
 
-    /// Waits up to `timeout` for every record so far to be receipted.
+    /// Waits up to `timeout` for every record so far to be receipted:
+    /// those in the journal but not yet committed too, and outcomes queued
+    /// before the call.
     ///
     /// # Errors
     /// [`SdkError::Closed`].
     pub fn sync(&self, timeout: Duration) -> Result<SdkSync, SdkError> {
         let chain = self.chain()?;
+        let deadline = tokio::time::Instant::now() + timeout;
         self.rt.block_on(async {
-            let before = chain.status().await.map_err(SdkError::NotRecorded)?;
-            let error = match (self.has_witness, before.store.head) {
-                (false, _) => Some(format!(
+            let mut error = None;
+            let mut head = newest(&chain.status().await.map_err(SdkError::NotRecorded)?);
+            if !self.has_witness {
+                error = Some(format!(
                     "[no_witness] no witness is configured for agent {}",
                     self.agent
-                )),
-                (true, None) => None,
-                (true, Some((head, _))) => match chain.wait_receipt(head, timeout, false).await {
+                ));
+            }
+            // A record queued before this call may be journaled while we
+            // wait: wait again until the newest record is the one waited for.
+            while let (true, Some(seq)) = (error.is_none(), head) {
+                let left = deadline.saturating_duration_since(tokio::time::Instant::now());
+                error = match chain.wait_receipt(seq, left, false).await {
                     Waited::Receipted { .. } => None,
                     Waited::NoWitness => Some("[no_witness] no witness is configured".into()),
                     Waited::Halted { note } | Waited::Failed { note } => {
@@ -446,13 +461,19 @@ impl SdkAgent {
                         Some(n) => format!("[{}] {}", n.code, n.message),
                         None => format!("[timeout] no receipt within {} ms", timeout.as_millis()),
                     }),
-                },
-            };
+                };
+                let now = newest(&chain.status().await.map_err(SdkError::NotRecorded)?);
+                if now == head {
+                    break;
+                }
+                head = now;
+            }
             let after = chain.status().await.map_err(SdkError::NotRecorded)?;
+            let records = head.map_or(0, |h| h + 1).max(after.store.records);
             Ok(SdkSync {
                 complete: error.is_none(),
-                records: after.store.records,
-                pending: after.store.records.saturating_sub(after.store.sync_cursor),
+                records,
+                pending: records.saturating_sub(after.store.sync_cursor),
                 error,
             })
         })

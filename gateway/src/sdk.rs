@@ -137,6 +137,16 @@ pub struct SdkAgent {
     lease_ms: Option<u64>,
     store_content: bool,
     has_witness: bool,
+    written: Arc<tokio::sync::watch::Sender<Written>>,
+}
+
+/// What this writer has queued and had answered, for [`SdkAgent::sync`].
+#[derive(Debug, Default, Clone, Copy)]
+struct Written {
+    /// Outcomes queued without an answer yet.
+    queued: usize,
+    /// The newest seq of a record this writer appended.
+    newest: Option<u64>,
 }
 
 impl std::fmt::Debug for SdkAgent {
@@ -229,6 +239,7 @@ impl SdkAgent {
             lease_ms: options.source_lease_ms,
             store_content: options.store_content,
             has_witness: config.witness.is_some(),
+            written: Arc::new(tokio::sync::watch::channel(Written::default()).0),
         })
     }
 
@@ -287,6 +298,7 @@ impl SdkAgent {
             .rt
             .block_on(chain.append(body, Some(secret)))
             .map_err(appended)?;
+        self.wrote(record.seq.get());
         Ok(SdkCall {
             call_id,
             tool: tool.to_owned(),
@@ -365,9 +377,24 @@ impl SdkAgent {
             status,
             output_hash,
         });
-        self.chain()?
-            .append_detached(body, secret)
+        let queued = self
+            .chain()?
+            .append_queued(body, secret)
             .map_err(appended)?;
+        self.written.send_modify(|w| w.queued += 1);
+        let written = Arc::clone(&self.written);
+        self.rt.spawn(async move {
+            let result = queued.await;
+            written.send_modify(|w| {
+                w.queued -= 1;
+                if let Ok(r) = &result {
+                    w.newest = w.newest.max(Some(r.seq.get()));
+                }
+            });
+            if let Err(e) = result {
+                eprintln!("tally: could not record an outcome: {e}");
+            }
+        });
         match unhashable {
             Some(SdkError::BadContent(m)) => Err(SdkError::BadContent(format!(
                 "{m}; the outcome was recorded without an output hash"
@@ -384,10 +411,18 @@ impl SdkAgent {
     /// [`SdkError::NotRecorded`] when it could not be written.
     pub fn note(&self, text: &str) -> Result<u64, SdkError> {
         let chain = self.chain()?;
-        self.rt
+        let seq = self
+            .rt
             .block_on(chain.append(Body::Note(NoteBody { text: text.into() }), None))
             .map(|r| r.seq.get())
-            .map_err(appended)
+            .map_err(appended)?;
+        self.wrote(seq);
+        Ok(seq)
+    }
+
+    fn wrote(&self, seq: u64) {
+        self.written
+            .send_modify(|w| w.newest = w.newest.max(Some(seq)));
     }
 
     /// Declares the program's full tool list under its source (docs/protocol.md
@@ -439,8 +474,12 @@ impl SdkAgent {
         let chain = self.chain()?;
         let deadline = tokio::time::Instant::now() + timeout;
         self.rt.block_on(async {
+            // Outcomes this writer queued before the call are answered first.
+            let mut written = self.written.subscribe();
+            let _ = tokio::time::timeout_at(deadline, written.wait_for(|w| w.queued == 0)).await;
+            let mine = written.borrow().newest;
             let mut error = None;
-            let mut head = newest(&chain.status().await.map_err(SdkError::NotRecorded)?);
+            let mut head = newest(&chain.status().await.map_err(SdkError::NotRecorded)?).max(mine);
             if !self.has_witness {
                 error = Some(format!(
                     "[no_witness] no witness is configured for agent {}",
@@ -462,7 +501,7 @@ impl SdkAgent {
                         None => format!("[timeout] no receipt within {} ms", timeout.as_millis()),
                     }),
                 };
-                let now = newest(&chain.status().await.map_err(SdkError::NotRecorded)?);
+                let now = newest(&chain.status().await.map_err(SdkError::NotRecorded)?).max(mine);
                 if now == head {
                     break;
                 }

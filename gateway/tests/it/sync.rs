@@ -652,5 +652,13 @@ fn an_sdk_sync_right_after_many_calls_waits_for_all_of_them() {
     assert!(s.complete, "{s:?}");
     assert_eq!((s.records, s.pending), (600, 0), "{s:?}");
     assert_eq!(fake.log.lock().unwrap().admitted.len(), 600);
+    // An outcome queued just before the sync, with nothing after it.
+    for _ in 0..20 {
+        let call = sdk.decide("lookup", None, b"{}").unwrap();
+        sdk.outcome(&call, "error", None).unwrap();
+        let s = sdk.sync(Duration::from_secs(60)).unwrap();
+        assert!(s.complete && s.pending == 0, "{s:?}");
+    }
+    assert_eq!(fake.log.lock().unwrap().admitted.len(), 640);
     sdk.close();
 }

@@ -71,6 +71,8 @@ export declare class Agent {
   wrapTools<T extends Record<string, AnyFn>>(tools: T, options?: WrapOptions): { [K in keyof T]: Wrapped<T[K]> };
   declareTools(tools?: ToolDefinition[]): Promise<boolean>;
   call(tool: string, args: unknown, options?: { callId?: string; strict?: boolean }): Promise<CallHandle>;
+  /** Records one call of `tool` with `args` around `fn()`. */
+  run<R>(tool: string, args: unknown, fn: () => R | PromiseLike<R>, options?: { callId?: string; strict?: boolean }): Promise<Awaited<R>>;
   note(text: string): Promise<number>;
   sync(options?: { timeout?: number }): Promise<SyncResult>;
   status(): Promise<Record<string, unknown>>;

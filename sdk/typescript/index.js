@@ -236,6 +236,23 @@ class Agent {
     return wrapper;
   }
 
+  /**
+   * Records one call of `tool` with `args` around `fn()` (what wrapTool
+   * does, for code that has its arguments apart from the function, as the
+   * adapters do): resolves to what `fn` returns, rejects with what it throws.
+   */
+  async run(tool, args, fn, { callId, strict } = {}) {
+    if (typeof fn !== 'function') throw make('invalid', `tool ${tool}: ${typeof fn} is not a function`);
+    const call = await this.#decide(tool, args, callId);
+    await this.#strictWait(call, strict);
+    return this.#run(call, fn);
+  }
+
+  /** @internal declareTools() declares `definition` recorded (the adapters' tools). */
+  _recorded(definition) {
+    this.#wrapped.set(definition.name, { ...definition });
+  }
+
   /** Wraps every function of `tools` ({name: fn}); returns them under the same names. */
   wrapTools(tools, options = {}) {
     const out = {};

@@ -15,4 +15,5 @@ cd "$here"
 # tests load the debug build made just above.
 npm ci --silent --no-audit --no-fund --ignore-scripts
 TALLY_NODE_PROFILE=debug node build.js
-exec node --test "$@" test/*.test.js
+# TAP whatever the terminal: .ci/run counts its `# pass N` / `# fail N` lines.
+exec node --test --test-reporter=tap "$@" test/*.test.js

@@ -105,11 +105,21 @@ function makeAgent(t, name, witness, { register = true } = {}) {
   return { state, vkey };
 }
 
-/** The agent's local chain, as `tally status --json --records` shows it. */
+/**
+ * The agent's local chain, as `tally status --json --records` shows it.
+ * It lists records only when no writer holds the chain (docs/operations.md
+ * "Several writers for one agent"): a writer just closed may still be
+ * letting go of the store for a moment, so ask again for up to 10 s.
+ */
 function chain(state, name) {
-  const out = tally(['status', '--json', '--records'], { state }).stdout;
-  const agent = JSON.parse(out).agents.find((a) => a.agent === name);
-  return agent.chain.map((e) => e.record);
+  const until = Date.now() + 10_000;
+  for (;;) {
+    const out = tally(['status', '--json', '--records'], { state }).stdout;
+    const agent = JSON.parse(out).agents.find((a) => a.agent === name);
+    if (agent && agent.chain) return agent.chain.map((e) => e.record);
+    if (Date.now() > until) throw new Error(`tally status lists no records for ${name}: ${out.slice(0, 2000)}`);
+    spawnSync('sleep', ['0.05']);
+  }
 }
 
 /** Exports the agent's pack, keys and head.json from the witness and runs `tally verify` (docs/operations.md). */

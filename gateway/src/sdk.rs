@@ -137,6 +137,16 @@ pub struct SdkAgent {
     lease_ms: Option<u64>,
     store_content: bool,
     has_witness: bool,
+    written: Arc<tokio::sync::watch::Sender<Written>>,
+}
+
+/// What this writer has queued and had answered, for [`SdkAgent::sync`].
+#[derive(Debug, Default, Clone, Copy)]
+struct Written {
+    /// Outcomes queued without an answer yet.
+    queued: usize,
+    /// The newest seq of a record this writer appended.
+    newest: Option<u64>,
 }
 
 impl std::fmt::Debug for SdkAgent {
@@ -151,6 +161,13 @@ impl std::fmt::Debug for SdkAgent {
 fn content(json: &[u8], what: &str) -> Result<Value, SdkError> {
     parse_strict(json, TOOL_DEFINITION_LIMITS)
         .map_err(|e| SdkError::BadContent(format!("{what} is not JSON tally can hash: {e}")))
+}
+
+/// The newest record's seq: the store's head, or a writer's last record
+/// when it is journaled but not yet committed to the store.
+fn newest(status: &ChainStatus) -> Option<u64> {
+    let writers = status.writers.iter().filter_map(|w| w.last_seq).max();
+    status.store.head.map(|(seq, _)| seq).max(writers)
 }
 
 fn appended(e: AppendError) -> SdkError {
@@ -223,6 +240,7 @@ impl SdkAgent {
             lease_ms: options.source_lease_ms,
             store_content: options.store_content,
             has_witness: config.witness.is_some(),
+            written: Arc::new(tokio::sync::watch::channel(Written::default()).0),
         })
     }
 
@@ -281,6 +299,7 @@ impl SdkAgent {
             .rt
             .block_on(chain.append(body, Some(secret)))
             .map_err(appended)?;
+        self.wrote(record.seq.get());
         Ok(SdkCall {
             call_id,
             tool: tool.to_owned(),
@@ -359,9 +378,24 @@ impl SdkAgent {
             status,
             output_hash,
         });
-        self.chain()?
-            .append_detached(body, secret)
+        let queued = self
+            .chain()?
+            .append_queued(body, secret)
             .map_err(appended)?;
+        self.written.send_modify(|w| w.queued += 1);
+        let written = Arc::clone(&self.written);
+        self.rt.spawn(async move {
+            let result = queued.await;
+            written.send_modify(|w| {
+                w.queued -= 1;
+                if let Ok(r) = &result {
+                    w.newest = w.newest.max(Some(r.seq.get()));
+                }
+            });
+            if let Err(e) = result {
+                eprintln!("tally: could not record an outcome: {e}");
+            }
+        });
         match unhashable {
             Some(SdkError::BadContent(m)) => Err(SdkError::BadContent(format!(
                 "{m}; the outcome was recorded without an output hash"
@@ -378,10 +412,18 @@ impl SdkAgent {
     /// [`SdkError::NotRecorded`] when it could not be written.
     pub fn note(&self, text: &str) -> Result<u64, SdkError> {
         let chain = self.chain()?;
-        self.rt
+        let seq = self
+            .rt
             .block_on(chain.append(Body::Note(NoteBody { text: text.into() }), None))
             .map(|r| r.seq.get())
-            .map_err(appended)
+            .map_err(appended)?;
+        self.wrote(seq);
+        Ok(seq)
+    }
+
+    fn wrote(&self, seq: u64) {
+        self.written
+            .send_modify(|w| w.newest = w.newest.max(Some(seq)));
     }
 
     /// Declares the program's full tool list under its source (docs/protocol.md
@@ -423,21 +465,33 @@ impl SdkAgent {
             .map_err(appended)
     }
 
-    /// Waits up to `timeout` for every record so far to be receipted.
+    /// Waits up to `timeout` for every record so far to be receipted:
+    /// those in the journal but not yet committed too, and outcomes queued
+    /// before the call.
     ///
     /// # Errors
     /// [`SdkError::Closed`].
     pub fn sync(&self, timeout: Duration) -> Result<SdkSync, SdkError> {
         let chain = self.chain()?;
+        let deadline = tokio::time::Instant::now() + timeout;
         self.rt.block_on(async {
-            let before = chain.status().await.map_err(SdkError::NotRecorded)?;
-            let error = match (self.has_witness, before.store.head) {
-                (false, _) => Some(format!(
+            // Outcomes this writer queued before the call are answered first.
+            let mut written = self.written.subscribe();
+            let _ = tokio::time::timeout_at(deadline, written.wait_for(|w| w.queued == 0)).await;
+            let mine = written.borrow().newest;
+            let mut error = None;
+            let mut head = newest(&chain.status().await.map_err(SdkError::NotRecorded)?).max(mine);
+            if !self.has_witness {
+                error = Some(format!(
                     "[no_witness] no witness is configured for agent {}",
                     self.agent
-                )),
-                (true, None) => None,
-                (true, Some((head, _))) => match chain.wait_receipt(head, timeout, false).await {
+                ));
+            }
+            // A record queued before this call may be journaled while we
+            // wait: wait again until the newest record is the one waited for.
+            while let (true, Some(seq)) = (error.is_none(), head) {
+                let left = deadline.saturating_duration_since(tokio::time::Instant::now());
+                error = match chain.wait_receipt(seq, left, false).await {
                     Waited::Receipted { .. } => None,
                     Waited::NoWitness => Some("[no_witness] no witness is configured".into()),
                     Waited::Halted { note } | Waited::Failed { note } => {
@@ -447,13 +501,19 @@ impl SdkAgent {
                         Some(n) => format!("[{}] {}", n.code, n.message),
                         None => format!("[timeout] no receipt within {} ms", timeout.as_millis()),
                     }),
-                },
-            };
+                };
+                let now = newest(&chain.status().await.map_err(SdkError::NotRecorded)?).max(mine);
+                if now == head {
+                    break;
+                }
+                head = now;
+            }
             let after = chain.status().await.map_err(SdkError::NotRecorded)?;
+            let records = head.map_or(0, |h| h + 1).max(after.store.records);
             Ok(SdkSync {
                 complete: error.is_none(),
-                records: after.store.records,
-                pending: after.store.records.saturating_sub(after.store.sync_cursor),
+                records,
+                pending: records.saturating_sub(after.store.sync_cursor),
                 error,
             })
         })

@@ -606,3 +606,59 @@ async fn a_later_record_refused_for_good_halts_syncing_when_it_reaches_the_curso
     assert_eq!((st.receipted, st.sync_cursor), (2, 2));
     assert_eq!(fake.log.lock().unwrap().admitted, vec![0, 1]);
 }
+
+// ---- the SDK's sync ----
+
+/// `SdkAgent::sync` right after a burst of calls waits for every one of
+/// them, those still in the journal and outcomes queued without waiting
+/// too, not only for what the store had committed when it was called.
+#[test]
+fn an_sdk_sync_right_after_many_calls_waits_for_all_of_them() {
+    use tally_gateway::sdk::{SdkAgent, SdkOptions};
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    let (url, fake) = rt.block_on(start_fake(1));
+    let dir = tempfile::tempdir().unwrap();
+    let state = tally_gateway::state::StateDir::new(dir.path());
+    let name = AgentName::new("sync-bot").unwrap();
+    state
+        .create_agent(&name, &SecretKey::from_seed(&[8; 32]))
+        .unwrap();
+    let mut config = state.load_config(&name).unwrap();
+    config.witness = Some(tally_gateway::state::WitnessConfig {
+        url,
+        origin: ORIGIN.into(),
+        keys: vec![tally_gateway::state::PinnedKey {
+            vkey: log_key(1).verifier().vkey(),
+            not_before: None,
+            not_after: None,
+        }],
+    });
+    state.save_config(&config).unwrap();
+    let sdk = SdkAgent::open(
+        "sync-bot",
+        SdkOptions {
+            state_dir: Some(dir.path().to_owned()),
+            ..SdkOptions::default()
+        },
+    )
+    .unwrap();
+    for i in 0..300 {
+        let call = sdk
+            .decide("lookup", None, format!("{{\"i\":{i}}}").as_bytes())
+            .unwrap();
+        sdk.outcome(&call, "ok", Some(b"true")).unwrap();
+    }
+    let s = sdk.sync(Duration::from_secs(60)).unwrap();
+    assert!(s.complete, "{s:?}");
+    assert_eq!((s.records, s.pending), (600, 0), "{s:?}");
+    assert_eq!(fake.log.lock().unwrap().admitted.len(), 600);
+    // An outcome queued just before the sync, with nothing after it.
+    for _ in 0..20 {
+        let call = sdk.decide("lookup", None, b"{}").unwrap();
+        sdk.outcome(&call, "error", None).unwrap();
+        let s = sdk.sync(Duration::from_secs(60)).unwrap();
+        assert!(s.complete && s.pending == 0, "{s:?}");
+    }
+    assert_eq!(fake.log.lock().unwrap().admitted.len(), 640);
+    sdk.close();
+}

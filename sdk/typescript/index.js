@@ -220,9 +220,18 @@ class Agent {
     const agent = this;
     const useStrict = strict === undefined ? () => agent.#strict : () => Boolean(strict);
     let wrapper;
-    if (fn instanceof AsyncFunction || useStrict()) {
+    if (useStrict()) {
       wrapper = async function (...args) {
         const call = await agent.#decide(name, argsOf(args));
+        await agent.#strictWait(call, strict);
+        return agent.#run(call, () => fn.apply(this, args));
+      };
+    } else if (fn instanceof AsyncFunction) {
+      // The decision is journaled inline, as for a sync function (tens of
+      // microseconds): a hop to the thread pool and back would cost more
+      // than the recording (docs/benchmarks.md "TypeScript SDK").
+      wrapper = async function (...args) {
+        const call = agent.#decideSync(name, argsOf(args));
         await agent.#strictWait(call, strict);
         return agent.#run(call, () => fn.apply(this, args));
       };

@@ -1,8 +1,8 @@
 'use strict';
 // The TypeScript SDK's figures for docs/benchmarks.md "TypeScript SDK":
 // the time a wrapped call adds to the bare function (p50, p99), for a sync
-// function (decideSync on the calling thread) and an async one (decide on
-// libuv's thread pool), and recorded calls per second from one process.
+// function and an async one (both decideSync on the calling thread), and
+// recorded calls per second from one process.
 // Needs the release addon (`node build.js` in sdk/typescript) and a tally
 // binary for `tally agent init` (TALLY_BIN, else target/release/tally, else
 // target/debug/tally). Run: node sdk/typescript/bench/bench.js [calls]
@@ -61,7 +61,7 @@ async function main() {
   const us = (v) => v.toFixed(1);
   for (const [label, bare, wrapped] of [
     ['sync function (decision on the calling thread)', timesSync(bareSync, N), timesSync(wrappedSync, N)],
-    ['async function (decision on the thread pool)', await timesAsync(bareAsync, N), await timesAsync(wrappedAsync, N)],
+    ['async function (decision on the calling thread)', await timesAsync(bareAsync, N), await timesAsync(wrappedAsync, N)],
   ]) {
     rows.push(
       `| ${label} | ${us(quantile(bare, 0.5))} | ${us(quantile(wrapped, 0.5))} | ${us(quantile(wrapped, 0.5) - quantile(bare, 0.5))} | ${us(quantile(wrapped, 0.99) - quantile(bare, 0.99))} |`,

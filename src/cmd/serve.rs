@@ -56,8 +56,8 @@ pub(crate) struct Args {
     /// answers 503 sequencer_unavailable [default: 10].
     #[arg(long, value_name = "SECS")]
     pub lease_ttl: Option<u64>,
-    /// The checkpoint origin (and log key name) of a new log
-    /// [default: tally.local/log].
+    /// The checkpoint origin (and log key name) of a new log [default:
+    /// tally.local/log/ and 8 random hex digits, one of its own per install].
     #[arg(long)]
     pub origin: Option<String>,
     /// Largest |witness clock - record time| admitted, in seconds [default: 300].

@@ -943,3 +943,115 @@ fn the_port_accepts_only_once_the_data_folder_is_ready() {
     );
     assert_eq!(created.code, Some(0), "{}", created.show());
 }
+
+/// The quickstart's `TALLY_WITNESS_URL` and `TALLY_API_KEY` for one
+/// witness, still exported while an agent is set up for another: the agent
+/// stays with the witness it was pinned to (its records never land in the
+/// other log), `agent add` refuses to register its key on the other one,
+/// naming both and the variable, and `tally status` says where each
+/// setting came from (docs/operations.md, "The agent's witness").
+#[test]
+fn an_agent_pinned_to_one_witness_is_not_moved_by_the_environment() {
+    let tmp = tempfile::tempdir().unwrap();
+    let a = Server::start(&tmp.path().join("a"), &[]);
+    let b = Server::start(&tmp.path().join("b"), &[]);
+    let (key_a, key_b) = (a.banner_value("API key"), b.banner_value("API key"));
+    // Two installs, two origins.
+    assert_ne!(a.banner_value("origin"), b.banner_value("origin"));
+    let work = tmp.path().join("work");
+    std::fs::create_dir_all(&work).unwrap();
+    let env = [
+        ("TALLY_WITNESS_URL", a.url.as_str()),
+        ("TALLY_API_KEY", key_a.as_str()),
+    ];
+    let r = run(
+        &work,
+        &[
+            "agent",
+            "init",
+            "pg-a",
+            "--witness",
+            &b.url,
+            "--api-key",
+            &key_b,
+        ],
+        &env,
+    );
+    assert_eq!(r.code, Some(0), "{}", r.show());
+    let public = r
+        .stdout
+        .lines()
+        .find_map(|l| l.strip_prefix("public key: "))
+        .unwrap()
+        .trim()
+        .to_owned();
+
+    // Registering on the witness of the environment: refused.
+    let r = run(
+        &work,
+        &["agent", "add", "pg-a", "--public-key", &public],
+        &env,
+    );
+    assert_eq!(r.code, Some(2), "{}", r.show());
+    assert!(
+        r.stderr.contains(&a.url)
+            && r.stderr.contains(&b.url)
+            && r.stderr.contains("TALLY_WITNESS_URL")
+            && r.stderr.contains("nothing was registered"),
+        "{}",
+        r.show()
+    );
+    let r = run(
+        &work,
+        &[
+            "agent",
+            "add",
+            "pg-a",
+            "--public-key",
+            &public,
+            "--witness",
+            &b.url,
+            "--api-key",
+            &key_b,
+        ],
+        &env,
+    );
+    assert_eq!(r.code, Some(0), "{}", r.show());
+
+    // A record with the other witness still in the environment goes to
+    // the pinned one, receipted by it, and says what it ignored.
+    let r = run(
+        &work,
+        &[
+            "record",
+            "note",
+            "--agent",
+            "pg-a",
+            "hello",
+            "--wait-receipt",
+        ],
+        &env,
+    );
+    assert_eq!(r.code, Some(0), "{}", r.show());
+    assert!(
+        r.stderr.contains("TALLY_WITNESS_URL names the witness at") && r.stderr.contains(&b.url),
+        "{}",
+        r.show()
+    );
+    let r = run(&work, &["status"], &env);
+    assert!(
+        r.stdout.contains("not yet receipted: 0")
+            && r.stdout.contains(&format!("witness: {}", b.url))
+            && r.stdout.contains("pinned by `tally agent init --witness`")
+            && r.stdout
+                .contains("API key: stored by `tally agent init --api-key`")
+            && r.stdout
+                .contains("note: TALLY_WITNESS_URL names the witness at"),
+        "{}",
+        r.show()
+    );
+    // Without the other witness in the environment, no note.
+    let r = run(&work, &["status"], &[]);
+    assert!(!r.stdout.contains("note:"), "{}", r.show());
+    assert!(r.stdout.contains("API key: stored by"), "{}", r.show());
+}

@@ -156,9 +156,15 @@ fn load_or_create_key(
             Ok(signer)
         }
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
-            let origin = origin.unwrap_or(DEFAULT_ORIGIN);
+            // Without --origin a new log gets an origin of its own, so two
+            // installs' checkpoints (and their keys) never look alike
+            // (docs/protocol.md §7.4; docs/operations.md, `--origin`).
+            let origin = match origin {
+                Some(o) => o.to_owned(),
+                None => format!("{DEFAULT_ORIGIN}/{:08x}", rng.next_u32()),
+            };
             let signer =
-                NoteSigner::generate(origin, rng.as_mut()).map_err(|source| ServeError::Key {
+                NoteSigner::generate(&origin, rng.as_mut()).map_err(|source| ServeError::Key {
                     path: path.clone(),
                     source,
                 })?;

@@ -158,6 +158,26 @@ impl Drop for DataFolder {
     }
 }
 
+/// Who holds `dir`'s lock, when a `serve` does: "another `tally serve`
+/// (pid N)". Touches nothing: a folder or lock file that is not there is
+/// held by nobody.
+#[must_use]
+pub(crate) fn holder(dir: &Path) -> Option<String> {
+    let file = File::open(dir.join(LOCK_FILE)).ok()?;
+    match Flock::lock(file, FlockArg::LockSharedNonblock) {
+        Ok(_unlocked_on_drop) => None,
+        Err((mut file, Errno::EWOULDBLOCK)) => {
+            let mut pid = String::new();
+            let _ = file.read_to_string(&mut pid);
+            Some(match pid.trim() {
+                "" => "another `tally serve`".to_owned(),
+                p => format!("another `tally serve` (pid {p})"),
+            })
+        }
+        Err(_) => None,
+    }
+}
+
 /// The folder's entries other than the lock file.
 fn others(dir: &Path) -> anyhow::Result<Vec<PathBuf>> {
     let mut out = Vec::new();

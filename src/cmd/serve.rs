@@ -417,8 +417,23 @@ async fn serve(
     // folder is touched) but connections are refused until the folder is
     // ready and `listen` is called below: a client that waits for the port
     // to accept finds the admin token and the first API key already written.
-    let socket =
-        bind_socket(config.listen).with_context(|| format!("listening on {}", config.listen))?;
+    let socket = match bind_socket(config.listen) {
+        Ok(s) => s,
+        Err(e) => {
+            // A second `serve` on the same folder and port meets the port
+            // first: name the one that holds both, as the lock would.
+            if e.kind() == std::io::ErrorKind::AddrInUse {
+                if let Some(who) = data_folder::holder(&config.data_dir) {
+                    anyhow::bail!(
+                        "{who} is using the data folder {} (and the address {} is in use); stop it first, or give this one another --data-dir and --listen",
+                        config.data_dir.display(),
+                        config.listen
+                    );
+                }
+            }
+            return Err(e).with_context(|| format!("listening on {}", config.listen));
+        }
+    };
     let addr = socket.local_addr().context("reading the bound address")?;
     // Locked for this process; a first start that fails from here on
     // removes what it made (see data_folder).

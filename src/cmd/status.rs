@@ -222,9 +222,13 @@ fn status_text(s: &Value) -> String {
         }
     }
     if s["superseded_receipts"].as_u64().unwrap_or(0) > 0 {
+        let witness = s["witness"]["url"].as_str().map_or_else(
+            || "the witness".to_owned(),
+            |u| format!("the witness at {}", escape(u)),
+        );
         let _ = writeln!(
             out,
-            "  !!! {} receipts were superseded: the witness lost records it had receipted (they were sent again)",
+            "  !!! {} receipts were superseded: {witness} lost records it had receipted (its log went back: restored from a backup, or an old copy served), so they were sent again and have new receipts. The old receipts stay in the chain as evidence, and this line with them: ask the witness's operator what happened; `tally monitor` shows whether the log went back (docs/operations.md, \"Superseded receipts\")",
             s["superseded_receipts"]
         );
     }

@@ -74,6 +74,11 @@ fn init_cosigner(dir: &Path, name: &str, log_vkey: &str) -> String {
     let d = dir.to_str().unwrap();
     let (ok, out, err) = tally(&["cosigner", "init", "--name", name, "--data-dir", d], &[]);
     assert!(ok, "{err}");
+    // The state is never restored from a backup (docs/operations.md).
+    assert!(
+        out.contains("never restore an older copy") && !out.contains("together with"),
+        "{out}"
+    );
     let vkey = out
         .lines()
         .find_map(|l| l.trim().strip_prefix("cosigner key"))

@@ -408,6 +408,23 @@ fn a_second_serve_on_a_held_data_folder_says_who_holds_it() {
     );
     assert_eq!(r.stderr.lines().count(), 1, "{}", r.show());
     assert!(r.stdout.is_empty(), "{}", r.show());
+    // The same command again, port included (a second plain `tally
+    // serve`): the port is met first, and the message is the same.
+    let listen = first.url.trim_start_matches("http://").to_owned();
+    let r = run(
+        tmp.path(),
+        &["serve", "--data-dir", "tally-data", "--listen", &listen],
+        &[],
+    );
+    assert_eq!(r.code, Some(2), "{}", r.show());
+    assert!(
+        r.stderr
+            .contains(&format!("another `tally serve` (pid {pid})"))
+            && r.stderr.contains("tally-data")
+            && !r.stderr.contains("Address already in use"),
+        "{}",
+        r.show()
+    );
 }
 
 // Trap: recording blocks on a witness that is down.
@@ -1058,4 +1075,42 @@ fn an_agent_pinned_to_one_witness_is_not_moved_by_the_environment() {
     let r = run(&work, &["status"], &[]);
     assert!(!r.stdout.contains("note:"), "{}", r.show());
     assert!(r.stdout.contains("API key: stored by"), "{}", r.show());
+}
+
+/// A witness whose log goes back (a data folder restored from a backup):
+/// the agent's next sync sends the lost records again, and `tally status`
+/// says what the superseded receipts mean and what to do
+/// (docs/operations.md, "Superseded receipts").
+#[test]
+fn superseded_receipts_say_what_happened_and_what_to_do() {
+    let tmp = tempfile::tempdir().unwrap();
+    let data = tmp.path().join("data");
+    let state = tmp.path().join("state");
+    let server = Server::start(&data, &[]);
+    let key = server.banner_value("API key");
+    common::add_agent(&server, &key, &state, "bot");
+    let listen = server.url.trim_start_matches("http://").to_owned();
+    assert!(server.sigterm().success());
+    let backup = tmp.path().join("backup");
+    common::copy_dir(&data, &backup);
+    let server = Server::start_at(&data, &listen, &[]);
+    common::record_notes(&state, "bot", 2);
+    assert!(server.sigterm().success());
+    std::fs::remove_dir_all(&data).unwrap();
+    common::copy_dir(&backup, &data);
+    let server = Server::start_at(&data, &listen, &[]);
+    // The next record meets the witness's shorter chain: the two it lost
+    // are sent again before it.
+    common::record_notes(&state, "bot", 1);
+    let env = [("TALLY_STATE_DIR", state.to_str().unwrap())];
+    let r = run(tmp.path(), &["status"], &env);
+    assert!(
+        r.stdout.contains("!!! 2 receipts were superseded")
+            && r.stdout.contains(&format!("the witness at {}", server.url))
+            && r.stdout.contains("ask the witness's operator")
+            && r.stdout.contains("Superseded receipts"),
+        "{}",
+        r.show()
+    );
+    drop(server);
 }

@@ -736,3 +736,41 @@ fn a_folder_whose_log_moved_serves_the_database_and_refuses_its_old_redb() {
     );
     assert!(server.sigterm().success());
 }
+
+/// A second front on the database started with a data folder of its own
+/// but without the first front's log.skey is told to copy it and
+/// keys.json, and leaves no half-made folder (docs/operations.md, "Running
+/// on PostgreSQL").
+#[test]
+fn a_front_without_the_shared_log_key_is_told_to_copy_it() {
+    let _alone = common::not_beside_heavy();
+    let Some(db_url) = tally_testkit::postgres::database() else {
+        return;
+    };
+    let tmp = tempfile::tempdir().unwrap();
+    let first = Server::start(&tmp.path().join("a"), &["--store", &db_url]);
+    let second = tmp.path().join("b");
+    let (ok, out, err) = tally(
+        &[
+            "serve",
+            "--data-dir",
+            second.to_str().unwrap(),
+            "--listen",
+            "127.0.0.1:0",
+            "--store",
+            &db_url,
+        ],
+        &[],
+    );
+    assert!(!ok, "{out}");
+    assert!(
+        err.contains("had no log.skey") && err.contains("Copy log.skey and keys.json"),
+        "{err}"
+    );
+    assert!(
+        !second.exists(),
+        "a failed first start left {}",
+        second.display()
+    );
+    assert!(first.sigterm().success());
+}

@@ -21,6 +21,7 @@ use rand_core::RngCore as _;
 use serde_json::{json, Value};
 use tally_gateway::acceptance::{accept_receipt, parse_receipt};
 use tally_gateway::chain::{AgentChain, ChainOptions, Waited, WriterInfo};
+use tally_gateway::state::ApiKeySource;
 use tally_gateway::store::Secret;
 use tally_schemas::canonical::parse_strict;
 use tally_schemas::limits::DEFAULT_MAX_SKEW_MS;
@@ -291,8 +292,22 @@ async fn record_and_sync(
                     out["index"] = json!(a.receipt.index.get());
                 }
                 Err(e) => {
+                    // A refused API key is not fixed by syncing again: say
+                    // which key was presented and where it came from.
+                    let key_hint = if e.starts_with("[unauthorized]") {
+                        let s = state.witness_settings(agent, witness)?;
+                        format!(
+                            "; the API key presented is {} ({}): give the project's key with `tally agent init {agent} --witness {} --api-key KEY`{}",
+                            s.api_key_from.describe(),
+                            if s.api_key_from == ApiKeySource::Environment { "unset it, or set it to a key of that witness" } else { "not a current key of that witness" },
+                            s.url,
+                            if s.api_key_from == ApiKeySource::Environment { " and unset TALLY_API_KEY" } else { "" }
+                        )
+                    } else {
+                        String::new()
+                    };
                     note = Some(format!(
-                        "{local}, not yet witnessed: {e}; `tally agent sync --agent {agent}` sends it, and every other record not yet receipted, when the witness accepts them"
+                        "{local}, not yet witnessed: {e}{key_hint}; `tally agent sync --agent {agent}` sends it, and every other record not yet receipted, when the witness accepts them"
                     ));
                     out["receipt"] = json!("pending");
                     out["sync_error"] = json!(e);

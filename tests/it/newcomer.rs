@@ -1114,3 +1114,43 @@ fn superseded_receipts_say_what_happened_and_what_to_do() {
     );
     drop(server);
 }
+
+/// A wrong `TALLY_API_KEY` in the environment: `record` keeps the record
+/// (exit 0) and names the variable and what to do; `export`'s 401 says
+/// which key was refused and what to do.
+#[test]
+fn a_wrong_api_key_in_the_environment_is_named_with_a_next_step() {
+    let s = Setup::new();
+    let work = s.work();
+    let wrong = format!("tally_0123456789abcdef_{}", "7".repeat(48));
+    let r = run(
+        &work,
+        &["record", "note", "hello", "--agent", "bot"],
+        &[("TALLY_API_KEY", &wrong)],
+    );
+    assert_eq!(r.code, Some(0), "{}", r.show());
+    assert!(
+        r.stderr.contains("[unauthorized]")
+            && r.stderr.contains("the API key presented is from TALLY_API_KEY")
+            && r.stderr.contains("unset TALLY_API_KEY"),
+        "{}",
+        r.show()
+    );
+    assert!(!r.stderr.contains(&wrong), "the key is echoed: {}", r.show());
+    let r = run(
+        &work,
+        &["export", "--agent", "bot", "-o", "pack.jsonl"],
+        &[
+            ("TALLY_API_KEY", &wrong),
+            ("TALLY_WITNESS_URL", &s.server.url),
+        ],
+    );
+    assert_eq!(r.code, Some(2), "{}", r.show());
+    assert!(
+        r.stderr.contains("401")
+            && r.stderr.contains("the API key from TALLY_API_KEY is not a current key")
+            && r.stderr.contains(&s.server.url),
+        "{}",
+        r.show()
+    );
+}

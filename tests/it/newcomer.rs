@@ -1131,12 +1131,17 @@ fn a_wrong_api_key_in_the_environment_is_named_with_a_next_step() {
     assert_eq!(r.code, Some(0), "{}", r.show());
     assert!(
         r.stderr.contains("[unauthorized]")
-            && r.stderr.contains("the API key presented is from TALLY_API_KEY")
+            && r.stderr
+                .contains("the API key presented is from TALLY_API_KEY")
             && r.stderr.contains("unset TALLY_API_KEY"),
         "{}",
         r.show()
     );
-    assert!(!r.stderr.contains(&wrong), "the key is echoed: {}", r.show());
+    assert!(
+        !r.stderr.contains(&wrong),
+        "the key is echoed: {}",
+        r.show()
+    );
     let r = run(
         &work,
         &["export", "--agent", "bot", "-o", "pack.jsonl"],
@@ -1148,7 +1153,8 @@ fn a_wrong_api_key_in_the_environment_is_named_with_a_next_step() {
     assert_eq!(r.code, Some(2), "{}", r.show());
     assert!(
         r.stderr.contains("401")
-            && r.stderr.contains("the API key from TALLY_API_KEY is not a current key")
+            && r.stderr
+                .contains("the API key from TALLY_API_KEY is not a current key")
             && r.stderr.contains(&s.server.url),
         "{}",
         r.show()

@@ -516,3 +516,24 @@ fn hostile_tool_names_are_escaped_in_the_text_report_and_exact_in_json() {
         ]
     );
 }
+
+/// The result line's counts are singular for one (protocol.md §11).
+#[test]
+fn one_record_from_one_agent_is_said_in_the_singular() {
+    let case = corpus("one-record-from-one-agent");
+    let o = tally(&[
+        &case.join("pack.jsonl"),
+        &"--agent-keys",
+        &case.join("agent-keys.json"),
+        &"--witness-key",
+        &case.join("log.vkey"),
+        &"--head",
+        &case.join("head.json"),
+    ]);
+    let text = stdout(&o);
+    assert_eq!(code(&o), 0, "{text}{}", stderr(&o));
+    assert!(
+        text.trim_end().ends_with("; 1 record from 1 agent"),
+        "{text}"
+    );
+}

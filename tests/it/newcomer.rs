@@ -1164,3 +1164,47 @@ fn a_wrong_api_key_in_the_environment_is_named_with_a_next_step() {
         r.show()
     );
 }
+
+/// `agent sync` against a witness that accepts connections and never
+/// answers says at once what it waits for and how long, and then what to
+/// do; it waits no longer than --timeout.
+#[test]
+fn agent_sync_against_a_hung_witness_says_what_it_waits_for() {
+    let s = Setup::new();
+    let work = s.work();
+    let hung = TcpListener::bind("127.0.0.1:0").unwrap();
+    let url = format!("http://{}", hung.local_addr().unwrap());
+    std::thread::spawn(move || {
+        let mut held = Vec::new();
+        for c in hung.incoming() {
+            held.push(c);
+        }
+    });
+    let config = work.join(".tally/agents/bot/config.json");
+    let mut c: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(&config).unwrap()).unwrap();
+    c["witness"]["url"] = url.as_str().into();
+    std::fs::write(&config, serde_json::to_vec(&c).unwrap()).unwrap();
+    let r = run(
+        &work,
+        &["record", "note", "held", "--agent", "bot", "--no-sync"],
+        &[],
+    );
+    assert_eq!(r.code, Some(0), "{}", r.show());
+    let started = Instant::now();
+    let r = run(&work, &["agent", "sync", "bot", "--timeout", "2"], &[]);
+    assert!(started.elapsed() < Duration::from_secs(15), "{}", r.show());
+    assert_eq!(r.code, Some(1), "{}", r.show());
+    assert!(
+        r.stderr.contains(&format!(
+            "sending 1 record(s) of bot to the witness at {url}"
+        )) && r.stderr.contains("waiting up to 2 s"),
+        "{}",
+        r.show()
+    );
+    assert!(
+        r.stdout.contains("did not answer") && r.stdout.contains("safe in the local chain"),
+        "{}",
+        r.show()
+    );
+}

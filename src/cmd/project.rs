@@ -256,6 +256,21 @@ impl Remote {
         out: &Path,
         overwrite: bool,
     ) -> anyhow::Result<u64> {
+        self.download_with_headers(path, query, out, overwrite)
+            .map(|(n, _)| n)
+    }
+
+    /// [`Remote::download`], also returning the answer's headers.
+    ///
+    /// # Errors
+    /// As [`Remote::download`].
+    pub(crate) fn download_with_headers(
+        &self,
+        path: &str,
+        query: &[(&str, String)],
+        out: &Path,
+        overwrite: bool,
+    ) -> anyhow::Result<(u64, reqwest::header::HeaderMap)> {
         self.rt.block_on(async {
             let mut resp = self
                 .request(reqwest::Method::GET, path, query)
@@ -263,6 +278,7 @@ impl Remote {
                 .await
                 .with_context(|| format!("reaching the witness at {}", self.base))?;
             resp = self.check(resp).await?;
+            let headers = resp.headers().clone();
             let to_stdout = out == Path::new("-");
             let tmp = out.with_extension("partial");
             let mut sink: Box<dyn std::io::Write> = if to_stdout {
@@ -307,7 +323,7 @@ impl Remote {
                     }
                 }
             }
-            Ok(n)
+            Ok((n, headers))
         })
     }
 }

@@ -1208,3 +1208,55 @@ fn agent_sync_against_a_hung_witness_says_what_it_waits_for() {
         r.show()
     );
 }
+
+/// An export made while a configured cosigner is down warns that the pack
+/// lacks its cosignature (docs/api.md "Exports"), instead of a pack that
+/// later fails `verify --trust` without a word.
+#[test]
+fn an_export_without_a_cosigners_signature_says_so() {
+    let tmp = tempfile::tempdir().unwrap();
+    let cosigner = tmp.path().join("cosigner");
+    let r = run(
+        tmp.path(),
+        &[
+            "cosigner",
+            "init",
+            "--name",
+            "cosigner.example/c1",
+            "--data-dir",
+            cosigner.to_str().unwrap(),
+        ],
+        &[],
+    );
+    assert_eq!(r.code, Some(0), "{}", r.show());
+    let vkey = r
+        .stdout
+        .lines()
+        .find_map(|l| l.trim().strip_prefix("cosigner key"))
+        .unwrap()
+        .trim()
+        .to_owned();
+    // Never started: its URL refuses connections.
+    let down = format!("name=c1,vkey={vkey},url=http://{}", closed_port());
+    let data = tmp.path().join("data");
+    let server = Server::start(&data, &["--cosigner", &down, "--export-cosign-wait", "1"]);
+    let key = server.banner_value("API key");
+    let state = tmp.path().join("state");
+    common::add_agent(&server, &key, &state, "bot");
+    common::record_notes(&state, "bot", 1);
+    let env = [
+        ("TALLY_WITNESS_URL", server.url.as_str()),
+        ("TALLY_API_KEY", key.as_str()),
+    ];
+    let r = run(
+        tmp.path(),
+        &["export", "--agent", "bot", "-o", "pack.jsonl"],
+        &env,
+    );
+    assert_eq!(r.code, Some(0), "{}", r.show());
+    assert!(
+        r.stderr.contains("lacks the cosignature of c1") && r.stderr.contains("verify --trust"),
+        "{}",
+        r.show()
+    );
+}

@@ -11,7 +11,7 @@ use tally_schemas::UnixMillis;
 
 use super::base::{case, finish, finish_with, small, Base, BASE_RECORDS, SMALL_COVERAGE};
 use super::{Case, Expected};
-use crate::fixture::{self, decision, key_from_label, note, PackSpec};
+use crate::fixture::{self, decision, key_from_label, note, outcome, PackSpec};
 
 const NO_LIST_CLAIMS: &str =
     "claims-bot: no tool list was declared, so the pack cannot show which of the agent's tools are recorded";
@@ -334,6 +334,49 @@ fn scenario_cases(b: &Base) -> Vec<Case> {
             "claims-bot#1, signed and witnessed, has a prev that is not claims-bot#0's hash",
             finish(&mut fx),
             Expected::passing(true, &SMALL_COVERAGE, 3).fail(&["record_hashes", "chain"]),
+        ));
+    }
+    {
+        // An outcome read before its own decision in a pack that starts
+        // mid-chain: the decision is not yet read, so the outcome is taken
+        // as naming one before the pack (check 10's exception), and the
+        // decision read after it is open.
+        let mut fx = small();
+        fx.log("claims-bot", note("anchor"));
+        let d = fx.log("claims-bot", decision("5", "lookup_claim"));
+        fx.log("claims-bot", outcome("5", &d, OutcomeStatus::Ok));
+        fx.commit();
+        let mut ranges = BTreeMap::new();
+        ranges.insert("claims-bot".to_owned(), (1, 3));
+        let spec = PackSpec {
+            ranges: Some(ranges),
+            created: Some(fx.now),
+            ..PackSpec::default()
+        };
+        let mut inputs = finish_with(&fx, &spec);
+        let text = String::from_utf8(inputs.pack.clone()).expect("utf-8");
+        let mut lines: Vec<&str> = text.lines().collect();
+        let at = |seq: u64| {
+            lines
+                .iter()
+                .position(|l| {
+                    let v: serde_json::Value = serde_json::from_str(l).expect("line");
+                    v["type"] == "record" && v["record"]["seq"] == seq
+                })
+                .expect("record line")
+        };
+        let (i, j) = (at(2), at(3));
+        lines.swap(i, j);
+        inputs.pack = format!("{}\n", lines.join("\n")).into_bytes();
+        out.push(case(
+            "outcome-before-its-decision-mid-chain",
+            "§9.1, §11 checks 5, 7, 9 and 10",
+            "An outcome is judged against the decisions read before it in pack order: in a pack starting after seq 0, one whose decision comes later is taken as naming a decision outside the pack and accepted, and the decision read after it stays open (pending within the grace window).",
+            "claims-bot 1..=3, the lines of #2 (a decision) and #3 (its outcome) swapped",
+            inputs,
+            Expected::passing(true, &[NO_LIST_CLAIMS], 3)
+                .fail(&["chain", "inclusion", "timing"])
+                .pending(&["outcomes"]),
         ));
     }
     {

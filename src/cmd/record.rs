@@ -114,6 +114,9 @@ pub(crate) enum Kind {
     },
 }
 
+/// How long `--wait-receipt` waits before saying that it waits.
+const SAY_WAITING_AFTER: Duration = Duration::from_secs(2);
+
 /// Without `--wait-receipt`: the bound of the one sync try.
 pub(crate) const ONE_TRY: Duration = Duration::from_secs(2);
 
@@ -253,9 +256,21 @@ async fn record_and_sync(
             // The chain's owner syncs (this process, or the writer that
             // holds the chain); without --wait-receipt, one try.
             let waited = if common.wait_receipt {
-                chain
-                    .wait_receipt(seq, Duration::from_secs(common.sync_timeout), false)
-                    .await
+                let wait = chain.wait_receipt(seq, Duration::from_secs(common.sync_timeout), false);
+                tokio::pin!(wait);
+                // A witness failing over (or slow) can take seconds: say
+                // what is awaited rather than sit silent for --sync-timeout.
+                tokio::select! {
+                    w = &mut wait => w,
+                    () = tokio::time::sleep(SAY_WAITING_AFTER) => {
+                        let url = state.witness_settings(agent, witness)?.url;
+                        errln!(
+                            "tally: no receipt yet for {agent}'s record seq {seq} from the witness at {url}: still trying, up to {} s in all (--sync-timeout); the record is safe in the local chain",
+                            common.sync_timeout
+                        );
+                        wait.await
+                    }
+                }
             } else {
                 chain.wait_receipt(seq, ONE_TRY, true).await
             };

@@ -1260,3 +1260,47 @@ fn an_export_without_a_cosigners_signature_says_so() {
         r.show()
     );
 }
+
+/// `record --wait-receipt` against a witness that does not answer (one
+/// failing over, say) says after 2 s what it waits for, instead of sitting
+/// silent for the whole --sync-timeout.
+#[test]
+fn wait_receipt_says_that_it_waits() {
+    let s = Setup::new();
+    let work = s.work();
+    let hung = TcpListener::bind("127.0.0.1:0").unwrap();
+    let url = format!("http://{}", hung.local_addr().unwrap());
+    std::thread::spawn(move || {
+        let mut held = Vec::new();
+        for c in hung.incoming() {
+            held.push(c);
+        }
+    });
+    let config = work.join(".tally/agents/bot/config.json");
+    let mut c: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(&config).unwrap()).unwrap();
+    c["witness"]["url"] = url.as_str().into();
+    std::fs::write(&config, serde_json::to_vec(&c).unwrap()).unwrap();
+    let r = run(
+        &work,
+        &[
+            "record",
+            "note",
+            "waited",
+            "--agent",
+            "bot",
+            "--wait-receipt",
+            "--sync-timeout",
+            "4",
+        ],
+        &[],
+    );
+    assert_eq!(r.code, Some(1), "{}", r.show());
+    assert!(
+        r.stderr.contains(&format!(
+            "no receipt yet for bot's record seq 0 from the witness at {url}"
+        )) && r.stderr.contains("up to 4 s"),
+        "{}",
+        r.show()
+    );
+}

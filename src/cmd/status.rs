@@ -217,6 +217,16 @@ fn status_text(s: &Value) -> String {
                 text(&e["message"])
             );
         }
+        None if s["not_receipted"].as_u64().unwrap_or(0) > 0 => {
+            // A `tally record` that gave up after its one short try (or ran
+            // with --no-sync) leaves no error behind: say what to run.
+            let _ = writeln!(
+                out,
+                "  last sync error: none recorded, but {} record(s) are not yet receipted (a `tally record` that gave up after its one 2 s try, or ran with --no-sync, records no error): `tally agent sync {}` sends them and says what happens",
+                s["not_receipted"],
+                text(&s["agent"])
+            );
+        }
         None => {
             let _ = writeln!(out, "  last sync error: none");
         }

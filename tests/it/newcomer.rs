@@ -1303,4 +1303,17 @@ fn wait_receipt_says_that_it_waits() {
         "{}",
         r.show()
     );
+    // One more record without --wait-receipt: its one 2 s try gives up
+    // ([timeout]), and `tally status` does not say "none" as if all were well.
+    let r = run(&work, &["record", "note", "one try", "--agent", "bot"], &[]);
+    assert_eq!(r.code, Some(0), "{}", r.show());
+    let r = run(&work, &["status"], &[]);
+    assert!(
+        !r.stdout.contains("last sync error: none\n")
+            && (r.stdout.contains("not yet receipted")
+                && r.stdout.contains("tally agent sync bot")
+                || r.stdout.contains("last sync error: 2")),
+        "{}",
+        r.show()
+    );
 }

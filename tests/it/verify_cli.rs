@@ -346,7 +346,9 @@ fn the_trust_file_stands_in_for_the_witness_key() {
     let text = stdout(&o);
     assert_eq!(code(&o), 0, "{text}{}", stderr(&o));
     assert!(
-        text.contains("cosigned by 1 of the trust file's witnesses (cosigners), its quorum is 1"),
+        text.contains(
+            "cosigned by 1 of the trust file's cosigners (`witness` lines), its quorum is 1"
+        ),
         "{text}"
     );
 }

@@ -106,7 +106,7 @@ impl<'a> WitnessSignatures<'a> {
     pub(crate) fn finish(self) -> CheckResult {
         let quorum = match self.quorum {
             Some((count, quorum)) if quorum > 0 => format!(
-                "; the pack checkpoint is cosigned by {count} of the trust file's witnesses (cosigners), its quorum is {quorum}"
+                "; the pack checkpoint is cosigned by {count} of the trust file's cosigners (`witness` lines), its quorum is {quorum}"
             ),
             _ => String::new(),
         };

@@ -1087,14 +1087,17 @@ async fn run_upload(
             "agent_keys" => {
                 let bytes =
                     small_field(c, &mut field, "agent-keys.json", MAX_WIRE_OBJECT_BYTES).await?;
-                keys = Some(
-                    AgentKeys::from_json(&bytes).map_err(|e| format!("agent-keys.json: {e}"))?,
-                );
+                keys = Some(AgentKeys::from_json(&bytes).map_err(|e| {
+                    swapped(&bytes, "agent-keys.json")
+                        .unwrap_or_else(|| format!("agent-keys.json: {e}"))
+                })?);
             }
             "head" => {
                 let bytes = small_field(c, &mut field, "head.json", MAX_WIRE_OBJECT_BYTES).await?;
                 if !bytes.is_empty() {
-                    head = Some(Head::from_json(&bytes).map_err(|e| format!("head.json: {e}"))?);
+                    head = Some(Head::from_json(&bytes).map_err(|e| {
+                        swapped(&bytes, "head.json").unwrap_or_else(|| format!("head.json: {e}"))
+                    })?);
                 }
             }
             "max_skew" | "grace" => {
@@ -1134,6 +1137,38 @@ async fn run_upload(
             }
         }
     }
+}
+
+/// The message for a file chosen under `field` that is recognisably
+/// another of tally's files (as `tally verify` names it): which file it is
+/// and where it goes. `None` when it is not recognised.
+fn swapped(bytes: &[u8], field: &str) -> Option<String> {
+    let first = bytes.split(|b| *b == b'\n').next().unwrap_or(bytes);
+    let v: serde_json::Value = serde_json::from_slice(first)
+        .or_else(|_| serde_json::from_slice(bytes))
+        .ok()?;
+    let o = v.as_object()?;
+    let has = |names: &[&str]| names.iter().all(|n| o.contains_key(*n));
+    let (what, goes) = if o.get("type").is_some_and(serde_json::Value::is_string) {
+        ("a pack", "choose it under the pack")
+    } else if has(&["v", "checkpoint", "from_size", "consistency"]) {
+        ("head.json (from `tally head`)", "choose it under head.json")
+    } else if has(&["v", "origin", "agents"]) {
+        (
+            "agent-keys.json (from `tally keys export`)",
+            "choose it under agent-keys.json",
+        )
+    } else if has(&["v", "origin", "keys"]) {
+        (
+            "the witness's key directory (/.well-known/tally/keys)",
+            "the verify page does not read it: paste the witness key instead",
+        )
+    } else {
+        return None;
+    };
+    Some(format!(
+        "the file chosen as {field} is {what}, not {field}: {goes}"
+    ))
 }
 
 async fn stream_pack(

@@ -946,6 +946,24 @@ async fn console_verify_page_prints_what_tally_verify_prints() {
             ],
             "agent-keys.json:",
         ),
+        // Swapped files are named, as `tally verify` names them.
+        (
+            vec![
+                ("csrf", None, csrf.as_bytes()),
+                ("agent_keys", Some("k"), pack.as_bytes()),
+                ("pack", Some("p"), pack.as_bytes()),
+            ],
+            "the file chosen as agent-keys.json is a pack",
+        ),
+        (
+            vec![
+                ("csrf", None, csrf.as_bytes()),
+                ("agent_keys", Some("k"), &keys),
+                ("head", Some("h"), &keys),
+                ("pack", Some("p"), pack.as_bytes()),
+            ],
+            "the file chosen as head.json is agent-keys.json",
+        ),
         (
             vec![
                 ("csrf", None, csrf.as_bytes()),

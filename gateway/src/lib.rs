@@ -70,7 +70,11 @@ pub fn open_syncer(
         return Ok(None);
     };
     let trust = witness.trust(&state.agent(agent).config())?;
-    let client = witness::WitnessClient::new(&state::witness_url(&witness), state.api_key(agent)?)?;
+    let settings = state.witness_settings(agent, &witness)?;
+    if let Some(note) = &settings.ignored_env {
+        eprintln!("tally: agent {agent}: {note}");
+    }
+    let client = witness::WitnessClient::new(&settings.url, settings.api_key)?;
     Ok(Some(
         sync::Syncer::new(
             store,

@@ -583,32 +583,105 @@ impl StateDir {
         write_atomic(&paths.api_key(), format!("{api_key}\n").as_bytes(), 0o600)
     }
 
-    /// The witness API key: `TALLY_API_KEY`, else the stored one, else none.
+    /// The witness settings `agent`'s sync uses, pinned in `config`, and
+    /// where each came from (docs/operations.md, "The agent's witness"):
+    /// the pinned URL always; `TALLY_API_KEY` when set, unless
+    /// `TALLY_WITNESS_URL` names another witness than the pinned one (its
+    /// key is then that witness's), else the key stored at `agent init`.
     ///
     /// # Errors
     /// [`StateError::Io`] when the stored key exists but cannot be read.
-    pub fn api_key(&self, agent: &AgentName) -> Result<Option<String>, StateError> {
-        if let Ok(k) = std::env::var(API_KEY_ENV) {
-            if !k.is_empty() {
-                return Ok(Some(k));
+    pub fn witness_settings(
+        &self,
+        agent: &AgentName,
+        config: &WitnessConfig,
+    ) -> Result<WitnessSettings, StateError> {
+        let var = |name| std::env::var(name).ok().filter(|v: &String| !v.is_empty());
+        self.witness_settings_from(agent, config, var(WITNESS_URL_ENV), var(API_KEY_ENV))
+    }
+
+    fn witness_settings_from(
+        &self,
+        agent: &AgentName,
+        config: &WitnessConfig,
+        env_url: Option<String>,
+        env_key: Option<String>,
+    ) -> Result<WitnessSettings, StateError> {
+        let other_witness = env_url.filter(|u| !same_witness_url(u, &config.url));
+        let ignored_env = other_witness.as_ref().map(|u| {
+            format!(
+                "{WITNESS_URL_ENV} names the witness at {u}, but agent {agent} is pinned to the witness at {} (`tally agent init`): its records go there, with the API key stored at `agent init`{}. To move {agent} to another witness, run `tally agent init {agent} --witness URL --api-key KEY`; otherwise unset {WITNESS_URL_ENV}",
+                config.url,
+                if env_key.is_some() { ", not TALLY_API_KEY (which goes with the other witness)" } else { "" }
+            )
+        });
+        let (api_key, api_key_from) = match env_key {
+            Some(k) if other_witness.is_none() => (Some(k), ApiKeySource::Environment),
+            _ => {
+                let path = self.agent(agent).api_key();
+                match fs::read_to_string(&path) {
+                    Ok(text) => match Some(text.trim().to_owned()).filter(|k| !k.is_empty()) {
+                        Some(k) => (Some(k), ApiKeySource::Stored),
+                        None => (None, ApiKeySource::None),
+                    },
+                    Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+                        (None, ApiKeySource::None)
+                    }
+                    Err(e) => return Err(io_err(&path)(e)),
+                }
             }
-        }
-        let path = self.agent(agent).api_key();
-        match fs::read_to_string(&path) {
-            Ok(text) => Ok(Some(text.trim().to_owned()).filter(|k| !k.is_empty())),
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
-            Err(e) => Err(io_err(&path)(e)),
+        };
+        Ok(WitnessSettings {
+            url: config.url.clone(),
+            api_key,
+            api_key_from,
+            ignored_env,
+        })
+    }
+}
+
+/// Whether two witness URLs name the same witness (a trailing `/` aside).
+#[must_use]
+pub fn same_witness_url(a: &str, b: &str) -> bool {
+    a.trim_end_matches('/') == b.trim_end_matches('/')
+}
+
+/// Where the API key an agent's sync presents came from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ApiKeySource {
+    /// `TALLY_API_KEY`.
+    Environment,
+    /// The file `agent init --api-key` wrote.
+    Stored,
+    /// Nowhere: the witness answers 401.
+    None,
+}
+
+impl ApiKeySource {
+    /// How `tally status` says it.
+    #[must_use]
+    pub fn describe(self) -> &'static str {
+        match self {
+            Self::Environment => "from TALLY_API_KEY",
+            Self::Stored => "stored by `tally agent init --api-key`",
+            Self::None => "none: give it with `tally agent init AGENT --witness URL --api-key KEY`",
         }
     }
 }
 
-/// The witness URL to use: `TALLY_WITNESS_URL` when set, else the configured one.
-#[must_use]
-pub fn witness_url(config: &WitnessConfig) -> String {
-    std::env::var(WITNESS_URL_ENV)
-        .ok()
-        .filter(|u| !u.is_empty())
-        .unwrap_or_else(|| config.url.clone())
+/// The witness an agent's sync talks to, and with which API key
+/// ([`StateDir::witness_settings`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct WitnessSettings {
+    /// The pinned witness's URL (the environment never overrides it).
+    pub url: String,
+    /// The API key presented, if any.
+    pub api_key: Option<String>,
+    /// Where the API key came from.
+    pub api_key_from: ApiKeySource,
+    /// Set when `TALLY_WITNESS_URL` names another witness than the pinned
+    /// one: what was not used, and what to do.
+    pub ignored_env: Option<String>,
 }
 
 #[cfg(test)]
@@ -633,6 +706,49 @@ mod tests {
         assert_eq!(state.load_key(&agent).unwrap().seed(), key.seed());
         assert_eq!(state.agents().unwrap(), vec![agent.clone()]);
         assert_eq!(state.load_config(&agent).unwrap().witness, None);
+    }
+
+    #[test]
+    fn the_pinned_witness_wins_over_the_environment() {
+        let dir = tempfile::tempdir().unwrap();
+        let state = StateDir::new(dir.path());
+        let agent = AgentName::new("bot").unwrap();
+        let witness = WitnessConfig {
+            url: "http://127.0.0.1:2/".into(),
+            origin: "tally.local/log".into(),
+            keys: Vec::new(),
+        };
+        let key = SecretKey::from_seed(&[3; 32]);
+        state
+            .create_agent_with(&agent, &key, Some(witness.clone()), Some("tally_b"))
+            .unwrap();
+        let other = Some("http://127.0.0.1:1".to_owned());
+        let env_key = Some("tally_a".to_owned());
+        // Another witness in the environment: neither it nor its key is used.
+        let s = state
+            .witness_settings_from(&agent, &witness, other, env_key.clone())
+            .unwrap();
+        assert_eq!(s.url, witness.url);
+        assert_eq!(s.api_key.as_deref(), Some("tally_b"));
+        assert_eq!(s.api_key_from, ApiKeySource::Stored);
+        let note = s.ignored_env.unwrap();
+        assert!(
+            note.contains("http://127.0.0.1:1")
+                && note.contains("http://127.0.0.1:2/")
+                && note.contains(WITNESS_URL_ENV)
+                && note.contains("not TALLY_API_KEY"),
+            "{note}"
+        );
+        // The pinned witness in the environment (a `/` aside), or none:
+        // TALLY_API_KEY overrides the stored key.
+        for env_url in [Some("http://127.0.0.1:2".to_owned()), None] {
+            let s = state
+                .witness_settings_from(&agent, &witness, env_url, env_key.clone())
+                .unwrap();
+            assert_eq!(s.api_key.as_deref(), Some("tally_a"));
+            assert_eq!(s.api_key_from, ApiKeySource::Environment);
+            assert_eq!(s.ignored_env, None);
+        }
     }
 
     #[test]

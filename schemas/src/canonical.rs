@@ -252,8 +252,26 @@ fn prescan(b: &[u8], max_depth: usize) -> Result<Vec<usize>, CanonicalError> {
 /// a double cannot hold every such integer, so `9007199254740993` would
 /// silently become `9007199254740992`. Run on input, and on canonical output,
 /// where JCS writes integral doubles below 10^21 as integer literals.
+///
+/// A literal with a fraction or exponent is refused when its double is
+/// integral and its canonical form would be such an integer literal
+/// (2^53 ≤ |v| < 10^21: `1e20`, `9007199254740992.0`), as §2 says; it
+/// breaks a rule of §2 as much as `9007199254740992` does, so it is refused
+/// where that is, when parsing.
 fn check_integer_literal(lit: &[u8]) -> Result<(), CanonicalError> {
     if lit.iter().any(|c| matches!(c, b'.' | b'e' | b'E')) {
+        // 2^53 as a double; JCS writes integral doubles below 10^21
+        // without an exponent.
+        const TWO_53: f64 = 9_007_199_254_740_992.0;
+        let v = std::str::from_utf8(lit)
+            .ok()
+            .and_then(|t| t.parse::<f64>().ok())
+            .map_or(0.0, f64::abs);
+        if v.is_finite() && v.fract() == 0.0 && (TWO_53..1e21).contains(&v) {
+            return Err(CanonicalError::IntegerOutOfRange {
+                literal: String::from_utf8_lossy(lit).chars().take(40).collect(),
+            });
+        }
         return Ok(());
     }
     let digits = lit.strip_prefix(b"-").unwrap_or(lit);
@@ -391,6 +409,38 @@ mod tests {
             parse_strict(br#"{"a":1} x"#, lim()),
             Err(CanonicalError::Syntax { .. })
         ));
+    }
+
+    #[test]
+    fn a_number_whose_canonical_form_is_too_large_an_integer_is_refused_when_parsed() {
+        for lit in [
+            "1e20",
+            "-1e20",
+            "9007199254740992.0",
+            "9.007199254740992e15",
+            "1E20",
+        ] {
+            let doc = format!(r#"{{"unknown":{lit}}}"#);
+            assert!(
+                matches!(
+                    parse_strict(doc.as_bytes(), lim()),
+                    Err(CanonicalError::IntegerOutOfRange { .. })
+                ),
+                "{lit}"
+            );
+        }
+        // Below 2^53, not integral, or written with an exponent by JCS: kept.
+        for lit in [
+            "9007199254740991.0",
+            "1e15",
+            "0.5",
+            "1e21",
+            "1e30",
+            "-1e300",
+            "1.5e15",
+        ] {
+            assert!(parse_strict(lit.as_bytes(), lim()).is_ok(), "{lit}");
+        }
     }
 
     #[test]

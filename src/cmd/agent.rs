@@ -431,9 +431,10 @@ fn sync(args: &SyncArgs) -> anyhow::Result<ExitCode> {
     let state = args.state.dir();
     let agent = args.agent.get()?;
     state.load_key(agent)?;
-    if state.load_config(agent)?.witness.is_none() {
+    let Some(witness) = state.load_config(agent)?.witness else {
         bail!("no witness configured for agent {agent} (tally agent init {agent} --witness URL)");
-    }
+    };
+    let url = state.witness_settings(agent, &witness)?.url;
     let rt = runtime()?;
     // Syncing is the chain owner's: this process when no other writer holds
     // the chain, else the running writer, asked to send everything now.
@@ -452,6 +453,18 @@ fn sync(args: &SyncArgs) -> anyhow::Result<ExitCode> {
         )
         .await?;
         let before = chain.status().await.map_err(anyhow::Error::msg)?;
+        let unsent = before
+            .store
+            .records
+            .saturating_sub(before.store.sync_cursor);
+        if unsent > 0 {
+            // A witness that accepts and never answers would otherwise
+            // leave the command silent for the whole --timeout.
+            errln!(
+                "tally: sending {unsent} record(s) of {agent} to the witness at {url}; waiting up to {} s for the receipts (--timeout)",
+                args.timeout
+            );
+        }
         let waited = match before.store.head {
             Some((head, _)) => {
                 chain
@@ -473,7 +486,10 @@ fn sync(args: &SyncArgs) -> anyhow::Result<ExitCode> {
             time: UnixMillis::new(0),
             seq: None,
             code: "timeout".into(),
-            message: format!("no receipt within {} s", args.timeout),
+            message: format!(
+                "no receipt within {} s: the witness at {url} did not answer (it is slow, or holds connections without answering); the records are safe in the local chain: run `tally agent sync {agent}` again later, or with a longer --timeout",
+                args.timeout
+            ),
         })),
         Waited::NoWitness => bail!("no witness configured for agent {agent}"),
     };

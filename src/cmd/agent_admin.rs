@@ -10,7 +10,7 @@ use tally_schemas::api::{AddAgentRequest, RegisteredAgent, RetireRequest, Rotate
 use tally_schemas::display::escape;
 use tally_schemas::{PublicKey, UnixMillis};
 
-use super::agent::AgentArg;
+use super::agent::{AgentArg, StateArgs};
 use super::project::RemoteArgs;
 
 /// A public key as registration takes it: standard base64 of a valid,
@@ -40,6 +40,10 @@ pub(crate) struct AddArgs {
     pub not_before: Option<UnixMillis>,
     #[command(flatten)]
     pub remote: RemoteArgs,
+    /// Where an agent set up on this machine is pinned: registering its
+    /// key on another witness is refused.
+    #[command(flatten)]
+    pub state: StateArgs,
 }
 
 /// Arguments of `tally agent rotate`.
@@ -95,6 +99,7 @@ fn print_keys(agent: &RegisteredAgent) -> std::io::Result<()> {
 /// Transport errors and refusals (exit 2).
 pub(crate) fn add(a: &AddArgs) -> anyhow::Result<ExitCode> {
     let agent = a.agent.get()?;
+    refuse_another_witness(a, agent)?;
     let request = AddAgentRequest {
         agent: agent.clone(),
         public_key: a.public_key.to_base64(),
@@ -111,6 +116,47 @@ pub(crate) fn add(a: &AddArgs) -> anyhow::Result<ExitCode> {
     )?;
     print_keys(&registered)?;
     Ok(ExitCode::SUCCESS)
+}
+
+/// An agent set up in the local state directory with this very key and
+/// pinned to a witness is registered there, nowhere else (docs/operations.md,
+/// "The agent's witness"): a record admitted into another log stays there
+/// for good. The quickstart's `TALLY_WITNESS_URL` for one witness, still
+/// exported while an agent is set up for another, is the usual cause.
+fn refuse_another_witness(a: &AddArgs, agent: &tally_schemas::AgentName) -> anyhow::Result<()> {
+    let state = a.state.dir();
+    let Ok(key) = state.load_key(agent) else {
+        return Ok(());
+    };
+    if key.public_key() != a.public_key {
+        return Ok(());
+    }
+    let Some(pinned) = state.load_config(agent)?.witness else {
+        return Ok(());
+    };
+    if tally_gateway::state::same_witness_url(&pinned.url, &a.remote.witness) {
+        return Ok(());
+    }
+    let env = tally_gateway::state::WITNESS_URL_ENV;
+    let from = if std::env::args().any(|x| x == "--witness" || x.starts_with("--witness=")) {
+        "given with --witness".to_owned()
+    } else if std::env::var(env).is_ok_and(|u| u == a.remote.witness) {
+        format!("from {env}")
+    } else {
+        "the default".to_owned()
+    };
+    anyhow::bail!(
+        "agent {agent} is pinned to the witness at {} (`tally agent init`, in {}), but this would register its key with the witness at {} ({from}); nothing was registered. Give --witness {} (with that witness's API key){}",
+        pinned.url,
+        state.absolute().display(),
+        a.remote.witness,
+        pinned.url,
+        if from.starts_with("from") {
+            format!(", or unset {env}")
+        } else {
+            String::new()
+        }
+    )
 }
 
 /// Runs `tally agent rotate`.

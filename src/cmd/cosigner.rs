@@ -141,9 +141,14 @@ fn init(args: &InitArgs) -> anyhow::Result<ExitCode> {
     outln!("  name          {}", signer.verifier().name())?;
     outln!("  cosigner key  {}", signer.verifier().vkey())?;
     outln!(
-        "  private key   {} (mode 0600; back it up together with {})",
+        "  private key   {} (mode 0600; back it up: it never changes)",
         dir.join(files::KEY).display(),
-        files::STATE
+    )?;
+    // An older copy of the state would let the cosigner cosign checkpoints
+    // it had gone past (docs/operations.md, the cosigner's state).
+    outln!(
+        "  state         {} (never restore an older copy of it: keep it on a replicated disk if you need one)",
+        dir.join(files::STATE).display(),
     )?;
     outln!()?;
     outln!("next: add the logs it cosigns for, then serve:")?;

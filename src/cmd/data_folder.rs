@@ -158,6 +158,26 @@ impl Drop for DataFolder {
     }
 }
 
+/// Who holds `dir`'s lock, when a `serve` does: "another `tally serve`
+/// (pid N)". Touches nothing: a folder or lock file that is not there is
+/// held by nobody.
+#[must_use]
+pub(crate) fn holder(dir: &Path) -> Option<String> {
+    let file = File::open(dir.join(LOCK_FILE)).ok()?;
+    match Flock::lock(file, FlockArg::LockSharedNonblock) {
+        Ok(_unlocked_on_drop) => None,
+        Err((mut file, Errno::EWOULDBLOCK)) => {
+            let mut pid = String::new();
+            let _ = file.read_to_string(&mut pid);
+            Some(match pid.trim() {
+                "" => "another `tally serve`".to_owned(),
+                p => format!("another `tally serve` (pid {p})"),
+            })
+        }
+        Err(_) => None,
+    }
+}
+
 /// The folder's entries other than the lock file.
 fn others(dir: &Path) -> anyhow::Result<Vec<PathBuf>> {
     let mut out = Vec::new();
@@ -181,4 +201,63 @@ fn empty_except_lock(dir: &Path) -> anyhow::Result<()> {
         removed.with_context(|| format!("removing {}", path.display()))?;
     }
     Ok(())
+}
+
+/// Where the folder's log is kept when it is not `log.redb`: the PostgreSQL
+/// URL `tally store copy` moved it to, or the one `tally serve --store`
+/// last served it from (docs/operations.md, "Running on PostgreSQL"). A
+/// `serve` without `--store` serves from there, and one told to serve
+/// `log.redb` refuses: that copy stopped growing when the log moved.
+/// Mode 0600: the URL may hold the database password, as `log.skey` beside
+/// it holds the log's key.
+pub(crate) const STORE_FILE: &str = "store.url";
+
+/// The PostgreSQL URL recorded in `dir`'s [`STORE_FILE`], if any.
+///
+/// # Errors
+/// The file cannot be read, or holds no PostgreSQL URL.
+pub(crate) fn recorded_store(dir: &Path) -> anyhow::Result<Option<String>> {
+    let path = dir.join(STORE_FILE);
+    let text = match fs::read_to_string(&path) {
+        Ok(t) => t,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
+        Err(e) => return Err(anyhow!("reading {}: {e}", path.display())),
+    };
+    let url = text
+        .lines()
+        .map(str::trim)
+        .find(|l| !l.is_empty() && !l.starts_with('#'))
+        .unwrap_or("");
+    if !(url.starts_with("postgres://") || url.starts_with("postgresql://")) {
+        return Err(anyhow!(
+            "{} holds no PostgreSQL URL: write the URL of the database this folder's log is in (postgres://user@host:port/database) on its own line",
+            path.display()
+        ));
+    }
+    Ok(Some(url.to_owned()))
+}
+
+/// Records `url` in `dir`'s [`STORE_FILE`] (written whole, then renamed
+/// into place, so a crash leaves the old file or the new one).
+///
+/// # Errors
+/// The file cannot be written.
+pub(crate) fn record_store(dir: &Path, url: &str, why: &str) -> anyhow::Result<()> {
+    let path = dir.join(STORE_FILE);
+    let tmp = dir.join(format!("{STORE_FILE}.tmp"));
+    let text = format!(
+        "# The log of this data folder is in PostgreSQL ({why}).\n\
+         # `tally serve` without --store serves it from here, and refuses to serve log.redb.\n\
+         {url}\n"
+    );
+    OpenOptions::new()
+        .write(true)
+        .create(true)
+        .truncate(true)
+        .mode(0o600)
+        .open(&tmp)
+        .and_then(|mut f| f.write_all(text.as_bytes()).and_then(|()| f.sync_all()))
+        .and_then(|()| fs::rename(&tmp, &path))
+        .and_then(|()| File::open(dir)?.sync_all())
+        .with_context(|| format!("writing {}", path.display()))
 }

@@ -8,6 +8,7 @@ use super::out::errln;
 use std::path::PathBuf;
 use std::process::ExitCode;
 
+use tally_schemas::display::escape;
 use tally_schemas::AgentName;
 
 use super::agent::parse_agent;
@@ -73,14 +74,22 @@ pub(crate) fn run(args: &Args) -> anyhow::Result<ExitCode> {
     if let Some(v) = &args.until {
         query.push(("until", v.clone()));
     }
-    let bytes = args.remote.reader(args.read_token.as_deref())?.download(
-        "/v1/export",
-        &query,
-        &args.output,
-        args.force,
-    )?;
+    let (bytes, headers) = args
+        .remote
+        .reader(args.read_token.as_deref())?
+        .download_with_headers("/v1/export", &query, &args.output, args.force)?;
     if args.output.as_os_str() != "-" {
         errln!("wrote {} ({bytes} bytes)", args.output.display());
+    }
+    // docs/api.md "Exports": cosigners whose cosignature the pack lacks.
+    if let Some(missing) = headers
+        .get("tally-cosigners-missing")
+        .and_then(|v| v.to_str().ok())
+    {
+        errln!(
+            "tally: warning: the pack's checkpoint lacks the cosignature of {} (down or slow when the export was made): a `tally verify --trust` whose quorum counts it will fail; export again once it cosigns (the witness's /metrics shows each cosigner's state)",
+            escape(missing)
+        );
     }
     Ok(ExitCode::SUCCESS)
 }

@@ -40,7 +40,13 @@ impl RemoteArgs {
             .api_key
             .clone()
             .ok_or_else(|| anyhow!("give the project's API key with --api-key or TALLY_API_KEY"))?;
-        Remote::new(&self.witness, Some(key))
+        let given = std::env::args().any(|a| a == "--api-key" || a.starts_with("--api-key="));
+        let hint = if given {
+            "the API key given with --api-key is not a current key of any project there: give the key `tally serve` printed on its first start, or make one with `tally project new-key PROJECT`".to_owned()
+        } else {
+            "the API key from TALLY_API_KEY is not a current key of any project there: set it to the key `tally serve` printed on its first start (for this witness), or give one with --api-key".to_owned()
+        };
+        Ok(Remote::new(&self.witness, Some(key))?.with_unauthorized_hint(hint))
     }
 
     /// A client that reads with `read_token` when one is given (any agent
@@ -108,6 +114,8 @@ impl AdminArgs {
 pub(crate) struct Remote {
     base: String,
     bearer: Option<String>,
+    /// What to say after a 401: which credential was refused and what to do.
+    unauthorized_hint: Option<String>,
     http: reqwest::Client,
     rt: tokio::runtime::Runtime,
 }
@@ -129,6 +137,7 @@ impl Remote {
         Ok(Self {
             base: base.trim_end_matches('/').to_owned(),
             bearer,
+            unauthorized_hint: None,
             http,
             rt,
         })
@@ -150,9 +159,16 @@ impl Remote {
         r
     }
 
+    /// Says `hint` after a `401 unauthorized` answer.
+    #[must_use]
+    pub(crate) fn with_unauthorized_hint(mut self, hint: String) -> Self {
+        self.unauthorized_hint = Some(hint);
+        self
+    }
+
     /// The answer when it is a success; else the witness's refusal as an
     /// error, read with [`ErrorBody::from_json`] (docs/api.md "Errors").
-    async fn check(resp: reqwest::Response) -> anyhow::Result<reqwest::Response> {
+    async fn check(&self, resp: reqwest::Response) -> anyhow::Result<reqwest::Response> {
         let status = resp.status();
         if status.is_success() {
             return Ok(resp);
@@ -160,7 +176,13 @@ impl Remote {
         let body = read_bounded(resp, MAX_WIRE_OBJECT_BYTES)
             .await
             .unwrap_or_default();
-        Err(refusal(status.as_u16(), &body))
+        let refused = refusal(status.as_u16(), &body);
+        match &self.unauthorized_hint {
+            Some(hint) if status == reqwest::StatusCode::UNAUTHORIZED => {
+                Err(anyhow!("{refused}; {hint} (the witness at {})", self.base))
+            }
+            _ => Err(refused),
+        }
     }
 
     /// Sends `request` and reads the answer as `T`, strictly (docs/api.md
@@ -174,7 +196,7 @@ impl Remote {
             .send()
             .await
             .with_context(|| format!("reaching the witness at {}", self.base))?;
-        let resp = Self::check(resp).await?;
+        let resp = self.check(resp).await?;
         let body = read_bounded(resp, T::LIMITS.max_bytes)
             .await
             .with_context(|| format!("reading the witness's answer to {what}"))?;
@@ -234,13 +256,29 @@ impl Remote {
         out: &Path,
         overwrite: bool,
     ) -> anyhow::Result<u64> {
+        self.download_with_headers(path, query, out, overwrite)
+            .map(|(n, _)| n)
+    }
+
+    /// [`Remote::download`], also returning the answer's headers.
+    ///
+    /// # Errors
+    /// As [`Remote::download`].
+    pub(crate) fn download_with_headers(
+        &self,
+        path: &str,
+        query: &[(&str, String)],
+        out: &Path,
+        overwrite: bool,
+    ) -> anyhow::Result<(u64, reqwest::header::HeaderMap)> {
         self.rt.block_on(async {
             let mut resp = self
                 .request(reqwest::Method::GET, path, query)
                 .send()
                 .await
                 .with_context(|| format!("reaching the witness at {}", self.base))?;
-            resp = Self::check(resp).await?;
+            resp = self.check(resp).await?;
+            let headers = resp.headers().clone();
             let to_stdout = out == Path::new("-");
             let tmp = out.with_extension("partial");
             let mut sink: Box<dyn std::io::Write> = if to_stdout {
@@ -285,7 +323,7 @@ impl Remote {
                     }
                 }
             }
-            Ok(n)
+            Ok((n, headers))
         })
     }
 }

@@ -21,6 +21,7 @@ use rand_core::RngCore as _;
 use serde_json::{json, Value};
 use tally_gateway::acceptance::{accept_receipt, parse_receipt};
 use tally_gateway::chain::{AgentChain, ChainOptions, Waited, WriterInfo};
+use tally_gateway::state::ApiKeySource;
 use tally_gateway::store::Secret;
 use tally_schemas::canonical::parse_strict;
 use tally_schemas::limits::DEFAULT_MAX_SKEW_MS;
@@ -112,6 +113,9 @@ pub(crate) enum Kind {
         common: Common,
     },
 }
+
+/// How long `--wait-receipt` waits before saying that it waits.
+const SAY_WAITING_AFTER: Duration = Duration::from_secs(2);
 
 /// Without `--wait-receipt`: the bound of the one sync try.
 pub(crate) const ONE_TRY: Duration = Duration::from_secs(2);
@@ -252,9 +256,21 @@ async fn record_and_sync(
             // The chain's owner syncs (this process, or the writer that
             // holds the chain); without --wait-receipt, one try.
             let waited = if common.wait_receipt {
-                chain
-                    .wait_receipt(seq, Duration::from_secs(common.sync_timeout), false)
-                    .await
+                let wait = chain.wait_receipt(seq, Duration::from_secs(common.sync_timeout), false);
+                tokio::pin!(wait);
+                // A witness failing over (or slow) can take seconds: say
+                // what is awaited rather than sit silent for --sync-timeout.
+                tokio::select! {
+                    w = &mut wait => w,
+                    () = tokio::time::sleep(SAY_WAITING_AFTER) => {
+                        let url = state.witness_settings(agent, witness)?.url;
+                        errln!(
+                            "tally: no receipt yet for {agent}'s record seq {seq} from the witness at {url}: still trying, up to {} s in all (--sync-timeout); the record is safe in the local chain",
+                            common.sync_timeout
+                        );
+                        wait.await
+                    }
+                }
             } else {
                 chain.wait_receipt(seq, ONE_TRY, true).await
             };
@@ -291,8 +307,22 @@ async fn record_and_sync(
                     out["index"] = json!(a.receipt.index.get());
                 }
                 Err(e) => {
+                    // A refused API key is not fixed by syncing again: say
+                    // which key was presented and where it came from.
+                    let key_hint = if e.starts_with("[unauthorized]") {
+                        let s = state.witness_settings(agent, witness)?;
+                        format!(
+                            "; the API key presented is {} ({}): give the project's key with `tally agent init {agent} --witness {} --api-key KEY`{}",
+                            s.api_key_from.describe(),
+                            if s.api_key_from == ApiKeySource::Environment { "unset it, or set it to a key of that witness" } else { "not a current key of that witness" },
+                            s.url,
+                            if s.api_key_from == ApiKeySource::Environment { " and unset TALLY_API_KEY" } else { "" }
+                        )
+                    } else {
+                        String::new()
+                    };
                     note = Some(format!(
-                        "{local}, not yet witnessed: {e}; `tally agent sync --agent {agent}` sends it, and every other record not yet receipted, when the witness accepts them"
+                        "{local}, not yet witnessed: {e}{key_hint}; `tally agent sync --agent {agent}` sends it, and every other record not yet receipted, when the witness accepts them"
                     ));
                     out["receipt"] = json!("pending");
                     out["sync_error"] = json!(e);

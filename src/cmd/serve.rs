@@ -3,7 +3,7 @@
 //! them all. On a fresh machine it needs no flags: it creates ./tally-data,
 //! the log key and the default project, and prints the API key once.
 
-use super::data_folder::DataFolder;
+use super::data_folder::{self, DataFolder};
 use super::out::outln;
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
@@ -13,6 +13,7 @@ use std::time::Duration;
 
 use anyhow::Context;
 use rand_core::OsRng;
+use tally_log::store::postgres::redact_url;
 use tally_schemas::time::SystemClock;
 use tally_witness::config::{
     ConfigFile, ConnLimits, LogRead, RateLimit, ServeConfig, StoreChoice, TlsFiles,
@@ -55,8 +56,8 @@ pub(crate) struct Args {
     /// answers 503 sequencer_unavailable [default: 10].
     #[arg(long, value_name = "SECS")]
     pub lease_ttl: Option<u64>,
-    /// The checkpoint origin (and log key name) of a new log
-    /// [default: tally.local/log].
+    /// The checkpoint origin (and log key name) of a new log [default:
+    /// tally.local/log/ and 8 random hex digits, one of its own per install].
     #[arg(long)]
     pub origin: Option<String>,
     /// Largest |witness clock - record time| admitted, in seconds [default: 300].
@@ -251,13 +252,16 @@ impl ConnArgs {
 }
 
 impl Args {
-    /// Defaults, then the config file, then flags.
-    fn config(&self) -> anyhow::Result<(ServeConfig, Option<String>)> {
+    /// Defaults, then the config file, then flags; and whether the store
+    /// was given (by the file, `--store` or `TALLY_STORE`) or is the default.
+    fn config(&self) -> anyhow::Result<(ServeConfig, Option<String>, bool)> {
         let mut c = ServeConfig::default();
         let mut origin = None;
+        let mut store_given = self.store.is_some();
         if let Some(path) = &self.config {
             let file = ConfigFile::load(path)?;
             origin.clone_from(&file.origin);
+            store_given |= file.store.is_some();
             file.apply_cosigning(&mut c.cosigning)
                 .map_err(|e| anyhow::anyhow!("{}: {e}", path.display()))?;
             c.apply_file(file);
@@ -334,7 +338,7 @@ impl Args {
         self.cosigning
             .apply(&mut c.cosigning)
             .map_err(anyhow::Error::msg)?;
-        Ok((c, origin))
+        Ok((c, origin, store_given))
     }
 }
 
@@ -344,12 +348,49 @@ impl Args {
 /// Configuration, data folder, bind or TLS errors (exit 2).
 pub(crate) fn run(args: &Args) -> anyhow::Result<ExitCode> {
     super::init_server_logs();
-    let (config, origin) = args.config()?;
+    let (config, origin, store_given) = args.config()?;
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()
         .context("starting the async runtime")?;
-    runtime.block_on(serve(config, origin))
+    runtime.block_on(serve(config, origin, store_given))
+}
+
+/// Settles where the data folder's log is (docs/operations.md, "Running on
+/// PostgreSQL"): a store given explicitly is used, unless it is `redb` in
+/// a folder whose log moved to PostgreSQL (refused, naming the database:
+/// its `log.redb` stopped growing then, and serving it would roll the log
+/// back); no store given means the one the folder records, else `redb`.
+/// Returns the PostgreSQL URL to record once the folder is open, when it
+/// is not already the recorded one.
+fn where_the_log_is(config: &mut ServeConfig, store_given: bool) -> anyhow::Result<Option<String>> {
+    let dir = config.data_dir.clone();
+    let recorded = data_folder::recorded_store(&dir)?;
+    let file = dir.join(data_folder::STORE_FILE);
+    match (&config.store, recorded) {
+        (StoreChoice::Redb, Some(url)) if store_given => Err(anyhow::anyhow!(
+            "the log of {} moved to PostgreSQL at {} (recorded in {}): its log.redb is an old copy, and serving it would roll the log back. Serve without --store (or with --store '{}'); only if nothing was ever served from that database, delete {} to serve log.redb again",
+            dir.display(),
+            redact_url(&url),
+            file.display(),
+            redact_url(&url),
+            file.display()
+        )),
+        (StoreChoice::Redb, Some(url)) => {
+            outln!(
+                "tally: the log of {} is in PostgreSQL at {} (recorded in {}): serving it from there",
+                dir.display(),
+                redact_url(&url),
+                file.display()
+            )?;
+            config.store = StoreChoice::Postgres(url);
+            Ok(None)
+        }
+        (StoreChoice::Postgres(url), recorded) if recorded.as_deref() != Some(url.as_str()) => {
+            Ok(Some(url.clone()))
+        }
+        _ => Ok(None),
+    }
 }
 
 /// The accept backlog of the listening socket (tokio's own default).
@@ -370,7 +411,11 @@ fn bind_socket(addr: std::net::SocketAddr) -> std::io::Result<tokio::net::TcpSoc
     Ok(socket)
 }
 
-async fn serve(mut config: ServeConfig, origin: Option<String>) -> anyhow::Result<ExitCode> {
+async fn serve(
+    mut config: ServeConfig,
+    origin: Option<String>,
+    store_given: bool,
+) -> anyhow::Result<ExitCode> {
     let shutdown = shutdown_signal();
     // Everything that can fail without the data folder fails before it is
     // touched: bad TLS files, a port in use.
@@ -387,8 +432,23 @@ async fn serve(mut config: ServeConfig, origin: Option<String>) -> anyhow::Resul
     // folder is touched) but connections are refused until the folder is
     // ready and `listen` is called below: a client that waits for the port
     // to accept finds the admin token and the first API key already written.
-    let socket =
-        bind_socket(config.listen).with_context(|| format!("listening on {}", config.listen))?;
+    let socket = match bind_socket(config.listen) {
+        Ok(s) => s,
+        Err(e) => {
+            // A second `serve` on the same folder and port meets the port
+            // first: name the one that holds both, as the lock would.
+            if e.kind() == std::io::ErrorKind::AddrInUse {
+                if let Some(who) = data_folder::holder(&config.data_dir) {
+                    anyhow::bail!(
+                        "{who} is using the data folder {} (and the address {} is in use); stop it first, or give this one another --data-dir and --listen",
+                        config.data_dir.display(),
+                        config.listen
+                    );
+                }
+            }
+            return Err(e).with_context(|| format!("listening on {}", config.listen));
+        }
+    };
     let addr = socket.local_addr().context("reading the bound address")?;
     // Locked for this process; a first start that fails from here on
     // removes what it made (see data_folder).
@@ -396,6 +456,7 @@ async fn serve(mut config: ServeConfig, origin: Option<String>) -> anyhow::Resul
     if let Some(notice) = folder.notice() {
         outln!("tally: {notice}")?;
     }
+    let record_store = where_the_log_is(&mut config, store_given)?;
     let opened = server::open(
         &config,
         origin.as_deref(),
@@ -403,6 +464,9 @@ async fn serve(mut config: ServeConfig, origin: Option<String>) -> anyhow::Resul
         Box::new(OsRng),
     )
     .with_context(|| format!("opening the data folder {}", config.data_dir.display()))?;
+    if let Some(url) = record_store {
+        data_folder::record_store(&config.data_dir, &url, "recorded by `tally serve --store`")?;
+    }
     let scheme = if tls.is_some() { "https" } else { "http" };
     let url = format!("{scheme}://{addr}");
     let witness = Arc::clone(&opened.witness);

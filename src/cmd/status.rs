@@ -37,11 +37,19 @@ fn agent_status(args: &Args, agent: &AgentName) -> anyhow::Result<Value> {
     let state = args.state.dir();
     let key = state.load_key(agent)?;
     let config = state.load_config(agent)?;
+    let settings = config
+        .witness
+        .as_ref()
+        .map(|w| state.witness_settings(agent, w))
+        .transpose()?;
     let mut out = json!({
         "agent": agent.as_str(),
         "key_id": key.public_key().key_id().to_hex(),
-        "witness": config.witness.as_ref().map(|w| json!({
-            "url": tally_gateway::state::witness_url(w),
+        "witness": config.witness.as_ref().zip(settings.as_ref()).map(|(w, s)| json!({
+            "url": s.url,
+            "url_from": "pinned by `tally agent init --witness`",
+            "api_key_from": s.api_key_from.describe(),
+            "ignored_environment": s.ignored_env,
             "origin": w.origin,
             "keys": w.keys.iter().map(|k| k.vkey.clone()).collect::<Vec<_>>(),
             "retired_keys": w.keys.iter().filter_map(|k| k.not_after.map(|t| json!({
@@ -149,10 +157,15 @@ fn status_text(s: &Value) -> String {
         Some(w) => {
             let _ = writeln!(
                 out,
-                "  witness: {} (log {})",
+                "  witness: {} (log {}; {})",
                 text(&w["url"]),
-                text(&w["origin"])
+                text(&w["origin"]),
+                text(&w["url_from"])
             );
+            let _ = writeln!(out, "  API key: {}", text(&w["api_key_from"]));
+            if w["ignored_environment"].is_string() {
+                let _ = writeln!(out, "  note: {}", text(&w["ignored_environment"]));
+            }
         }
         None => {
             let _ = writeln!(out, "  witness: none configured, nothing is sent");
@@ -204,14 +217,28 @@ fn status_text(s: &Value) -> String {
                 text(&e["message"])
             );
         }
+        None if s["not_receipted"].as_u64().unwrap_or(0) > 0 => {
+            // A `tally record` that gave up after its one short try (or ran
+            // with --no-sync) leaves no error behind: say what to run.
+            let _ = writeln!(
+                out,
+                "  last sync error: none recorded, but {} record(s) are not yet receipted (a `tally record` that gave up after its one 2 s try, or ran with --no-sync, records no error): `tally agent sync {}` sends them and says what happens",
+                s["not_receipted"],
+                text(&s["agent"])
+            );
+        }
         None => {
             let _ = writeln!(out, "  last sync error: none");
         }
     }
     if s["superseded_receipts"].as_u64().unwrap_or(0) > 0 {
+        let witness = s["witness"]["url"].as_str().map_or_else(
+            || "the witness".to_owned(),
+            |u| format!("the witness at {}", escape(u)),
+        );
         let _ = writeln!(
             out,
-            "  !!! {} receipts were superseded: the witness lost records it had receipted (they were sent again)",
+            "  !!! {} receipts were superseded: {witness} lost records it had receipted (its log went back: restored from a backup, or an old copy served), so they were sent again and have new receipts. The old receipts stay in the chain as evidence, and this line with them: ask the witness's operator what happened; `tally monitor` shows whether the log went back (docs/operations.md, \"Superseded receipts\")",
             s["superseded_receipts"]
         );
     }

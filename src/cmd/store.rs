@@ -43,7 +43,8 @@ pub(crate) enum StoreCommand {
     /// the copy: same size, root, entries, receipt sizes, stored hashes and
     /// checkpoint notes; the same registry and link rows. Stop `tally
     /// serve` on the folder first.
-    /// Then serve it with `tally serve --data-dir DIR --store URL`.
+    /// Then `tally serve --data-dir DIR` serves it from the database: the
+    /// URL is recorded in DIR/store.url, and log.redb is refused from then on.
     Copy {
         /// The data folder whose log.redb is copied.
         #[arg(long, value_name = "DIR")]
@@ -76,6 +77,16 @@ fn copy(from: &std::path::Path, to: &str, chunk: usize) -> anyhow::Result<ExitCo
             "--to {:?}: expected a PostgreSQL URL (postgres://user@host:port/database)",
             redact_url(to)
         );
+    }
+    if let Some(moved) = super::data_folder::recorded_store(from)? {
+        if moved != to {
+            bail!(
+                "the log of {} already moved to PostgreSQL at {} (recorded in {}): its log.redb is an old copy, not the log; copy from that database instead (pg_dump), or, only if nothing was ever served from it, delete that file first",
+                from.display(),
+                redact_url(&moved),
+                from.join(super::data_folder::STORE_FILE).display()
+            );
+        }
     }
     let path = from.join("log.redb");
     if !path.is_file() {
@@ -187,10 +198,18 @@ fn copy(from: &std::path::Path, to: &str, chunk: usize) -> anyhow::Result<ExitCo
     )?;
     outln!("tally: {registry}")?;
     outln!("tally: {links}")?;
+    // From now on the folder's log.redb is an old copy: `tally serve` on the
+    // folder serves the database without being told, and refuses log.redb.
+    super::data_folder::record_store(from, to, "moved there by `tally store copy`")?;
     outln!(
-        "next: tally serve --data-dir {} --store '{}'",
+        "tally: recorded in {}: `tally serve --data-dir {}` now serves the log from {} and refuses the old log.redb",
+        from.join(super::data_folder::STORE_FILE).display(),
         from.display(),
         redact_url(to)
+    )?;
+    outln!(
+        "next: tally serve --data-dir {} (with the flags it ran with before, --cosigner included; --store is no longer needed)",
+        from.display(),
     )?;
     Ok(ExitCode::SUCCESS)
 }

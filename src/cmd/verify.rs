@@ -222,13 +222,30 @@ fn log_key(text: &str) -> anyhow::Result<NoteVerifier> {
             if path.is_file() {
                 let body = String::from_utf8(read(path, "the witness key file")?)
                     .context("the witness key file is not UTF-8")?;
-                NoteVerifier::from_vkey(body.trim())
-                    .with_context(|| format!("{}: not a vkey", path.display()))
+                let body = body.trim();
+                NoteVerifier::from_vkey(body).map_err(|e| {
+                    cosigner_key(body)
+                        .unwrap_or_else(|| anyhow::anyhow!("{}: not a vkey: {e}", path.display()))
+                })
             } else {
-                bail!("--witness-key: {e}")
+                Err(cosigner_key(text).unwrap_or_else(|| anyhow::anyhow!("--witness-key: {e}")))
             }
         }
     }
+}
+
+/// The error for a cosigner's key given as the log's (§14: a cosigner key's
+/// type byte is 0x04, a log key's 0x01): it belongs in a trust file.
+fn cosigner_key(vkey: &str) -> Option<anyhow::Error> {
+    tally_schemas::cosignature::CosignatureVerifier::from_vkey(vkey)
+        .ok()
+        .map(|c| {
+            anyhow::anyhow!(
+                "--witness-key: {} is a cosigner's key (a timestamped cosignature key, type 0x04), not a log's: give the log's key (the witness key its `tally serve` printed) with --witness-key, and trust cosigners with --trust FILE, a trust file with the lines `log <the log's key>`, `witness {}` and `quorum 1` (docs/protocol.md §11.1)",
+                c.name(),
+                vkey
+            )
+        })
 }
 
 /// Runs `tally verify`.

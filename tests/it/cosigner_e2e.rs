@@ -74,6 +74,11 @@ fn init_cosigner(dir: &Path, name: &str, log_vkey: &str) -> String {
     let d = dir.to_str().unwrap();
     let (ok, out, err) = tally(&["cosigner", "init", "--name", name, "--data-dir", d], &[]);
     assert!(ok, "{err}");
+    // The state is never restored from a backup (docs/operations.md).
+    assert!(
+        out.contains("never restore an older copy") && !out.contains("together with"),
+        "{out}"
+    );
     let vkey = out
         .lines()
         .find_map(|l| l.trim().strip_prefix("cosigner key"))
@@ -234,7 +239,7 @@ async fn a_fork_is_cosigned_on_one_branch_only_and_the_monitor_shows_both() {
 
     // The cosigner still stands on branch A: its monitoring route serves
     // A's checkpoint with its cosignature, and A grows on.
-    let origin_hash = tally_cosigner::config::origin_hash("tally.local/log");
+    let origin_hash = tally_cosigner::config::origin_hash(f.vkey.split('+').next().unwrap());
     let (status, served) = get(&format!("{}/{origin_hash}/checkpoint", c.url)).await;
     assert_eq!((status, served.as_str()), (200, cosigned_a.as_str()));
     let agents_a = dir.path().join("agents-a");
@@ -297,7 +302,7 @@ async fn kill9_between_commit_and_answer_then_restart_carries_on() {
     let cosigner_dir = dir.path().join("cosigner");
     let cosigner_vkey = init_cosigner(&cosigner_dir, "cosigner.example/c2", &f.vkey);
     let key = CosignatureVerifier::from_vkey(&cosigner_vkey).unwrap();
-    let origin_hash = tally_cosigner::config::origin_hash("tally.local/log");
+    let origin_hash = tally_cosigner::config::origin_hash(f.vkey.split('+').next().unwrap());
 
     // The cosigner waits 60 s between committing and answering; the
     // request runs in the background while the test watches the

@@ -334,7 +334,7 @@ async fn a_log_with_two_cosigners_exports_packs_that_meet_the_quorum_while_they_
     let (code, out) = d.verify(&pack, &both);
     assert_eq!(code, 1, "{out}");
     assert!(
-        out.contains("1 of the 2 trusted witnesses cosigned it"),
+        out.contains("1 of the 2 trusted cosigners (`witness` lines) cosigned it"),
         "{out}"
     );
     let (code, out) = d.verify(&pack, &d.trust(&[&v1, &v2], 1));

@@ -651,3 +651,126 @@ fn a_second_front_serves_the_registry_made_through_the_first_without_witness_red
     assert!(err.contains("exists"), "{err}");
     assert!(b.sigterm().success());
 }
+
+/// After `tally store copy`, the data folder knows where its log is: a
+/// restart without `--store` serves the database (not the old log.redb,
+/// which would roll the log back), `--store redb` is refused naming the
+/// database, and so is a copy of the old log.redb into another database
+/// (docs/operations.md, "Where the folder's log is").
+#[test]
+fn a_folder_whose_log_moved_serves_the_database_and_refuses_its_old_redb() {
+    let _alone = common::not_beside_heavy();
+    let Some(db_url) = tally_testkit::postgres::database() else {
+        return;
+    };
+    let other_db = tally_testkit::postgres::database().unwrap();
+    let tmp = tempfile::tempdir().unwrap();
+    let data = tmp.path().join("data");
+    let state = tmp.path().join("state");
+    let server = Server::start(&data, &["--rate-limit", "0"]);
+    let api_key = server.banner_value("API key");
+    add_agent(&server, &api_key, &state, "bot");
+    record_notes(&state, "bot", 3);
+    let listen = server.url.trim_start_matches("http://").to_owned();
+    assert!(server.sigterm().success());
+    let from = data.to_str().unwrap();
+    let (ok, out, err) = tally(&["store", "copy", "--from", from, "--to", &db_url], &[]);
+    assert!(ok, "store copy: {out}{err}");
+    assert!(out.contains("store.url"), "{out}");
+    assert!(
+        out.contains(&format!("next: tally serve --data-dir {from} (")),
+        "{out}"
+    );
+
+    // A restart with no flag, as after a reboot: the database, and the
+    // log grows there.
+    let server = Server::start_at(&data, &listen, &["--rate-limit", "0"]);
+    assert!(
+        server.banner.contains("is in PostgreSQL at") && server.banner.contains("tree size 3"),
+        "{}",
+        server.banner
+    );
+    record_notes(&state, "bot", 2);
+    assert!(server.sigterm().success());
+    let server = Server::start_at(&data, &listen, &[]);
+    assert!(server.banner.contains("tree size 5"), "{}", server.banner);
+    assert!(server.sigterm().success());
+
+    // The old log.redb (3 entries) is refused, naming where the log is.
+    for (args, env) in [
+        (vec!["--store", "redb"], vec![]),
+        (vec![], vec![("TALLY_STORE", "redb")]),
+    ] {
+        let mut argv = vec!["serve", "--data-dir", from, "--listen", "127.0.0.1:0"];
+        argv.extend(args);
+        let (ok, out, err) = tally(&argv, &env);
+        assert!(!ok, "served the old log.redb: {out}");
+        let db = db_url.rsplit('/').next().unwrap();
+        assert!(
+            err.contains("moved to PostgreSQL at")
+                && err.contains(db)
+                && err.contains("roll the log back")
+                && err.contains("store.url"),
+            "{err}"
+        );
+    }
+    // Copying the old log.redb elsewhere would fork the log: refused.
+    let (ok, _, err) = tally(&["store", "copy", "--from", from, "--to", &other_db], &[]);
+    assert!(!ok);
+    assert!(err.contains("already moved to PostgreSQL"), "{err}");
+
+    // A folder that started on PostgreSQL needs the flag once.
+    let pg_first = tmp.path().join("pg-first");
+    let server = Server::start(&pg_first, &["--store", &other_db]);
+    let key = server.banner_value("API key");
+    let pg_state = tmp.path().join("pg-state");
+    add_agent(&server, &key, &pg_state, "bot");
+    record_notes(&pg_state, "bot", 1);
+    let listen = server.url.trim_start_matches("http://").to_owned();
+    assert!(server.sigterm().success());
+    let server = Server::start_at(&pg_first, &listen, &[]);
+    assert!(
+        server.banner.contains("is in PostgreSQL at") && server.banner.contains("tree size 1"),
+        "{}",
+        server.banner
+    );
+    assert!(server.sigterm().success());
+}
+
+/// A second front on the database started with a data folder of its own
+/// but without the first front's log.skey is told to copy it and
+/// keys.json, and leaves no half-made folder (docs/operations.md, "Running
+/// on PostgreSQL").
+#[test]
+fn a_front_without_the_shared_log_key_is_told_to_copy_it() {
+    let _alone = common::not_beside_heavy();
+    let Some(db_url) = tally_testkit::postgres::database() else {
+        return;
+    };
+    let tmp = tempfile::tempdir().unwrap();
+    let first = Server::start(&tmp.path().join("a"), &["--store", &db_url]);
+    let second = tmp.path().join("b");
+    let (ok, out, err) = tally(
+        &[
+            "serve",
+            "--data-dir",
+            second.to_str().unwrap(),
+            "--listen",
+            "127.0.0.1:0",
+            "--store",
+            &db_url,
+        ],
+        &[],
+    );
+    assert!(!ok, "{out}");
+    assert!(
+        err.contains("had no log.skey") && err.contains("Copy log.skey and keys.json"),
+        "{err}"
+    );
+    assert!(
+        !second.exists(),
+        "a failed first start left {}",
+        second.display()
+    );
+    assert!(first.sigterm().success());
+}

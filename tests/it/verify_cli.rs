@@ -307,6 +307,76 @@ fn the_trust_file_stands_in_for_the_witness_key() {
     let o = tally(&[&pack, &"--agent-keys", &keys, &"--trust", &wrong]);
     assert_eq!(code(&o), 1, "{}{}", stdout(&o), stderr(&o));
     assert!(stdout(&o).contains("\nwitness_signatures: fail: "));
+    // The same wrong key as --witness-key: the key that did sign is named.
+    let other_vkey = other.verifier().vkey();
+    let o = tally(&[&pack, &"--agent-keys", &keys, &"--witness-key", &other_vkey]);
+    let text = stdout(&o);
+    assert_eq!(code(&o), 1, "{text}{}", stderr(&o));
+    let signer = p.vkey.rsplit_once('+').unwrap().0;
+    assert!(
+        text.contains(&format!("it is signed by {signer}")) && text.contains("another log"),
+        "{text}"
+    );
+
+    // A cosigner's key given as the log's: pointed to --trust.
+    let o = tally(&[
+        &pack,
+        &"--agent-keys",
+        &keys,
+        &"--witness-key",
+        &witness.vkey(),
+    ]);
+    assert_eq!(code(&o), 2, "{}{}", stdout(&o), stderr(&o));
+    assert!(
+        stderr(&o).contains("is a cosigner's key") && stderr(&o).contains("--trust FILE"),
+        "{}",
+        stderr(&o)
+    );
+    assert!(!stderr(&o).contains("algorithm byte"), "{}", stderr(&o));
+
+    // A quorum met: the pass says it was checked.
+    let case = corpus("trust-file-quorum-met");
+    let o = tally(&[
+        &case.join("pack.jsonl"),
+        &"--agent-keys",
+        &case.join("agent-keys.json"),
+        &"--trust",
+        &case.join("trust.txt"),
+    ]);
+    let text = stdout(&o);
+    assert_eq!(code(&o), 0, "{text}{}", stderr(&o));
+    assert!(
+        text.contains(
+            "cosigned by 1 of the trust file's cosigners (`witness` lines), its quorum is 1"
+        ),
+        "{text}"
+    );
+}
+
+/// A head.json made for another pack (an older export): check 11 says to
+/// make it again with `tally head`.
+#[test]
+fn a_stale_head_says_to_make_it_again() {
+    let p = Pack::new();
+    let mut head: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(p.path("head.json")).unwrap()).unwrap();
+    head["from_size"] = serde_json::json!(head["from_size"].as_u64().unwrap() - 1);
+    let stale = p.write("stale.json", &serde_json::to_vec(&head).unwrap());
+    let o = tally(&[
+        &p.path("pack.jsonl"),
+        &"--agent-keys",
+        &p.path("agent-keys.json"),
+        &"--witness-key",
+        &p.vkey,
+        &"--head",
+        &stale,
+    ]);
+    let text = stdout(&o);
+    assert_eq!(code(&o), 1, "{text}{}", stderr(&o));
+    assert!(
+        text.contains("made for another pack") && text.contains("tally head --pack"),
+        "{text}"
+    );
 }
 
 #[test]
@@ -446,5 +516,26 @@ fn hostile_tool_names_are_escaped_in_the_text_report_and_exact_in_json() {
             "claims-bot: 1 recorded tool is not in the declared tool list: lookup\u{200b}"
                 .to_owned(),
         ]
+    );
+}
+
+/// The result line's counts are singular for one (protocol.md §11).
+#[test]
+fn one_record_from_one_agent_is_said_in_the_singular() {
+    let case = corpus("one-record-from-one-agent");
+    let o = tally(&[
+        &case.join("pack.jsonl"),
+        &"--agent-keys",
+        &case.join("agent-keys.json"),
+        &"--witness-key",
+        &case.join("log.vkey"),
+        &"--head",
+        &case.join("head.json"),
+    ]);
+    let text = stdout(&o);
+    assert_eq!(code(&o), 0, "{text}{}", stderr(&o));
+    assert!(
+        text.trim_end().ends_with("; 1 record from 1 agent"),
+        "{text}"
     );
 }

@@ -180,7 +180,14 @@ async fn ordered_walk_through_the_real_binary() {
     let url = server.url.clone();
     let api_key = server.banner_value("API key");
     let vkey = server.banner_value("witness key");
-    assert_eq!(server.banner_value("origin"), "tally.local/log");
+    // An origin of this install's own (docs/operations.md, `--origin`).
+    let origin = server.banner_value("origin");
+    let suffix = origin.strip_prefix("tally.local/log/").unwrap_or("");
+    assert!(
+        suffix.len() == 8 && suffix.bytes().all(|b| b.is_ascii_hexdigit()),
+        "{origin}"
+    );
+    assert!(vkey.starts_with(&format!("{origin}+")), "{vkey}");
     assert!(api_key.starts_with("tally_"));
     for f in [
         "log.skey",

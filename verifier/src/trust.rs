@@ -50,7 +50,7 @@ pub enum TrustError {
         supported: u64,
     },
     /// A quorum larger than the number of distinct witness names.
-    #[error("quorum {quorum} is more than the {witnesses} witnesses listed")]
+    #[error("quorum {quorum} is more than the {witnesses} cosigners listed (`witness` lines)")]
     Quorum {
         /// The quorum.
         quorum: usize,
@@ -91,7 +91,7 @@ impl WitnessPolicy {
                 .is_err()
             {
                 return Err(format!(
-                    "the cosignature of witness {} does not verify",
+                    "the cosignature of cosigner {} does not verify",
                     w.name()
                 ));
             }
@@ -100,7 +100,7 @@ impl WitnessPolicy {
         let count = names.len();
         if count < self.quorum {
             return Err(format!(
-                "{count} of the {} trusted witnesses cosigned it, the trust file requires {}",
+                "{count} of the {} trusted cosigners (`witness` lines) cosigned it, the trust file requires {}",
                 self.witnesses.len(),
                 self.quorum
             ));

@@ -874,10 +874,11 @@ async fn export_pack(
     }
     let agents = readable_agents(&w, &reader, named)?;
     let cp = export::pinned_checkpoint(&w).await?;
+    let missing = missing_cosigners(&w, &cp.note);
     let w2 = Arc::clone(&w);
     let plan = blocking(move || export::plan_pack_at(w2.log(), cp, &agents, range)).await?;
     let body = export::pack_body(Arc::clone(w.log()), plan, w.now());
-    Ok((
+    let mut response = (
         [
             (
                 header::CONTENT_TYPE,
@@ -887,7 +888,36 @@ async fn export_pack(
         ],
         body,
     )
-        .into_response())
+        .into_response();
+    if let Some(v) = (!missing.is_empty())
+        .then(|| HeaderValue::from_str(&missing.join(", ")).ok())
+        .flatten()
+    {
+        response
+            .headers_mut()
+            .insert(header::HeaderName::from_static(COSIGNERS_MISSING), v);
+    }
+    Ok(response)
+}
+
+/// The export's answer header naming the configured cosigners whose
+/// cosignature the pack's checkpoint lacks (docs/api.md "Exports"): a
+/// `verify --trust` that counts them may then fail its quorum.
+const COSIGNERS_MISSING: &str = "tally-cosigners-missing";
+
+/// The configured cosigners (their operator names) with no signature line
+/// on `note`.
+fn missing_cosigners(w: &Witness, note: &str) -> Vec<String> {
+    let (Some(c), Ok(parsed)) = (w.cosigning(), tally_schemas::note::SignedNote::parse(note))
+    else {
+        return Vec::new();
+    };
+    c.config()
+        .cosigners
+        .iter()
+        .filter(|k| parsed.signature_by(k.key.name(), k.key.id()).is_none())
+        .map(|k| k.name.clone())
+        .collect()
 }
 
 // ---- public reads ----------------------------------------------------------

@@ -25,6 +25,7 @@ use axum::Router;
 use hyper_util::rt::{TokioExecutor, TokioIo};
 use hyper_util::server::conn::auto;
 use hyper_util::server::graceful::{GracefulShutdown, Watcher};
+use tally_log::store::LogStore as _;
 use tally_log::{Log, OpenError};
 use tally_schemas::note::NoteError;
 use tally_schemas::time::Clock;
@@ -82,6 +83,15 @@ pub enum ServeError {
     /// The log refused to open.
     #[error("opening the log: {0}")]
     Log(#[from] OpenError),
+    /// A front on PostgreSQL started with a data folder that lacked the
+    /// log's key, on a database whose log another front signs.
+    #[error("the log in PostgreSQL is signed by another front's key, and {dir} had no log.skey (a new one was made for this front, which the log does not trust: {source}). Copy log.skey and keys.json from the data folder of the front that started the log into {dir}, then start again (docs/operations.md, \"Running on PostgreSQL\")", dir = dir.display())]
+    SharedKeyMissing {
+        /// This front's data folder.
+        dir: PathBuf,
+        /// What the log said.
+        source: OpenError,
+    },
     /// The registry refused to open.
     #[error("opening the registry: {0}")]
     Registry(#[from] RegistryError),
@@ -156,9 +166,15 @@ fn load_or_create_key(
             Ok(signer)
         }
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
-            let origin = origin.unwrap_or(DEFAULT_ORIGIN);
+            // Without --origin a new log gets an origin of its own, so two
+            // installs' checkpoints (and their keys) never look alike
+            // (docs/protocol.md §7.4; docs/operations.md, `--origin`).
+            let origin = match origin {
+                Some(o) => o.to_owned(),
+                None => format!("{DEFAULT_ORIGIN}/{:08x}", rng.next_u32()),
+            };
             let signer =
-                NoteSigner::generate(origin, rng.as_mut()).map_err(|source| ServeError::Key {
+                NoteSigner::generate(&origin, rng.as_mut()).map_err(|source| ServeError::Key {
                     path: path.clone(),
                     source,
                 })?;
@@ -194,6 +210,7 @@ pub fn open(
                 .map_err(io_err(dir))?;
         }
     }
+    let had_key = dir.join(files::LOG_SKEY).exists();
     let signer = load_or_create_key(dir, origin, &mut rng)?;
     let now = clock.now();
     let keys = KeyDirectory::load_or_init(&dir.join(files::KEYS), signer.verifier(), now)?;
@@ -205,12 +222,23 @@ pub fn open(
             let store =
                 tally_log::store::postgres::PostgresStore::open_front(url, config.lease_ttl)
                     .map_err(OpenError::from)?;
+            let empty = store.latest_checkpoint().ok().flatten().is_none();
             Log::open_front(
                 Arc::new(store),
                 signer,
                 config.log,
                 tally_log::FrontOptions::for_ttl(config.lease_ttl),
-            )?
+            )
+            .map_err(|source| {
+                if had_key || empty {
+                    ServeError::Log(source)
+                } else {
+                    ServeError::SharedKeyMissing {
+                        dir: dir.clone(),
+                        source,
+                    }
+                }
+            })?
         }
     };
     // The registry lives where the log does (docs/operations.md "Running

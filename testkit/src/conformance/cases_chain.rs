@@ -11,7 +11,7 @@ use tally_schemas::UnixMillis;
 
 use super::base::{case, finish, finish_with, small, Base, BASE_RECORDS, SMALL_COVERAGE};
 use super::{Case, Expected};
-use crate::fixture::{self, decision, key_from_label, note, PackSpec};
+use crate::fixture::{self, decision, key_from_label, note, outcome, PackSpec};
 
 const NO_LIST_CLAIMS: &str =
     "claims-bot: no tool list was declared, so the pack cannot show which of the agent's tools are recorded";
@@ -175,6 +175,64 @@ pub(super) fn cases(b: &Base) -> Vec<Case> {
         );
     }
     {
+        // An outcome read before its own decision: pack order decides.
+        let mut l = b.lines();
+        let i = l.find("claims-bot", 1);
+        let j = l.find("claims-bot", 2);
+        l.0.swap(i, j);
+        add(
+            "outcome-before-its-decision",
+            "§11 checks 5, 7 and 10",
+            "An outcome is judged against the decisions read before it in pack order: at first_seq 0, one whose decision comes later in the pack is an orphan (check 10 fails), and the decision read after it stays open.",
+            "the lines of claims-bot#1 (a decision) and #2 (its outcome) are swapped",
+            l.join(),
+            b.passing().fail(&["chain", "inclusion", "timing", "outcomes"]),
+        );
+    }
+    {
+        // Two identical decision lines: the second does not extend the
+        // chain, so it opens no second decision (§11, the chain walk and
+        // the open decisions): one outcome answers the one decision.
+        let mut l = b.lines();
+        let i = l.find("claims-bot", 1);
+        let dup = l.0[i].clone();
+        l.0.insert(i + 1, dup);
+        l.bump_end(1, 0);
+        add(
+            "decision-line-repeated",
+            "§11 checks 4, 5, 7, 8 and 10",
+            "A record that does not extend the chain is not used by the checks that read the chain walk or the open decisions (4, 5's links, 10): a repeated decision line is one open decision, answered by its one outcome; it fails chain, inclusion and receipts as any repeated record does.",
+            "the record line of claims-bot#1, a decision, appears twice in a row",
+            l.join(),
+            b.passing()
+                .fail(&["chain", "inclusion", "receipts"])
+                .records(BASE_RECORDS + 1),
+        );
+    }
+    {
+        // Check 4 on a record that does not extend the chain: its `prev`
+        // has no place to be compared with, but its receipt's record_hash
+        // (and an outcome's `decision`) is compared as for any record.
+        let mut l = b.lines();
+        let i = l.find("claims-bot", 3);
+        let dup = l.0[i].clone();
+        l.0.insert(i + 1, dup);
+        l.bump_end(1, 0);
+        l.edit(i + 1, |v| {
+            v["receipt"]["record_hash"] = json!(fixture::digest("another record").to_hex());
+        });
+        add(
+            "record-duplicated-receipt-names-another-hash",
+            "§11 checks 4, 5, 7 and 8",
+            "Check 4 judges every hash a record line carries that refers to a record, whether or not the record extends the chain; only a non-extending record's prev is not compared (it follows nothing). A repeated record whose receipt names another record hash fails record_hashes too.",
+            "as record-duplicated, with the repeated line's receipt naming another record hash",
+            l.join(),
+            b.passing()
+                .fail(&["record_hashes", "chain", "inclusion", "receipts"])
+                .records(BASE_RECORDS + 1),
+        );
+    }
+    {
         let mut l = b.lines();
         let i = l.find("claims-bot", 3);
         let j = l.find("mail-bot", 3);
@@ -276,6 +334,49 @@ fn scenario_cases(b: &Base) -> Vec<Case> {
             "claims-bot#1, signed and witnessed, has a prev that is not claims-bot#0's hash",
             finish(&mut fx),
             Expected::passing(true, &SMALL_COVERAGE, 3).fail(&["record_hashes", "chain"]),
+        ));
+    }
+    {
+        // An outcome read before its own decision in a pack that starts
+        // mid-chain: the decision is not yet read, so the outcome is taken
+        // as naming one before the pack (check 10's exception), and the
+        // decision read after it is open.
+        let mut fx = small();
+        fx.log("claims-bot", note("anchor"));
+        let d = fx.log("claims-bot", decision("5", "lookup_claim"));
+        fx.log("claims-bot", outcome("5", &d, OutcomeStatus::Ok));
+        fx.commit();
+        let mut ranges = BTreeMap::new();
+        ranges.insert("claims-bot".to_owned(), (1, 3));
+        let spec = PackSpec {
+            ranges: Some(ranges),
+            created: Some(fx.now),
+            ..PackSpec::default()
+        };
+        let mut inputs = finish_with(&fx, &spec);
+        let text = String::from_utf8(inputs.pack.clone()).expect("utf-8");
+        let mut lines: Vec<&str> = text.lines().collect();
+        let at = |seq: u64| {
+            lines
+                .iter()
+                .position(|l| {
+                    let v: serde_json::Value = serde_json::from_str(l).expect("line");
+                    v["type"] == "record" && v["record"]["seq"] == seq
+                })
+                .expect("record line")
+        };
+        let (i, j) = (at(2), at(3));
+        lines.swap(i, j);
+        inputs.pack = format!("{}\n", lines.join("\n")).into_bytes();
+        out.push(case(
+            "outcome-before-its-decision-mid-chain",
+            "§9.1, §11 checks 5, 7, 9 and 10",
+            "An outcome is judged against the decisions read before it in pack order: in a pack starting after seq 0, one whose decision comes later is taken as naming a decision outside the pack and accepted, and the decision read after it stays open (pending within the grace window).",
+            "claims-bot 1..=3, the lines of #2 (a decision) and #3 (its outcome) swapped",
+            inputs,
+            Expected::passing(true, &[NO_LIST_CLAIMS], 3)
+                .fail(&["chain", "inclusion", "timing"])
+                .pending(&["outcomes"]),
         ));
     }
     {

@@ -1,6 +1,7 @@
 //! Cases of head.json (protocol.md §9.4) and check 11 (`head`).
 
 use serde_json::json;
+use tally_schemas::note::Checkpoint;
 use tally_schemas::pack::{Head, HeadAgent, Witnessed};
 use tally_schemas::tree::{LeafIndex, TreeSize};
 
@@ -316,6 +317,58 @@ fn scenario_cases() -> Vec<Case> {
             "as head-from-size-0, with claims-bot's inclusion proof in head.json replaced",
             inputs,
             Expected::passing(true, &[], 0).fail(&["head"]),
+        ));
+    }
+    {
+        // The pack checkpoint of size 0, signed by the log, with another
+        // root than the empty tree's (§7.2): check 12's rule for size 0
+        // holds for the header and head checkpoints as for lines.
+        let (fx, mut inputs) = empty_pack();
+        let note = fx
+            .log
+            .sign_checkpoint(&Checkpoint::new(
+                fx.log.verifier().name(),
+                TreeSize::new(0),
+                fixture::digest("not the empty tree"),
+            ))
+            .expect("origin");
+        let text = String::from_utf8(inputs.pack.clone()).expect("utf-8");
+        let (first, rest) = text.split_once('\n').expect("lines");
+        let mut header: serde_json::Value = serde_json::from_str(first).expect("header");
+        header["checkpoint"] = json!(note);
+        let mut pack = canon(&header);
+        pack.push(b'\n');
+        pack.extend_from_slice(rest.as_bytes());
+        inputs.pack = pack;
+        out.push(case(
+            "header-checkpoint-size-0-other-root",
+            "§7.2, §11 check 12",
+            "A checkpoint of size 0 has the empty tree's root, SHA-256(\"\"); the pack's (or head.json's) of size 0 with another root fails log_consistency, as a checkpoint line of size 0 does.",
+            "a pack of no records whose checkpoint, of size 0 and signed by the log, holds another root",
+            inputs,
+            Expected::passing(true, &[], 0).fail(&["log_consistency"]),
+        ));
+    }
+    {
+        // A malformed pack checkpoint when nothing needs proving: no
+        // witnessed record, no checkpoint line, no head.json.
+        let (_, mut inputs) = empty_pack();
+        let text = String::from_utf8(inputs.pack.clone()).expect("utf-8");
+        let (first, rest) = text.split_once('\n').expect("lines");
+        let mut header: serde_json::Value = serde_json::from_str(first).expect("header");
+        header["checkpoint"] = json!("not a signed note");
+        let mut pack = canon(&header);
+        pack.push(b'\n');
+        pack.extend_from_slice(rest.as_bytes());
+        inputs.pack = pack;
+        inputs.head = None;
+        out.push(case(
+            "header-checkpoint-malformed-nothing-to-prove",
+            "§7.4, §11 checks 6, 7 and 12",
+            "A malformed pack checkpoint fails witness_signatures; inclusion and log_consistency fail only what they cannot prove with it, so with no witnessed record, no checkpoint line and no head.json they pass (nothing is judged).",
+            "a pack of no records whose checkpoint is not a signed note, verified without head.json",
+            inputs,
+            Expected::passing(false, &[], 0).fail(&["witness_signatures"]),
         ));
     }
     // An agent whose records in the pack are all pending, which the log

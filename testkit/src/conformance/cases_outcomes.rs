@@ -17,6 +17,16 @@ pub(super) fn cases() -> Vec<Case> {
     let t9 = "§11 check 9";
     let t10 = "§11 check 10";
 
+    // The result line's counts (§11): `1 record from 1 agent`, singular.
+    out.push(case(
+        "one-record-from-one-agent",
+        "§11, the result line",
+        "The result line counts records and agents in the singular when there is one: `PASS: ...; 1 record from 1 agent`.",
+        "a pack of one agent's one record, its tool list",
+        finish(&mut small()),
+        expected(1),
+    ));
+
     // --- check 9 -------------------------------------------------------------
     let skewed = |skew_ms: i64| {
         let mut fx = small();

@@ -146,6 +146,48 @@ pub(super) fn cases(b: &Base) -> Vec<Case> {
             Expected::UsageError,
         );
     }
+    // §2 refuses a number whose canonical form would be an integer literal
+    // beyond 2^53 − 1 as it refuses that literal: on the first line, a
+    // usage error, in a known member or in one the header does not have.
+    for (name, member, lit, where_) in [
+        (
+            "first-line-exponent-integer-beyond-2-53",
+            "x",
+            "1e20",
+            "an unknown member x",
+        ),
+        (
+            "first-line-negative-exponent-integer-beyond-2-53",
+            "x",
+            "-1e20",
+            "an unknown member x",
+        ),
+        (
+            "first-line-fraction-integer-beyond-2-53",
+            "v",
+            "9007199254740992.0",
+            "its version member v",
+        ),
+    ] {
+        let mut l = b.lines();
+        if member == "v" {
+            let text = String::from_utf8(l.0[0].clone()).expect("utf-8");
+            assert!(text.ends_with("\"v\":1}"), "{text}");
+            l.0[0] = format!("{}{lit}}}", &text[..text.len() - 2]).into_bytes();
+        } else {
+            let close = l.0[0].pop().expect("}");
+            l.0[0].extend_from_slice(format!(",\"{member}\":{lit}").as_bytes());
+            l.0[0].push(close);
+        }
+        add(
+            name,
+            "§2, §9.1",
+            "A number whose canonical form would be an integer literal beyond 2^53 − 1 breaks a rule of §2 as that literal does: on the first line it is a usage error (exit 2), with no report, whichever member holds it.",
+            &format!("the header line's {where_} is {lit}"),
+            l.join(),
+            Expected::UsageError,
+        );
+    }
     add(
         "empty-file",
         "§9.1",

@@ -445,7 +445,7 @@ def test_sync_to_a_real_witness_and_verify_the_pack(state: Path, tmp_path: Path)
         assert added.returncode == 0, added.stderr
         pinned = tally(state, "agent", "init", AGENT, "--witness", url, "--api-key", api_key).stdout
         vkey = pinned.strip().splitlines()[-1].strip()
-        assert vkey.startswith("tally.local/log+")
+        assert vkey.startswith("tally.local/log/")
 
         async def session() -> None:
             async with stdio_client(gateway_params(state, ["node", SERVER, "stdio"], "--strict")) as (r, w):

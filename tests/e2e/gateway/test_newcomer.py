@@ -4,6 +4,7 @@ it, its one-line errors, and calls through `tally gateway` while the
 witness takes connections but never answers.
 """
 
+import json
 import os
 import socket
 import subprocess
@@ -110,11 +111,17 @@ def test_calls_do_not_wait_for_a_witness_that_never_answers(state: Path, tmp_pat
         serve.wait(timeout=60)
 
     silent = SilentWitness()
+    # The agent's pinned witness is now the silent one (TALLY_WITNESS_URL
+    # would not move it: docs/operations.md, "The agent's witness").
+    config = state / "agents" / AGENT / "config.json"
+    pinned = json.loads(config.read_text())
+    pinned["witness"]["url"] = silent.url
+    config.write_text(json.dumps(pinned))
     try:
         params = StdioServerParameters(
             command=TALLY,
             args=["gateway", "--agent", AGENT, "--", "node", SERVER, "stdio"],
-            env=dict(os.environ, TALLY_STATE_DIR=str(state), TALLY_WITNESS_URL=silent.url),
+            env=dict(os.environ, TALLY_STATE_DIR=str(state)),
         )
 
         async def session() -> None:

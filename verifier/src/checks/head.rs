@@ -95,7 +95,7 @@ impl HeadCheck {
             Some((psize, _)) if head.from_size != psize => self.tally.fail(
                 None,
                 format!(
-                    "from_size {} is not the pack checkpoint's size {psize}",
+                    "from_size {} is not the pack checkpoint's size {psize}: head.json was made for another pack (an older export?); make it again for this one with `tally head --pack PACK -o head.json`",
                     head.from_size
                 ),
             ),

@@ -3,7 +3,8 @@
 //! consistency proof (at most 64 hashes) verifies; a line of size 0 has
 //! root `SHA-256("")` and an empty list; a line of the pack's own size has
 //! an empty list and the same root; no two checkpoints of one size (lines,
-//! header, head) have different roots.
+//! header, head) have different roots, and one of size 0 has the empty
+//! tree's.
 
 use std::collections::BTreeMap;
 
@@ -25,9 +26,12 @@ pub(crate) struct LogConsistency {
 
 impl LogConsistency {
     pub(crate) fn new() -> Self {
+        // Size 0 has one root, the empty tree's (§7.2): any checkpoint of
+        // size 0 (header, line or head) with another root conflicts with it.
+        let roots = BTreeMap::from([(0, (empty_root(), "the empty tree's, §7.2".to_owned()))]);
         Self {
             tally: Tally::new(CheckId::LogConsistency),
-            roots: BTreeMap::new(),
+            roots,
             lines: 0,
         }
     }

@@ -20,11 +20,24 @@ use crate::nonces::NonceSet;
 use crate::spill::Spill;
 use crate::tally::Tally;
 
+const POSITION_BITS: u32 = 36;
+
+/// A record's place in the pack as the nonce set keeps it: the agent's
+/// position in the header (12 bits) and the seq's offset from its
+/// `first_seq` (24 bits).
+fn position((agent, offset): (usize, u64)) -> u128 {
+    ((agent as u128) << 24) | u128::from(offset & ((1 << 24) - 1))
+}
+
 pub(crate) struct Receipts {
     tally: Tally,
     sizes: BTreeSet<u64>,
     receipts: u64,
     nonces: NonceSet,
+    /// Each witnessed record's entry index, keyed by its position as the
+    /// nonce set keys it, so a record named for reusing a nonce is named
+    /// with its `@index` (§11) without keeping every record in memory.
+    indexes: Spill<u128>,
     budget: usize,
 }
 
@@ -35,6 +48,7 @@ impl Receipts {
             sizes: BTreeSet::new(),
             receipts: 0,
             nonces: NonceSet::new(budget),
+            indexes: Spill::new(budget),
             budget,
         }
     }
@@ -106,11 +120,12 @@ impl Receipts {
         }
         // The seq is within the agent's range, so the offset is below
         // MAX_RECORDS_PER_PACK.
-        self.nonces.push(
-            f.work.nonce_fp,
-            f.agent,
-            f.seq() - agents[f.agent].first_seq,
-        );
+        let offset = f.seq() - agents[f.agent].first_seq;
+        self.nonces.push(f.work.nonce_fp, f.agent, offset);
+        if let Some(w) = f.witnessed() {
+            self.indexes
+                .push((position((f.agent, offset)) << 64) | u128::from(w.index.get()));
+        }
     }
 
     /// "No nonce appears in two records". The pairs come out of the nonce
@@ -122,16 +137,15 @@ impl Receipts {
     /// # Errors
     /// An I/O error of the spill file.
     pub(crate) fn finish(mut self, agents: &[Agent]) -> std::io::Result<CheckResult> {
-        const POSITION_BITS: u32 = 36;
-        let position = |(agent, offset): (usize, u64)| {
-            ((agent as u128) << 24) | u128::from(offset & ((1 << 24) - 1))
-        };
         let mut pairs: Spill<u128> = Spill::new(self.budget);
         let nonces = std::mem::replace(&mut self.nonces, NonceSet::new(0));
         nonces.duplicates(|first, again| {
             pairs.push((position(again) << POSITION_BITS) | position(first));
         })?;
         let mut pairs = pairs.sorted()?;
+        // Both are sorted by the reusing record's position: one merge.
+        let mut indexes = std::mem::replace(&mut self.indexes, Spill::new(0)).sorted()?;
+        let mut next_index = indexes.next_item()?;
         let split = |p: u128| {
             let agent = ((p >> 24) & 0xfff) as usize;
             let offset = (p & ((1 << 24) - 1)) as u64;
@@ -146,10 +160,15 @@ impl Receipts {
                     |s| format!("{}#{}", s.name, s.first_seq + o),
                 )
             };
+            let at = position((a2, o2));
+            while next_index.is_some_and(|e| e >> 64 < at) {
+                next_index = indexes.next_item()?;
+            }
+            let index = next_index.filter(|e| e >> 64 == at).map(|e| e as u64);
             let again = RecordRef {
                 agent: agents.get(a2).map_or_else(String::new, |s| s.name.clone()),
                 seq: agents.get(a2).map_or(0, |s| s.first_seq) + o2,
-                index: None,
+                index,
             };
             let msg = format!("nonce reused: already used by {}", name(a1, o1));
             self.tally.fail(Some(again), msg);

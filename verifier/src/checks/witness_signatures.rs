@@ -9,7 +9,9 @@
 //! not signed by the pinned key) still gives its size and root to the
 //! checks that use them; a *malformed* one gives nothing.
 
-use tally_schemas::note::{open_checkpoint, peek_checkpoint, Checkpoint, NoteVerifier};
+use tally_schemas::note::{
+    open_checkpoint, peek_checkpoint, Checkpoint, NoteError, NoteVerifier, SignedNote,
+};
 use tally_schemas::report::{CheckId, CheckResult};
 
 use super::plural;
@@ -21,6 +23,9 @@ pub(crate) struct WitnessSignatures<'a> {
     key: &'a NoteVerifier,
     origin: String,
     verified: u64,
+    /// With a trust file: how many of its witnesses cosigned the header
+    /// checkpoint, and its quorum (said in the pass message).
+    quorum: Option<(usize, usize)>,
 }
 
 impl<'a> WitnessSignatures<'a> {
@@ -41,6 +46,7 @@ impl<'a> WitnessSignatures<'a> {
             key,
             origin: origin.to_owned(),
             verified: 0,
+            quorum: None,
         }
     }
 
@@ -62,6 +68,26 @@ impl<'a> WitnessSignatures<'a> {
                 self.verified += 1;
                 Some(cp)
             }
+            Err(e @ NoteError::NotSignedByKey { .. }) => {
+                // Name the keys that did sign: the usual cause is a pack
+                // from another log, or another log's key given.
+                let signers = SignedNote::parse(note)
+                    .map(|n| {
+                        n.signatures
+                            .iter()
+                            .map(|s| format!("{}+{:08x}", s.name, s.key_id))
+                            .collect::<Vec<_>>()
+                            .join(", ")
+                    })
+                    .unwrap_or_default();
+                self.tally.fail(
+                    None,
+                    format!(
+                        "{what}: {e}; it is signed by {signers}: the pack comes from another log than the pinned key's, or the key given is not this log's (give the witness key its `tally serve` printed, or its keys.json's)"
+                    ),
+                );
+                peek_checkpoint(note).ok()
+            }
             Err(e) => {
                 self.tally.fail(None, format!("{what}: {e}"));
                 peek_checkpoint(note).ok()
@@ -71,14 +97,21 @@ impl<'a> WitnessSignatures<'a> {
 
     /// The trust file's quorum of cosignatures on the header checkpoint.
     pub(crate) fn cosignatures(&mut self, policy: &WitnessPolicy, note: &str) {
-        if let Err(e) = policy.check(note) {
-            self.tally.fail(None, format!("pack checkpoint: {e}"));
+        match policy.check(note) {
+            Ok(count) => self.quorum = Some((count, policy.quorum)),
+            Err(e) => self.tally.fail(None, format!("pack checkpoint: {e}")),
         }
     }
 
     pub(crate) fn finish(self) -> CheckResult {
+        let quorum = match self.quorum {
+            Some((count, quorum)) if quorum > 0 => format!(
+                "; the pack checkpoint is cosigned by {count} of the trust file's cosigners (`witness` lines), its quorum is {quorum}"
+            ),
+            _ => String::new(),
+        };
         self.tally.finish(format!(
-            "{} verify with the pinned key {}",
+            "{} verify with the pinned key {}{quorum}",
             plural(self.verified, "checkpoint", "checkpoints"),
             self.key.name()
         ))

@@ -95,3 +95,44 @@ fn every_case_gives_its_expected_report_at_any_memory_budget() {
     assert!(dirs.len() >= 200, "only {} cases", dirs.len());
     assert!(problems.is_empty(), "{}", problems.join("\n\n"));
 }
+
+/// §11: a witnessed record named by a check is named with its `@index`.
+/// The corpus does not compare named records yet; the records check 8
+/// names for reusing a nonce are checked here, at any memory budget (the
+/// index is found by a merge that spills like the nonce set).
+#[test]
+fn a_witnessed_record_named_for_reusing_a_nonce_comes_with_its_index() {
+    for case in [
+        "nonce-reused",
+        "record-duplicated",
+        "spliced-from-other-agent",
+    ] {
+        let dir = common::case_dirs()
+            .into_iter()
+            .find(|d| d.ends_with(case))
+            .unwrap();
+        for budget in [None, Some(1)] {
+            let v = run(&dir, budget).unwrap();
+            let receipts = v
+                .report
+                .checks
+                .iter()
+                .find(|c| c.id == tally_schemas::report::CheckId::Receipts)
+                .unwrap();
+            assert!(
+                receipts.message.contains("nonce reused") && !receipts.records.is_empty(),
+                "{case}: {}",
+                v.to_text()
+            );
+            for r in &receipts.records {
+                assert!(
+                    r.index.is_some(),
+                    "{case}: {}#{} without its index:\n{}",
+                    r.agent,
+                    r.seq,
+                    v.to_text()
+                );
+            }
+        }
+    }
+}

@@ -831,7 +831,13 @@ async fn rotate_and_retire_govern_admission_and_agent_keys() {
     let (s, b) = call(&h.app, "GET", "/v1/agent-keys", Some(&h.key_a), vec![]).await;
     assert_eq!(s, StatusCode::OK);
     let keys = tally_schemas::pack::AgentKeys::from_json(&b).unwrap();
-    assert_eq!(keys.origin, "tally.local/log");
+    // The origin of the harness's own log (a new install's, docs/protocol.md §7.4).
+    assert_eq!(keys.origin, h.witness.log().origin());
+    assert!(
+        keys.origin.starts_with("tally.local/log/"),
+        "{}",
+        keys.origin
+    );
     let list = &keys.agents[0].keys;
     assert_eq!(list.len(), 2);
     assert_eq!(list[0].public_key, old.public_key());

@@ -732,6 +732,16 @@ impl Owner {
     async fn close(mut self) {
         let _ = self.shutdown.send(true);
         let _ = self.core.closing.send(true);
+        // The background sync stops first: closing takes a while (commits,
+        // members' last answers) and a retry it started meanwhile would be
+        // a try nobody asked for. The last try, when wanted, is below.
+        if let Some(s) = self.stop_sync.take() {
+            let _ = s.send(true);
+        }
+        if let Some(t) = self.sync_task.take() {
+            t.abort();
+            let _ = t.await;
+        }
         if let Some(t) = self.accept_task.take() {
             t.abort();
             let _ = t.await;
@@ -746,13 +756,6 @@ impl Owner {
         let conns: Vec<_> = std::mem::take(&mut *lock(&self.conns));
         for c in conns {
             let _ = tokio::time::timeout(CLOSE_WAIT, c).await;
-        }
-        if let Some(s) = self.stop_sync.take() {
-            let _ = s.send(true);
-        }
-        if let Some(t) = self.sync_task.take() {
-            t.abort();
-            let _ = t.await;
         }
         // One last try to send what is left (a post cut short is safe: the
         // witness answers its retry with the same receipt).

@@ -367,7 +367,13 @@ test("gateway agent page: the server's declared tools, the calls through the gat
   const cliCoverage = cli.stdout.split("\n").filter((l) => l.startsWith("coverage: "));
   const shown = await page.$$eval("ul.coverage li", (lis) => lis.map((li) => li.textContent));
   assert.deepEqual(shown, cliCoverage);
-  assert.deepEqual(shown, [`coverage: ${GATEWAY_AGENT}: all ${gatewayTools.length} declared tools are recorded`]);
+  // The gateway declared its server's tools under its default source, the
+  // server's command line (docs/operations.md "Several writers for one agent").
+  const source = [process.execPath, serverEverything, "stdio"].join(" ");
+  assert.deepEqual(shown, [
+    `coverage: ${GATEWAY_AGENT}: all ${gatewayTools.length} declared tools are recorded`,
+    `coverage: ${GATEWAY_AGENT}: tool source ${source}: ${gatewayTools.length} tools, declared at seq 0`,
+  ]);
   assert.equal(await page.textContent("pre.report-text"), cli.stdout);
   await page.$eval("#tool-lists", (d) => (d.open = true)); // shown in the screenshot
   await page.screenshot({ path: join(shots, "03-agent-gateway.png"), fullPage: true });

@@ -16,7 +16,7 @@
 //! | `receipts` | seq | receipt JSON as the witness sent it (accepted before it is stored) |
 //! | `superseded_receipts` | seq | a receipt replaced after the witness lost the record (sync rewind) |
 //! | `open_decisions` | call id | seq of a decision that has no outcome yet |
-//! | `meta` | name | `sync_cursor` (u64 BE: lowest seq without a receipt), `sync_error`, `fork` (UTF-8 JSON), `tools_fingerprint` (hex) |
+//! | `meta` | name | `sync_cursor` (u64 BE: lowest seq without a receipt), `sync_error`, `fork` (UTF-8 JSON); `tools_fingerprint` (hex), written by releases before tool sources and no longer read |
 //!
 //! redb holds a lock on the file, so one process at a time writes an
 //! agent's chain, which is what a linear chain needs.
@@ -43,7 +43,6 @@ const SUPERSEDED: TableDefinition<u64, &[u8]> = TableDefinition::new("superseded
 const SYNC_CURSOR: &str = "sync_cursor";
 const SYNC_ERROR: &str = "sync_error";
 const FORK: &str = "fork";
-const TOOLS_FINGERPRINT: &str = "tools_fingerprint";
 
 /// Why the store failed.
 #[derive(Debug, thiserror::Error)]
@@ -476,24 +475,6 @@ impl ChainStore {
         Ok(self
             .meta(FORK)?
             .and_then(|b| serde_json::from_slice(&b).ok()))
-    }
-
-    /// The fingerprint of the last tool list recorded.
-    ///
-    /// # Errors
-    /// [`StoreError`] on read failure.
-    pub fn tools_fingerprint(&self) -> Result<Option<String>, StoreError> {
-        Ok(self
-            .meta(TOOLS_FINGERPRINT)?
-            .and_then(|b| String::from_utf8(b).ok()))
-    }
-
-    /// Sets the fingerprint of the last tool list recorded.
-    ///
-    /// # Errors
-    /// [`StoreError`] when it did not commit.
-    pub fn set_tools_fingerprint(&self, fingerprint: &str) -> Result<(), StoreError> {
-        self.set_meta(TOOLS_FINGERPRINT, Some(fingerprint.as_bytes()))
     }
 
     /// The summary for `tally status`.

@@ -155,16 +155,18 @@ fn status_text(s: &Value) -> String {
     );
     match s["witness"].as_object() {
         Some(w) => {
+            // Indexing a map by a key it lacks panics: read each member.
+            let field = |k: &str| w.get(k).unwrap_or(&Value::Null);
             let _ = writeln!(
                 out,
                 "  witness: {} (log {}; {})",
-                text(&w["url"]),
-                text(&w["origin"]),
-                text(&w["url_from"])
+                text(field("url")),
+                text(field("origin")),
+                text(field("url_from"))
             );
-            let _ = writeln!(out, "  API key: {}", text(&w["api_key_from"]));
-            if w["ignored_environment"].is_string() {
-                let _ = writeln!(out, "  note: {}", text(&w["ignored_environment"]));
+            let _ = writeln!(out, "  API key: {}", text(field("api_key_from")));
+            if field("ignored_environment").is_string() {
+                let _ = writeln!(out, "  note: {}", text(field("ignored_environment")));
             }
         }
         None => {
@@ -306,7 +308,8 @@ mod tests {
             "head": {"seq": 3, "hash": "ab"},
             "records": 4,
             "not_receipted": 1,
-            "witness": {"url": "http://127.0.0.1:7878", "origin": "evil\u{202e}gol/", "retired_keys": []},
+            "witness": {"url": "http://127.0.0.1:7878", "origin": "evil\u{202e}gol/", "retired_keys": [],
+                        "url_from": "pinned at agent init", "api_key_from": "the agent's api-key file"},
             "last_sync_error": {
                 "time": "2026-11-30T08:00:00.000Z",
                 "code": "chain_conflict",
@@ -317,11 +320,14 @@ mod tests {
         });
         let text = status_text(&s);
         assert!(!text.contains('\u{202e}'), "{text}");
-        assert!(text.contains("(log evil\\u{202e}gol/)"), "{text}");
+        assert!(
+            text.contains("(log evil\\u{202e}gol/; pinned at agent init)"),
+            "{text}"
+        );
         assert!(
             text.contains("[chain_conflict] head is \\u{202e}0 qes\\u{a}synced: all receipted\n"),
             "{text}"
         );
-        assert_eq!(text.lines().count(), 5, "{text}");
+        assert_eq!(text.lines().count(), 6, "{text}");
     }
 }

@@ -53,7 +53,7 @@ use tokio::net::{UnixListener, UnixStream};
 use tokio::sync::{mpsc, oneshot, watch};
 
 use crate::journal::Journal;
-use crate::recorder::{AppendError, Recorder, RecorderHandle};
+use crate::recorder::{answer, AppendError, Recorder, RecorderHandle};
 use crate::state::StateDir;
 use crate::store::{ChainStore, Secret, StoreError, StoreStatus, SyncErrorNote};
 use crate::sync::{SyncProgress, Syncer};
@@ -700,19 +700,6 @@ impl OwnerCore {
     }
 }
 
-fn answer(reply: Option<AppendReply>, result: Result<Record, AppendError>) {
-    match reply {
-        Some(tx) => {
-            let _ = tx.send(result);
-        }
-        None => {
-            if let Err(e) = result {
-                eprintln!("tally: could not record: {e}");
-            }
-        }
-    }
-}
-
 /// The owner's running parts, stopped by [`Owner::close`].
 struct Owner {
     core: Arc<OwnerCore>,
@@ -1344,57 +1331,69 @@ fn on_answer(pending: &mut BTreeMap<u64, Pending>, a: Answer) {
     }
 }
 
-fn fail_pending(p: Pending, why: &str) {
-    match p {
-        Pending::Append { reply, .. } => answer(reply, Err(AppendError::Unavailable(why.into()))),
-        Pending::Wait { reply, .. } => {
-            let _ = reply.send(Waited::TimedOut {
-                last: Some(SyncErrorNote {
-                    time: tally_schemas::UnixMillis::new(0),
-                    seq: None,
-                    code: "unavailable".into(),
-                    message: why.into(),
-                }),
-            });
-        }
-        Pending::Status { reply, .. } => {
-            let _ = reply.send(Err(why.into()));
-        }
-        Pending::Declare { reply, .. } => {
-            let _ = reply.send(Err(AppendError::Unavailable(why.into())));
-        }
-        Pending::OpenDecision { reply, .. } => {
-            let _ = reply.send(Err(why.into()));
+/// Where the answer to a request goes, whatever its kind: failing one
+/// is [`Reply::fail`], for a command and for a member's pending request.
+enum Reply {
+    Append(Option<AppendReply>),
+    Wait(oneshot::Sender<Waited>),
+    Status(oneshot::Sender<Result<ChainStatus, String>>),
+    Declare(oneshot::Sender<Result<bool, AppendError>>),
+    OpenDecision(oneshot::Sender<Result<Option<Hash>, String>>),
+    Close(oneshot::Sender<()>),
+}
+
+impl Reply {
+    /// Answers that the request could not be carried out, saying `why`.
+    fn fail(self, why: &str) {
+        match self {
+            Self::Append(reply) => answer(reply, Err(AppendError::Unavailable(why.into()))),
+            Self::Wait(reply) => {
+                let _ = reply.send(Waited::TimedOut {
+                    last: Some(SyncErrorNote {
+                        time: tally_schemas::UnixMillis::new(0),
+                        seq: None,
+                        code: "unavailable".into(),
+                        message: why.into(),
+                    }),
+                });
+            }
+            Self::Status(reply) => {
+                let _ = reply.send(Err(why.into()));
+            }
+            Self::Declare(reply) => {
+                let _ = reply.send(Err(AppendError::Unavailable(why.into())));
+            }
+            Self::OpenDecision(reply) => {
+                let _ = reply.send(Err(why.into()));
+            }
+            Self::Close(reply) => {
+                let _ = reply.send(());
+            }
         }
     }
 }
 
+fn fail_pending(p: Pending, why: &str) {
+    let reply = match p {
+        Pending::Append { reply, .. } => Reply::Append(reply),
+        Pending::Wait { reply, .. } => Reply::Wait(reply),
+        Pending::Status { reply, .. } => Reply::Status(reply),
+        Pending::Declare { reply, .. } => Reply::Declare(reply),
+        Pending::OpenDecision { reply, .. } => Reply::OpenDecision(reply),
+    };
+    reply.fail(why);
+}
+
 fn fail_cmd(cmd: Cmd, why: &str) {
-    match cmd {
-        Cmd::Append { reply, .. } => answer(reply, Err(AppendError::Unavailable(why.into()))),
-        Cmd::Wait { reply, .. } => {
-            let _ = reply.send(Waited::TimedOut {
-                last: Some(SyncErrorNote {
-                    time: tally_schemas::UnixMillis::new(0),
-                    seq: None,
-                    code: "unavailable".into(),
-                    message: why.into(),
-                }),
-            });
-        }
-        Cmd::Status { reply } => {
-            let _ = reply.send(Err(why.into()));
-        }
-        Cmd::Declare { reply, .. } => {
-            let _ = reply.send(Err(AppendError::Unavailable(why.into())));
-        }
-        Cmd::OpenDecision { reply, .. } => {
-            let _ = reply.send(Err(why.into()));
-        }
-        Cmd::Close { reply } => {
-            let _ = reply.send(());
-        }
-    }
+    let reply = match cmd {
+        Cmd::Append { reply, .. } => Reply::Append(reply),
+        Cmd::Wait { reply, .. } => Reply::Wait(reply),
+        Cmd::Status { reply } => Reply::Status(reply),
+        Cmd::Declare { reply, .. } => Reply::Declare(reply),
+        Cmd::OpenDecision { reply, .. } => Reply::OpenDecision(reply),
+        Cmd::Close { reply } => Reply::Close(reply),
+    };
+    reply.fail(why);
 }
 
 /// Hands the requests a member had sent to a new role: a new owner in this

@@ -502,7 +502,9 @@ fn run_committer<W: ChainWriter>(
     }
 }
 
-fn answer(
+/// Sends `result` to `reply`, or, for an append nobody waits for, reports
+/// its failure on standard error.
+pub(crate) fn answer(
     reply: Option<oneshot::Sender<Result<Record, AppendError>>>,
     result: Result<Record, AppendError>,
 ) {

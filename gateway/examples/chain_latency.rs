@@ -1,6 +1,6 @@
 //! Benchmark (not a test): what a decision costs a writer that holds the
 //! agent's chain against one that hands it to the holder over the writer
-//! socket (gateway/src/chain.rs; docs/benchmarks.md "Several writers"). Both
+//! socket (gateway/src/chain/; docs/benchmarks.md "Several writers"). Both
 //! append through one `AgentChain` each, to one state folder, alternating
 //! rounds of sequential decisions with fresh salted hashes, the way the
 //! gateway records a `tools/call`; each append returns once the record is in

@@ -1,4 +1,4 @@
-//! Several writers of one agent's chain (gateway/src/chain.rs): the first
+//! Several writers of one agent's chain (gateway/src/chain/): the first
 //! to open it owns the store, the others hand it their records over the
 //! socket, and the chain stays one line whoever writes and whoever goes.
 //! These run every writer in one process (redb's file lock keeps a second

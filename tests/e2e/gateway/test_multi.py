@@ -5,7 +5,7 @@ official MCP Python SDK drives three `tally gateway` processes of one agent
 at once, each in front of its own server: server-everything over stdio,
 server-everything over Streamable HTTP, and a small server of this test's own
 (the SDK's MCPServer, over stdio). The first gateway to start holds the
-agent's chain; the others hand it their records (gateway/src/chain.rs).
+agent's chain; the others hand it their records (gateway/src/chain/).
 """
 
 import json

@@ -15,43 +15,44 @@
 //!   while no request is in flight: the first request head within the
 //!   header timeout of the accept; later, a new request within the idle
 //!   timeout, and its head within the header timeout of its first byte.
-//! - [`ConnIo`]: the socket, noting reads for those deadlines and closing a
+//! - [`ConnIo`] (`socket.rs`): the socket, noting reads for those deadlines and closing a
 //!   connection whose writes make no progress (a client that does not read).
 //!   With requests in flight, the watchdog also closes an HTTP/2 connection
 //!   one of whose answers the client has not taken from for the write
 //!   timeout (a stream without flow-control window, whose socket is not
 //!   blocked).
-//! - [`DeadlineBody`]: every request body must arrive by its deadline
+//! - [`DeadlineBody`] (`body.rs`): every request body must arrive by its deadline
 //!   (`body_timeout`, extended by `body_min_rate`); a late one fails with
 //!   [`BodyTimeout`], which the routes answer with 408.
-//! - [`TrackedService`]: counts the requests in flight of a connection and
+//! - [`TrackedService`] (`service.rs`): counts the requests in flight of a connection and
 //!   gives each request body its deadline.
 //!
 //! The request-head size bound is hyper's (`max_buf_size`, answered 431),
 //! set in [`crate::server::serve`].
 
 use std::collections::{HashMap, VecDeque};
-use std::convert::Infallible;
 use std::fmt::Write as _;
 use std::future::Future;
 use std::io;
 use std::net::{IpAddr, Ipv6Addr};
-use std::pin::Pin;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, Weak};
-use std::task::{Context, Poll};
 use std::time::Duration;
 
-use axum::body::{Body, Bytes};
-use axum::Router;
-use hyper::body::{Body as HttpBody, Frame, Incoming, SizeHint};
-use hyper::{Request, Response};
-use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio::sync::{watch, Notify, OwnedSemaphorePermit, Semaphore};
-use tokio::time::{sleep, sleep_until, Instant, Sleep};
-use tower::ServiceExt as _;
+use tokio::time::{sleep_until, Instant};
 
 use crate::config::ConnLimits;
+
+mod body;
+mod service;
+mod socket;
+
+pub(crate) use socket::ConnIo;
+
+pub(crate) use body::body_timeout;
+pub use body::is_body_timeout;
+pub(crate) use service::TrackedService;
 
 /// How often at most the server logs about the connection cap or about
 /// failed accepts (with the counts since the last line).
@@ -802,232 +803,6 @@ pub(crate) fn tls_handshake_timed_out(state: &ConnState) {
         .closed_by(CloseReason::TlsHandshakeTimeout);
 }
 
-/// A connection's socket (or TLS stream): reads tell the connection's
-/// deadline that a request has begun; a write that makes no progress for
-/// the write timeout fails, which closes the connection.
-#[derive(Debug)]
-pub(crate) struct ConnIo<T> {
-    io: T,
-    state: Arc<ConnState>,
-    write_timeout: Duration,
-    write_stall: Option<Pin<Box<Sleep>>>,
-}
-
-impl<T> ConnIo<T> {
-    /// Wraps `io` of the connection `state`.
-    pub(crate) fn new(io: T, state: Arc<ConnState>) -> Self {
-        let write_timeout = state.tracker.limits.write_timeout;
-        Self {
-            io,
-            state,
-            write_timeout,
-            write_stall: None,
-        }
-    }
-
-    fn guard_write<R>(
-        &mut self,
-        cx: &mut Context<'_>,
-        result: Poll<io::Result<R>>,
-    ) -> Poll<io::Result<R>> {
-        if result.is_ready() {
-            self.write_stall = None;
-            return result;
-        }
-        let timeout = self.write_timeout;
-        let stall = self
-            .write_stall
-            .get_or_insert_with(|| Box::pin(sleep(timeout)));
-        if stall.as_mut().poll(cx).is_ready() {
-            self.state.write_timed_out.store(true, Ordering::Relaxed);
-            return Poll::Ready(Err(io::Error::new(
-                io::ErrorKind::TimedOut,
-                "the client did not read the answer within the write timeout",
-            )));
-        }
-        Poll::Pending
-    }
-}
-
-impl<T: AsyncRead + Unpin> AsyncRead for ConnIo<T> {
-    fn poll_read(
-        mut self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
-        buf: &mut ReadBuf<'_>,
-    ) -> Poll<io::Result<()>> {
-        let before = buf.filled().len();
-        let r = Pin::new(&mut self.io).poll_read(cx, buf);
-        if matches!(r, Poll::Ready(Ok(()))) && buf.filled().len() > before {
-            self.state.bytes_read();
-        }
-        r
-    }
-}
-
-impl<T: AsyncWrite + Unpin> AsyncWrite for ConnIo<T> {
-    fn poll_write(
-        mut self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
-        buf: &[u8],
-    ) -> Poll<io::Result<usize>> {
-        let r = Pin::new(&mut self.io).poll_write(cx, buf);
-        self.guard_write(cx, r)
-    }
-
-    fn poll_write_vectored(
-        mut self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
-        bufs: &[io::IoSlice<'_>],
-    ) -> Poll<io::Result<usize>> {
-        let r = Pin::new(&mut self.io).poll_write_vectored(cx, bufs);
-        self.guard_write(cx, r)
-    }
-
-    fn is_write_vectored(&self) -> bool {
-        self.io.is_write_vectored()
-    }
-
-    fn poll_flush(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
-        let r = Pin::new(&mut self.io).poll_flush(cx);
-        self.guard_write(cx, r)
-    }
-
-    fn poll_shutdown(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
-        let r = Pin::new(&mut self.io).poll_shutdown(cx);
-        self.guard_write(cx, r)
-    }
-}
-
-/// A request body that did not arrive by its deadline. The routes answer
-/// it with `408 body_timeout` (docs/api.md).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
-#[error("the request body did not arrive in time: {received} bytes in {} s", elapsed.as_secs())]
-pub(crate) struct BodyTimeout {
-    /// Bytes that did arrive.
-    pub received: u64,
-    /// Time from the request head to the cut-off.
-    pub elapsed: Duration,
-}
-
-/// When a request body must be complete.
-#[derive(Debug, Clone)]
-pub(crate) struct BodyLimits {
-    /// The deadline for a body, from its head.
-    pub timeout: Duration,
-    /// One more second per this many bytes received; 0: none.
-    pub min_rate: u64,
-    /// Where cut-offs are counted.
-    pub stats: Arc<ConnectionStats>,
-}
-
-/// A request body with a deadline (see [`BodyLimits`]).
-pub(crate) struct DeadlineBody<B> {
-    inner: B,
-    started: Instant,
-    limits: BodyLimits,
-    received: u64,
-    timer: Option<Pin<Box<Sleep>>>,
-    timed_out: bool,
-}
-
-impl<B> DeadlineBody<B> {
-    /// `inner`, whose head arrived now.
-    pub(crate) fn new(inner: B, limits: BodyLimits) -> Self {
-        Self {
-            inner,
-            started: Instant::now(),
-            limits,
-            received: 0,
-            timer: None,
-            timed_out: false,
-        }
-    }
-
-    fn deadline(&self) -> Instant {
-        let extra = match self.limits.min_rate {
-            0 => Duration::ZERO,
-            rate => Duration::from_secs_f64(self.received as f64 / rate as f64),
-        };
-        self.started + self.limits.timeout + extra
-    }
-}
-
-impl<B> HttpBody for DeadlineBody<B>
-where
-    B: HttpBody<Data = Bytes> + Unpin,
-    B::Error: Into<Box<dyn std::error::Error + Send + Sync>>,
-{
-    type Data = Bytes;
-    type Error = Box<dyn std::error::Error + Send + Sync>;
-
-    fn poll_frame(
-        mut self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
-    ) -> Poll<Option<Result<Frame<Bytes>, Self::Error>>> {
-        let this = &mut *self;
-        if this.timed_out {
-            return Poll::Ready(None);
-        }
-        match Pin::new(&mut this.inner).poll_frame(cx) {
-            Poll::Ready(Some(Ok(frame))) => {
-                if let Some(data) = frame.data_ref() {
-                    this.received += data.len() as u64;
-                }
-                Poll::Ready(Some(Ok(frame)))
-            }
-            Poll::Ready(Some(Err(e))) => Poll::Ready(Some(Err(e.into()))),
-            Poll::Ready(None) => Poll::Ready(None),
-            Poll::Pending => {
-                let deadline = this.deadline();
-                let timer = match &mut this.timer {
-                    Some(t) => {
-                        if t.deadline() != deadline {
-                            t.as_mut().reset(deadline);
-                        }
-                        t
-                    }
-                    None => this.timer.insert(Box::pin(sleep_until(deadline))),
-                };
-                if timer.as_mut().poll(cx).is_pending() {
-                    return Poll::Pending;
-                }
-                this.timed_out = true;
-                this.limits
-                    .stats
-                    .body_timeouts
-                    .fetch_add(1, Ordering::Relaxed);
-                Poll::Ready(Some(Err(Box::new(BodyTimeout {
-                    received: this.received,
-                    elapsed: this.started.elapsed(),
-                }))))
-            }
-        }
-    }
-
-    fn is_end_stream(&self) -> bool {
-        self.timed_out || self.inner.is_end_stream()
-    }
-
-    fn size_hint(&self) -> SizeHint {
-        self.inner.size_hint()
-    }
-}
-
-/// The [`BodyTimeout`] that `e` is or wraps, if any.
-#[must_use]
-pub(crate) fn body_timeout(e: &(dyn std::error::Error + 'static)) -> Option<BodyTimeout> {
-    std::iter::successors(Some(e), |e| e.source())
-        .find_map(|e| e.downcast_ref::<BodyTimeout>().copied())
-}
-
-/// Whether `e` is, or wraps, a request body cut off by its deadline (for
-/// routes that read bodies through other extractors, such as multipart:
-/// they answer it `408`, docs/api.md "Errors").
-#[must_use]
-pub fn is_body_timeout(e: &(dyn std::error::Error + 'static)) -> bool {
-    body_timeout(e).is_some()
-}
-
 /// How a response body is being taken by the connection.
 #[derive(Debug, Default)]
 struct ResponseProgress {
@@ -1037,215 +812,4 @@ struct ResponseProgress {
     /// The last poll returned `Pending`: the body waits for its own data
     /// (an export being read), not for the client.
     waiting_on_body: AtomicBool,
-}
-
-/// A response body that ends its request (see [`RequestGuard`]) when it is
-/// sent in full or dropped. On HTTP/2 it also notes when it was last taken
-/// from, so that an answer the client does not take (a stream without
-/// flow-control window, whose socket is never blocked) is noticed by the
-/// watchdog; on HTTP/1.1 such a client blocks the socket, which
-/// [`ConnIo`] notices.
-struct GuardedBody {
-    inner: Body,
-    progress: Option<Arc<ResponseProgress>>,
-    state: Arc<ConnState>,
-    _guard: RequestGuard,
-}
-
-impl HttpBody for GuardedBody {
-    type Data = Bytes;
-    type Error = axum::Error;
-
-    fn poll_frame(
-        mut self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
-    ) -> Poll<Option<Result<Frame<Bytes>, Self::Error>>> {
-        let r = Pin::new(&mut self.inner).poll_frame(cx);
-        if let Some(p) = &self.progress {
-            p.last_ms.store(self.state.elapsed_ms(), Ordering::Relaxed);
-            p.waiting_on_body.store(r.is_pending(), Ordering::Relaxed);
-        }
-        r
-    }
-
-    fn is_end_stream(&self) -> bool {
-        self.inner.is_end_stream()
-    }
-
-    fn size_hint(&self) -> SizeHint {
-        self.inner.size_hint()
-    }
-}
-
-/// `Strict-Transport-Security` of every answer over TLS: browsers that
-/// have seen it use HTTPS for the host for a year (docs/operations.md
-/// "TLS"); subdomains are left alone, they may be other services.
-pub(crate) const HSTS: &str = "max-age=31536000";
-
-/// The routes of one connection: counts its requests in flight, gives each
-/// request body its deadline, tells handlers the client's address (axum's
-/// `ConnectInfo<SocketAddr>`) and hands them the connection's
-/// [`ConnTrust`]; over TLS, adds `Strict-Transport-Security` to every answer.
-#[derive(Clone)]
-pub(crate) struct TrackedService {
-    app: Router,
-    state: Arc<ConnState>,
-    body: BodyLimits,
-    peer: std::net::SocketAddr,
-    tls: bool,
-}
-
-impl TrackedService {
-    /// `app` serving the connection `state` from `peer`, over TLS or not.
-    pub(crate) fn new(
-        app: Router,
-        state: Arc<ConnState>,
-        peer: std::net::SocketAddr,
-        tls: bool,
-    ) -> Self {
-        let limits = &state.tracker.limits;
-        let body = BodyLimits {
-            timeout: limits.body_timeout,
-            min_rate: limits.body_min_rate,
-            stats: Arc::clone(&state.tracker.stats),
-        };
-        Self {
-            app,
-            state,
-            body,
-            peer,
-            tls,
-        }
-    }
-}
-
-impl hyper::service::Service<Request<Incoming>> for TrackedService {
-    type Response = Response<Body>;
-    type Error = Infallible;
-    type Future = Pin<Box<dyn Future<Output = Result<Response<Body>, Infallible>> + Send>>;
-
-    fn call(&self, req: Request<Incoming>) -> Self::Future {
-        let guard = self.state.begin();
-        let http2 = req.version() == hyper::Version::HTTP_2;
-        let limits = self.body.clone();
-        let mut req = req.map(|b| Body::new(DeadlineBody::new(b, limits)));
-        req.extensions_mut()
-            .insert(axum::extract::ConnectInfo(self.peer));
-        req.extensions_mut()
-            .insert(ConnTrust(Arc::downgrade(&self.state)));
-        let app = self.app.clone();
-        let state = Arc::clone(&self.state);
-        let tls = self.tls;
-        Box::pin(async move {
-            let mut resp = app.oneshot(req).await?;
-            if tls {
-                resp.headers_mut().insert(
-                    hyper::header::STRICT_TRANSPORT_SECURITY,
-                    hyper::header::HeaderValue::from_static(HSTS),
-                );
-            }
-            Ok(resp.map(|inner| {
-                let progress = http2.then(|| state.track_response());
-                Body::new(GuardedBody {
-                    inner,
-                    progress,
-                    state,
-                    _guard: guard,
-                })
-            }))
-        })
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn limits(timeout_ms: u64, min_rate: u64) -> BodyLimits {
-        BodyLimits {
-            timeout: Duration::from_millis(timeout_ms),
-            min_rate,
-            stats: Arc::new(ConnectionStats::default()),
-        }
-    }
-
-    type Frames = tokio::sync::mpsc::Sender<Result<Frame<Bytes>, Infallible>>;
-
-    /// A body fed by the test through a channel.
-    fn channel_body() -> (
-        Frames,
-        impl HttpBody<Data = Bytes, Error = Infallible> + Unpin,
-    ) {
-        let (tx, rx) = tokio::sync::mpsc::channel(4);
-        let frames = futures::stream::unfold(rx, |mut rx| async move {
-            rx.recv().await.map(|frame| (frame, rx))
-        });
-        (tx, http_body_util::StreamBody::new(Box::pin(frames)))
-    }
-
-    #[tokio::test(start_paused = true)]
-    async fn a_body_that_stops_arriving_fails_at_its_deadline() {
-        use http_body_util::BodyExt as _;
-        let (tx, body) = channel_body();
-        let l = limits(1_000, 0);
-        let stats = Arc::clone(&l.stats);
-        let mut body = DeadlineBody::new(body, l);
-        tx.send(Ok(Frame::data(Bytes::from_static(b"{"))))
-            .await
-            .unwrap();
-        assert!(body.frame().await.unwrap().is_ok());
-        let started = Instant::now();
-        let err = body.frame().await.unwrap().unwrap_err();
-        assert!(body_timeout(err.as_ref()).is_some(), "{err}");
-        assert_eq!(started.elapsed(), Duration::from_millis(1_000));
-        assert_eq!(stats.body_timeouts.load(Ordering::Relaxed), 1);
-        // After the cut-off the body ends.
-        assert!(body.frame().await.is_none());
-        drop(tx);
-    }
-
-    #[tokio::test(start_paused = true)]
-    async fn bytes_arriving_at_the_minimum_rate_extend_the_deadline() {
-        use http_body_util::BodyExt as _;
-        let (tx, body) = channel_body();
-        // 1 s, plus 1 s per 100 bytes received.
-        let mut body = DeadlineBody::new(body, limits(1_000, 100));
-        let feeder = tokio::spawn(async move {
-            for _ in 0..5 {
-                // 100 bytes every 0.9 s: each earns one more second.
-                tokio::time::sleep(Duration::from_millis(900)).await;
-                tx.send(Ok(Frame::data(Bytes::from(vec![b' '; 100]))))
-                    .await
-                    .unwrap();
-            }
-            tx
-        });
-        let started = Instant::now();
-        let mut received = 0;
-        let err = loop {
-            match body.frame().await {
-                Some(Ok(f)) => received += f.into_data().map_or(0, |d| d.len()),
-                Some(Err(e)) => break e,
-                None => panic!("the body ended"),
-            }
-        };
-        // 500 bytes by 4.5 s earn a deadline of 1 + 5 = 6 s.
-        assert_eq!(received, 500);
-        assert_eq!(body_timeout(err.as_ref()).map(|t| t.received), Some(500));
-        assert_eq!(started.elapsed(), Duration::from_millis(6_000));
-        drop(feeder);
-    }
-
-    #[tokio::test(start_paused = true)]
-    async fn a_complete_body_is_passed_through() {
-        use http_body_util::BodyExt as _;
-        let (tx, body) = channel_body();
-        let body = DeadlineBody::new(body, limits(1_000, 0));
-        tx.send(Ok(Frame::data(Bytes::from_static(b"hello"))))
-            .await
-            .unwrap();
-        drop(tx);
-        let bytes = body.collect().await.unwrap().to_bytes();
-        assert_eq!(&bytes[..], b"hello");
-    }
 }

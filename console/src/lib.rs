@@ -7,7 +7,7 @@
 //! docs/api.md "Console" lists the routes, docs/operations.md "Console" how
 //! to run it. `tally serve` merges [`router`] into the witness's router.
 //!
-//! - `handlers`: the routes; `pages`: the HTML (auto-escaped);
+//! - `handlers`: the routes (`handlers/login.rs` the login, logout and form checks, `handlers/verify.rs` the Verify page); `pages`: the HTML (auto-escaped);
 //! - `data`: what the pages read from the log, and the verifier runs;
 //! - `auth`: sessions and CSRF, over `session_store` (memory, or the
 //!   PostgreSQL database every front shares); `throttle`: the login

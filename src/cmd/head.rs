@@ -45,6 +45,7 @@ pub(crate) struct Args {
 /// Transport errors, refusals, an unreadable pack, I/O (exit 2).
 pub(crate) fn run(args: &Args) -> anyhow::Result<ExitCode> {
     let mut agents = args.agents.clone();
+    let mut pack_origin = None;
     let from_size = match (args.from_size, &args.pack) {
         (Some(n), _) => n,
         (None, Some(pack)) => {
@@ -73,6 +74,7 @@ pub(crate) fn run(args: &Args) -> anyhow::Result<ExitCode> {
             if agents.is_empty() {
                 agents = h.agents.iter().map(|a| a.agent.clone()).collect();
             }
+            pack_origin = Some(h.origin.clone());
             peek_checkpoint(&h.checkpoint)
                 .context("the pack's checkpoint")?
                 .size
@@ -80,6 +82,9 @@ pub(crate) fn run(args: &Args) -> anyhow::Result<ExitCode> {
         }
         (None, None) => bail!("give --from-size or --pack"),
     };
+    if let Some(origin) = &pack_origin {
+        same_log(&args.remote.witness, origin)?;
+    }
     let mut query: Vec<(&str, String)> = vec![("from_size", from_size.to_string())];
     query.extend(agents.iter().map(|a| ("agent", a.to_string())));
     args.remote.reader(args.read_token.as_deref())?.download(
@@ -92,4 +97,26 @@ pub(crate) fn run(args: &Args) -> anyhow::Result<ExitCode> {
         errln!("wrote {}", args.output.display());
     }
     Ok(ExitCode::SUCCESS)
+}
+
+/// Refuses a witness that keeps another log than the pack's: its head could
+/// only fail check 11, and its answer (the pack's agents unknown there)
+/// would not say why. The key directory is public (protocol.md §4.5); a
+/// witness that does not answer it is left to the head request's own error.
+fn same_log(witness: &str, pack_origin: &str) -> anyhow::Result<()> {
+    let rt = super::agent::runtime()?;
+    let Ok(dir) = rt.block_on(async {
+        tally_gateway::witness::WitnessClient::new(witness, None)?
+            .key_directory()
+            .await
+    }) else {
+        return Ok(());
+    };
+    if dir.origin != pack_origin {
+        bail!(
+            "the pack is from the log {pack_origin:?}, but the witness at {witness} keeps the log {:?}: make head.json with the witness that exported the pack (--witness URL, or TALLY_WITNESS_URL)",
+            dir.origin
+        );
+    }
+    Ok(())
 }

@@ -1078,6 +1078,131 @@ fn an_agent_pinned_to_one_witness_is_not_moved_by_the_environment() {
     assert!(r.stdout.contains("API key: stored by"), "{}", r.show());
 }
 
+/// A pack exported from one witness, taken to another: `tally head`
+/// refuses to make head.json there, naming both logs, and `tally verify`
+/// with the other witness's key names who did sign the pack and the head
+/// (docs/operations.md, "Exports for auditors").
+#[test]
+fn a_pack_from_another_witness_is_named_as_such() {
+    let tmp = tempfile::tempdir().unwrap();
+    let a = Server::start(&tmp.path().join("a"), &[]);
+    let b = Server::start(&tmp.path().join("b"), &[]);
+    let (key_a, key_b) = (a.banner_value("API key"), b.banner_value("API key"));
+    let (origin_a, origin_b) = (a.banner_value("origin"), b.banner_value("origin"));
+    let work = tmp.path().join("work");
+    std::fs::create_dir_all(&work).unwrap();
+    let env = [
+        ("TALLY_WITNESS_URL", a.url.as_str()),
+        ("TALLY_API_KEY", key_a.as_str()),
+    ];
+    let r = run(
+        &work,
+        &[
+            "agent",
+            "init",
+            "bot",
+            "--witness",
+            &a.url,
+            "--api-key",
+            &key_a,
+        ],
+        &env,
+    );
+    assert_eq!(r.code, Some(0), "{}", r.show());
+    let public = r
+        .stdout
+        .lines()
+        .find_map(|l| l.strip_prefix("public key: "))
+        .unwrap()
+        .trim()
+        .to_owned();
+    let r = run(
+        &work,
+        &["agent", "add", "bot", "--public-key", &public],
+        &env,
+    );
+    assert_eq!(r.code, Some(0), "{}", r.show());
+    let r = run(
+        &work,
+        &[
+            "record",
+            "note",
+            "--agent",
+            "bot",
+            "hello",
+            "--wait-receipt",
+        ],
+        &env,
+    );
+    assert_eq!(r.code, Some(0), "{}", r.show());
+    for args in [
+        &["export", "--agent", "bot", "-o", "pack.jsonl"][..],
+        &["keys", "export", "-o", "agent-keys.json"][..],
+        &["head", "--pack", "pack.jsonl", "-o", "head.json"][..],
+    ] {
+        let r = run(&work, args, &env);
+        assert_eq!(r.code, Some(0), "{}", r.show());
+    }
+
+    // head.json from the other witness: refused before asking, naming both logs.
+    let r = run(
+        &work,
+        &[
+            "head",
+            "--pack",
+            "pack.jsonl",
+            "-o",
+            "head-b.json",
+            "--witness",
+            &b.url,
+            "--api-key",
+            &key_b,
+        ],
+        &env,
+    );
+    assert_eq!(r.code, Some(2), "{}", r.show());
+    assert!(
+        r.stderr.contains(&origin_a)
+            && r.stderr.contains(&origin_b)
+            && r.stderr.contains("the witness that exported the pack"),
+        "{}",
+        r.show()
+    );
+    assert!(!work.join("head-b.json").exists());
+
+    // Verified with the other witness's key: each failing check says who signed.
+    let vkey_b = b.banner_value("witness key");
+    let r = run(
+        &work,
+        &[
+            "verify",
+            "pack.jsonl",
+            "--agent-keys",
+            "agent-keys.json",
+            "--head",
+            "head.json",
+            "--witness-key",
+            &vkey_b,
+        ],
+        &env,
+    );
+    assert_eq!(r.code, Some(1), "{}", r.show());
+    let line = |check: &str| {
+        r.stdout
+            .lines()
+            .find(|l| l.starts_with(&format!("{check}: fail")))
+            .unwrap_or_else(|| panic!("no failing {check} line: {}", r.show()))
+            .to_owned()
+    };
+    for check in ["witness_signatures", "head"] {
+        let l = line(check);
+        assert!(
+            l.contains(&format!("it is signed by {origin_a}+")),
+            "{check}: {l}"
+        );
+    }
+}
+
 /// A witness whose log goes back (a data folder restored from a backup):
 /// the agent's next sync sends the lost records again, and `tally status`
 /// says what the superseded receipts mean and what to do

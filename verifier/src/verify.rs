@@ -265,6 +265,7 @@ impl<'a> Run<'a> {
                     agents: &self.agents,
                     tree: self.pack_tree,
                     created: self.header.created,
+                    origin: &self.header.origin,
                 };
                 self.head
                     .check(h, log_key, ctx, &pack, &mut self.consistency);

@@ -16,7 +16,7 @@
 use std::collections::HashMap;
 
 use tally_schemas::limits::MAX_PROOF_HASHES;
-use tally_schemas::note::{open_checkpoint, peek_checkpoint, NoteVerifier};
+use tally_schemas::note::{open_checkpoint, peek_checkpoint, NoteError, NoteVerifier};
 use tally_schemas::pack::Head;
 use tally_schemas::report::{CheckId, CheckResult, RecordRef};
 use tally_schemas::time::UnixMillis;
@@ -24,6 +24,7 @@ use tally_schemas::tree::{verify_consistency, InclusionPaths, TreeSize};
 use tally_schemas::Hash;
 
 use super::log_consistency::LogConsistency;
+use super::witness_signatures::signers;
 use super::{Agent, Facts};
 use crate::pool::{self, Context, KeyStatus};
 use crate::sig::verify_record;
@@ -42,6 +43,8 @@ pub(crate) struct PackSide<'a> {
     /// The pack checkpoint's size and root, when they could be read.
     pub tree: Option<(TreeSize, Hash)>,
     pub created: UnixMillis,
+    /// The pack header's origin.
+    pub origin: &'a str,
 }
 
 impl HeadCheck {
@@ -82,6 +85,24 @@ impl HeadCheck {
     ) {
         let cp = match open_checkpoint(&head.checkpoint, key) {
             Ok(cp) => Some(cp),
+            Err(e @ NoteError::NotSignedByKey { .. }) => {
+                let peeked = peek_checkpoint(&head.checkpoint).ok();
+                let why = match &peeked {
+                    Some(cp) if cp.origin != pack.origin => format!(
+                        "head.json comes from the log {:?}, the pack from {:?}: make head.json with the witness that exported the pack (`tally head --pack PACK --witness URL`)",
+                        cp.origin, pack.origin
+                    ),
+                    _ => "the key given is not this log's (give the witness key its `tally serve` printed, or its keys.json's)".to_owned(),
+                };
+                self.tally.fail(
+                    None,
+                    format!(
+                        "head checkpoint: {e}; it is signed by {}: {why}",
+                        signers(&head.checkpoint)
+                    ),
+                );
+                peeked
+            }
             Err(e) => {
                 self.tally.fail(None, format!("head checkpoint: {e}"));
                 peek_checkpoint(&head.checkpoint).ok()

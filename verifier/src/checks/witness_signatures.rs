@@ -28,6 +28,20 @@ pub(crate) struct WitnessSignatures<'a> {
     quorum: Option<(usize, usize)>,
 }
 
+/// The names and key ids of the keys that signed `note` (`name+hash`,
+/// comma-separated), for a message about a note the pinned key did not sign.
+pub(crate) fn signers(note: &str) -> String {
+    SignedNote::parse(note)
+        .map(|n| {
+            n.signatures
+                .iter()
+                .map(|s| format!("{}+{:08x}", s.name, s.key_id))
+                .collect::<Vec<_>>()
+                .join(", ")
+        })
+        .unwrap_or_default()
+}
+
 impl<'a> WitnessSignatures<'a> {
     /// `origin` is the pack header's.
     pub(crate) fn new(key: &'a NoteVerifier, origin: &str) -> Self {
@@ -71,15 +85,7 @@ impl<'a> WitnessSignatures<'a> {
             Err(e @ NoteError::NotSignedByKey { .. }) => {
                 // Name the keys that did sign: the usual cause is a pack
                 // from another log, or another log's key given.
-                let signers = SignedNote::parse(note)
-                    .map(|n| {
-                        n.signatures
-                            .iter()
-                            .map(|s| format!("{}+{:08x}", s.name, s.key_id))
-                            .collect::<Vec<_>>()
-                            .join(", ")
-                    })
-                    .unwrap_or_default();
+                let signers = signers(note);
                 self.tally.fail(
                     None,
                     format!(

@@ -304,3 +304,77 @@ async fn failover_under_load_loses_no_receipt_and_signs_no_inconsistent_checkpoi
     serving.kill9();
     other.kill9();
 }
+
+/// `tally record --wait-receipt` through the front that follows, while the
+/// sequencer's front is killed: it says after 2 s what it waits for, then
+/// gets its receipt once that front takes the lease (docs/operations.md,
+/// "Running on PostgreSQL").
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn wait_receipt_during_a_failover_says_what_it_waits_for() {
+    let _heavy = common::heavy().await;
+    let Some(db_url) = tally_testkit::postgres::database() else {
+        return;
+    };
+    let tmp = tempfile::tempdir().unwrap();
+    let (a, b) = (tmp.path().join("a"), tmp.path().join("b"));
+    let state = tmp.path().join("state");
+    // A lease of 5 s: the takeover comes well after the 2 s note.
+    let front = |data: &std::path::Path| {
+        let (data, db_url) = (data.to_owned(), db_url.clone());
+        std::thread::spawn(move || {
+            Server::start(
+                &data,
+                &["--store", &db_url, "--lease-ttl", "5", "--rate-limit", "0"],
+            )
+        })
+    };
+    let first = front(&a).join().unwrap();
+    let api_key = first.banner_value("API key");
+    common::add_agent(&first, &api_key, &state, "bot");
+    assert!(first.sigterm().success());
+    common::copy_dir(&a, &b);
+    let sequencer = front(&a).join().unwrap();
+    let follower = front(&b).join().unwrap();
+
+    // The agent's witness is the follower (both fronts serve one log).
+    let config = state.join("agents/bot/config.json");
+    let mut c: Value = serde_json::from_slice(&std::fs::read(&config).unwrap()).unwrap();
+    c["witness"]["url"] = follower.url.as_str().into();
+    std::fs::write(&config, serde_json::to_vec(&c).unwrap()).unwrap();
+    let env = [("TALLY_STATE_DIR", state.to_str().unwrap())];
+    let record = |text: &str| {
+        common::tally(
+            &[
+                "record",
+                "note",
+                text,
+                "--agent",
+                "bot",
+                "--wait-receipt",
+                "--sync-timeout",
+                "60",
+            ],
+            &env,
+        )
+    };
+    let (ok, _, err) = record("before");
+    assert!(ok, "{err}");
+
+    sequencer.kill9();
+    let started = Instant::now();
+    let (ok, out, err) = record("during");
+    let took = started.elapsed();
+    assert!(ok, "{out}\n{err}");
+    assert!(
+        out.contains("\"receipt\":\"accepted\"") && out.contains("\"seq\":1"),
+        "{out}\n{err}"
+    );
+    assert!(
+        err.contains(&format!(
+            "no receipt yet for bot's record seq 1 from the witness at {}",
+            follower.url
+        )) && err.contains("the record is safe in the local chain"),
+        "after {took:?}: {err}"
+    );
+    eprintln!("receipt {took:?} after the sequencer's kill");
+}

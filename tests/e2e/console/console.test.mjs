@@ -439,6 +439,18 @@ test("verify page prints exactly what tally verify prints, and stores nothing", 
   const failClass = await page.getAttribute("p.result", "class");
   assert.equal(await page.textContent("pre.report-text"), verifyCli(join(work, "tampered.jsonl")).stdout);
   await page.screenshot({ path: join(shots, "07-verify-fail.png"), fullPage: true });
+  // Swapped files are named as `tally verify` names them, in the page.
+  await page.setInputFiles("#agent_keys", join(work, "pack.jsonl"));
+  await page.setInputFiles("#pack", join(work, "agent-keys.json"));
+  await Promise.all([page.waitForURL(`${url}/console/verify`), page.click("#verify-form button[type=submit]")]);
+  assert.match(
+    await page.textContent("#verify-result p.error"),
+    /the file chosen as agent-keys\.json is a pack, not agent-keys\.json: choose it under the pack/,
+  );
+  const swappedCli = tally(["verify", join(work, "agent-keys.json"), "--agent-keys", join(work, "pack.jsonl"), "--witness-key", vkey], { ok: false });
+  assert.equal(swappedCli.status, 2, swappedCli.stderr);
+  assert.match(swappedCli.stderr, /is a pack/);
+  await page.screenshot({ path: join(shots, "07b-verify-swapped.png"), fullPage: true });
   // The result line is styled as a pass or a failure.
   assert.equal(passClass, "result pass");
   assert.equal(failClass, "result fail");

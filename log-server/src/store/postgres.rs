@@ -37,8 +37,8 @@ pub use pending::{OpenRow, ANSWERS_CHANNEL, PENDING_CHANNEL};
 pub use tls::{Connector, PgConnection, PgTlsStream, SslMode};
 
 use super::{
-    check_put_checkpoint, check_put_cosignature, BatchWrite, ChainHead, Found, LogStore, Lookup,
-    StoreError,
+    check_put_checkpoint, check_put_cosignature, BatchWrite, ChainHead, Found, Lease, LogStore,
+    Lookup, SharedStore, StoreError,
 };
 
 /// The migrations of the schema, in the order they are applied. Version
@@ -297,6 +297,9 @@ pub struct PostgresStore {
     readers: Vec<Mutex<Option<Arc<Client>>>>,
     next_reader: AtomicUsize,
     lease: Option<Arc<LeaseState>>,
+    /// Opened for a front ([`PostgresStore::open_front`]): the log opens a
+    /// front over it.
+    front: bool,
 }
 
 impl std::fmt::Debug for PostgresStore {
@@ -356,6 +359,7 @@ impl PostgresStore {
             readers: (0..READERS).map(|_| Mutex::new(None)).collect(),
             next_reader: AtomicUsize::new(0),
             lease: None,
+            front: false,
         };
         store.migrate()?;
         match lease {
@@ -400,72 +404,21 @@ impl PostgresStore {
         }
     }
 
-    /// Gives the lease up, if this store holds it: writes are fenced from
-    /// now on, and another process may take it at once.
-    pub fn release_lease(&self) {
-        if let Some(lease) = &self.lease {
-            let token = lease.token.swap(0, Ordering::SeqCst);
-            if token != 0 {
-                let _ = self.write(async |c| {
-                    c.execute(
-                        "UPDATE log_lease SET expires_at = '-infinity' WHERE id = 1 AND token = $1",
-                        &[&token],
-                    )
-                    .await
-                    .map_err(|e| backend(&e))
-                });
-            }
-        }
-    }
-
     /// Opens the store for a front (docs/operations.md, "Running on
     /// PostgreSQL", "Several fronts"): it reads at once, and writes only
-    /// once [`PostgresStore::try_lease`] has taken the lease.
+    /// once [`Lease::try_lease`] has taken the lease.
     ///
     /// # Errors
     /// As [`PostgresStore::open`].
     pub fn open_front(url: &str, ttl: Duration) -> Result<Self, StoreError> {
         let mut store = Self::open_with(url, None)?;
+        store.front = true;
         store.lease = Some(Arc::new(LeaseState {
             token: AtomicI64::new(0),
             holder: holder_name(),
             ttl_ms: ttl_ms(ttl),
         }));
         Ok(store)
-    }
-
-    /// Takes the lease if this store holds none and it is free or expired,
-    /// and then keeps renewing it; whether this store holds it now. A store
-    /// opened without a lease never holds one.
-    ///
-    /// # Errors
-    /// [`StoreError::Backend`] when the database cannot be reached.
-    pub fn try_lease(&self) -> Result<bool, StoreError> {
-        if self.lease.is_none() {
-            return Ok(false);
-        }
-        if self.lease_token() != 0 {
-            return Ok(true);
-        }
-        Ok(self.acquire_once()?.is_ok())
-    }
-
-    /// Who holds the lease, for messages.
-    ///
-    /// # Errors
-    /// [`StoreError::Backend`] when the database cannot be reached.
-    pub fn lease_holder(&self) -> Result<String, StoreError> {
-        self.read(async |c| lease_holder(c).await)
-    }
-
-    /// The lease's time to live (the default when opened without one).
-    #[must_use]
-    pub fn lease_ttl(&self) -> Duration {
-        self.lease
-            .as_ref()
-            .map_or(LeaseOptions::default().ttl, |l| {
-                Duration::from_millis(u64::try_from(l.ttl_ms).unwrap_or(u64::MAX))
-            })
     }
 
     /// One attempt at the lease: `Ok(Ok(()))` when taken (renewal then
@@ -793,6 +746,69 @@ async fn opt_index(
         .transpose()
 }
 
+impl Lease for PostgresStore {
+    /// Takes the lease if this store holds none and it is free or expired,
+    /// and then keeps renewing it; whether this store holds it now. A store
+    /// opened without a lease never holds one.
+    ///
+    /// # Errors
+    /// [`StoreError::Backend`] when the database cannot be reached.
+    fn try_lease(&self) -> Result<bool, StoreError> {
+        if self.lease.is_none() {
+            return Ok(false);
+        }
+        if self.lease_token() != 0 {
+            return Ok(true);
+        }
+        Ok(self.acquire_once()?.is_ok())
+    }
+
+    /// Who holds the lease, for messages.
+    ///
+    /// # Errors
+    /// [`StoreError::Backend`] when the database cannot be reached.
+    fn lease_holder(&self) -> Result<String, StoreError> {
+        self.read(async |c| lease_holder(c).await)
+    }
+
+    /// The lease's time to live (the default when opened without one).
+    fn lease_ttl(&self) -> Duration {
+        self.lease
+            .as_ref()
+            .map_or(LeaseOptions::default().ttl, |l| {
+                Duration::from_millis(u64::try_from(l.ttl_ms).unwrap_or(u64::MAX))
+            })
+    }
+
+    /// Gives the lease up, if this store holds it: writes are fenced from
+    /// now on, and another process may take it at once.
+    fn release_lease(&self) {
+        if let Some(lease) = &self.lease {
+            let token = lease.token.swap(0, Ordering::SeqCst);
+            if token != 0 {
+                let _ = self.write(async |c| {
+                    c.execute(
+                        "UPDATE log_lease SET expires_at = '-infinity' WHERE id = 1 AND token = $1",
+                        &[&token],
+                    )
+                    .await
+                    .map_err(|e| backend(&e))
+                });
+            }
+        }
+    }
+
+    fn lease_token(&self) -> i64 {
+        PostgresStore::lease_token(self)
+    }
+}
+
+impl SharedStore for PostgresStore {
+    fn log_store(self: Arc<Self>) -> Arc<dyn LogStore> {
+        self
+    }
+}
+
 impl LogStore for PostgresStore {
     fn size(&self) -> Result<TreeSize, StoreError> {
         self.read(async |c| Ok(TreeSize::new(tree_size(c, false).await?)))
@@ -1115,6 +1131,14 @@ impl LogStore for PostgresStore {
                 .map_err(|e| backend(&e))?;
             Ok(rows.iter().map(|r| (r.get(0), r.get(1))).collect())
         })
+    }
+
+    fn shared(self: Arc<Self>) -> Option<Arc<dyn SharedStore>> {
+        if self.front {
+            Some(self)
+        } else {
+            None
+        }
     }
 
     fn sync(&self) -> Result<(), StoreError> {

@@ -30,9 +30,11 @@ use std::time::Duration;
 use tally_schemas::{AgentName, Hash, LeafIndex, Nonce, Seq, TreeSize};
 use tokio_postgres::Client;
 
+mod conn;
 pub mod fence;
 mod pending;
 mod tls;
+pub use conn::{migrate, ConnectError, MigrateError, PgRuntime};
 pub use pending::{OpenRow, ANSWERS_CHANNEL, PENDING_CHANNEL};
 pub use tls::{Connector, PgConnection, PgTlsStream, SslMode};
 
@@ -289,10 +291,8 @@ fn holder_name() -> String {
 
 /// A [`LogStore`] in a PostgreSQL database.
 pub struct PostgresStore {
-    /// Drives the connections; shut down without blocking on drop (the
-    /// store may be dropped on a runtime thread).
-    rt: Option<tokio::runtime::Runtime>,
-    connector: Connector,
+    /// Drives the connections (module `conn`).
+    pg: PgRuntime,
     writer: Mutex<Option<Client>>,
     readers: Vec<Mutex<Option<Arc<Client>>>>,
     next_reader: AtomicUsize,
@@ -312,9 +312,6 @@ impl Drop for PostgresStore {
     fn drop(&mut self) {
         // Release the lease so that a standby takes over at once.
         self.release_lease();
-        if let Some(rt) = self.rt.take() {
-            rt.shutdown_background();
-        }
     }
 }
 
@@ -346,15 +343,10 @@ impl PostgresStore {
                 redact_url(url)
             ))
         })?;
-        let rt = tokio::runtime::Builder::new_multi_thread()
-            .worker_threads(1)
-            .thread_name("tally-postgres")
-            .enable_all()
-            .build()
+        let pg = PgRuntime::new(connector, "tally-postgres", "")
             .map_err(|e| StoreError::Backend(format!("postgresql runtime: {e}")))?;
         let store = Self {
-            rt: Some(rt),
-            connector,
+            pg,
             writer: Mutex::new(None),
             readers: (0..READERS).map(|_| Mutex::new(None)).collect(),
             next_reader: AtomicUsize::new(0),
@@ -452,8 +444,8 @@ impl PostgresStore {
         };
         lease.token.store(token, Ordering::SeqCst);
         let rt = self
-            .rt
-            .as_ref()
+            .pg
+            .runtime()
             .ok_or_else(|| StoreError::Backend("postgresql store is closed".into()))?;
         rt.spawn(renew_lease(client, lease, token));
         Ok(Ok(()))
@@ -468,25 +460,11 @@ impl PostgresStore {
     }
 
     fn connect(&self) -> Result<Client, StoreError> {
-        let rt = self
-            .rt
-            .as_ref()
-            .ok_or_else(|| StoreError::Backend("postgresql store is closed".into()))?;
-        let connector = self.connector.clone();
-        let task = rt.spawn(async move {
-            let (client, connection) = connector.connect().await?;
-            tokio::spawn(async move {
-                if let Err(e) = connection.await {
-                    tracing::warn!("postgresql connection ended: {e}");
-                }
-            });
-            Ok::<_, tokio_postgres::Error>(client)
-        });
-        match futures::executor::block_on(task) {
-            Ok(Ok(client)) => Ok(client),
-            Ok(Err(e)) => Err(StoreError::Backend(self.connector.explain(&e))),
-            Err(e) => Err(StoreError::Backend(format!("postgresql connect: {e}"))),
-        }
+        self.pg.connect().map_err(|e| match e {
+            ConnectError::Closed => StoreError::Backend("postgresql store is closed".into()),
+            ConnectError::Postgres(e) => StoreError::Backend(self.pg.connector().explain(&e)),
+            ConnectError::Task(e) => StoreError::Backend(format!("postgresql connect: {e}")),
+        })
     }
 
     /// Runs `f` with the writing connection (reconnecting if it closed).
@@ -530,46 +508,19 @@ impl PostgresStore {
     /// Applies the migrations the database lacks, under an advisory lock.
     fn migrate(&self) -> Result<(), StoreError> {
         self.write(async |c| {
-            let tx = c.transaction().await.map_err(|e| backend(&e))?;
-            tx.execute("SELECT pg_advisory_xact_lock($1)", &[&MIGRATION_LOCK])
+            migrate(c, MIGRATION_LOCK, "tally_schema_version", MIGRATIONS)
                 .await
-                .map_err(|e| backend(&e))?;
-            tx.batch_execute(
-                "CREATE TABLE IF NOT EXISTS tally_schema_version (
-                     version    integer PRIMARY KEY,
-                     name       text NOT NULL,
-                     applied_at timestamptz NOT NULL DEFAULT now())",
-            )
-            .await
-            .map_err(|e| backend(&e))?;
-            let current: i32 = tx
-                .query_one(
-                    "SELECT coalesce(max(version), 0) FROM tally_schema_version",
-                    &[],
-                )
-                .await
-                .map_err(|e| backend(&e))?
-                .get(0);
-            if current > schema_version() {
-                return Err(StoreError::Corrupt(format!(
-                    "the database has schema version {current}; this build knows versions up to {}: \
-                     run a newer tally",
-                    schema_version()
-                )));
-            }
-            for (n, (name, sql)) in MIGRATIONS.iter().enumerate().skip(current as usize) {
-                let version = i32::try_from(n + 1).unwrap_or(i32::MAX);
-                tx.batch_execute(sql).await.map_err(|e| {
-                    StoreError::Backend(format!("migration {name} failed: {}", backend(&e)))
-                })?;
-                tx.execute(
-                    "INSERT INTO tally_schema_version (version, name) VALUES ($1, $2)",
-                    &[&version, name],
-                )
-                .await
-                .map_err(|e| backend(&e))?;
-            }
-            tx.commit().await.map_err(|e| backend(&e))
+                .map_err(|e| match e {
+                    MigrateError::Postgres(e) => backend(&e),
+                    MigrateError::Newer { current, known } => StoreError::Corrupt(format!(
+                        "the database has schema version {current}; this build knows versions up to {known}: \
+                         run a newer tally"
+                    )),
+                    MigrateError::Failed { name, source } => StoreError::Backend(format!(
+                        "migration {name} failed: {}",
+                        backend(&source)
+                    )),
+                })
         })
     }
 }

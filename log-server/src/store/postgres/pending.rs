@@ -167,10 +167,10 @@ impl PostgresStore {
     /// [`StoreError::Backend`] when the first connection or LISTEN fails.
     pub fn listen(&self, channel: &str) -> Result<Arc<tokio::sync::Notify>, StoreError> {
         let rt = self
-            .rt
-            .as_ref()
+            .pg
+            .runtime()
             .ok_or_else(|| StoreError::Backend("postgresql store is closed".into()))?;
-        let connector = self.connector.clone();
+        let connector = self.pg.connector().clone();
         let notify = Arc::new(tokio::sync::Notify::new());
         let wake = Arc::clone(&notify);
         let channel = channel.to_owned();
@@ -182,7 +182,7 @@ impl PostgresStore {
         match futures::executor::block_on(first) {
             Ok(Ok(())) => Ok(notify),
             Ok(Err(e)) if e.as_db_error().is_some() => Err(backend(&e)),
-            Ok(Err(e)) => Err(StoreError::Backend(self.connector.explain(&e))),
+            Ok(Err(e)) => Err(StoreError::Backend(self.pg.connector().explain(&e))),
             Err(e) => Err(StoreError::Backend(format!("postgresql listen: {e}"))),
         }
     }

@@ -1,5 +1,7 @@
-//! Several active fronts on one PostgreSQL database (docs/operations.md,
-//! "Running on PostgreSQL"; docs/storage.md, "PostgreSQL layout").
+//! Several active fronts on one shared store (docs/operations.md,
+//! "Running on PostgreSQL"; docs/storage.md, "Several fronts: the `Lease`
+//! and `HandOver` traits"). This module names no backend: it works through
+//! [`SharedStore`] (PostgreSQL, or the memory store's fronts in tests).
 //!
 //! Every front admits records and serves reads; the one holding the lease
 //! also sequences. A front's thread (this module) takes the appends its
@@ -9,15 +11,16 @@
 //!   other fronts left in `tally_pending`, in id order, writing each
 //!   request's answers (entry index or refusal, per item) back once its
 //!   group commit is durable and signed;
-//! - as a **follower**, inserts them into `tally_pending` (one row per
-//!   request, so a batch keeps its order), waits for their answers, and
-//!   builds each receipt from the log's tables (the stored receipt size,
-//!   checkpoint note and inclusion proof: the same bytes the sequencer's
-//!   front returns, as for a retry). Past the waiting bound it answers
-//!   [`AppendError::Unavailable`]; the row stays and is integrated later,
-//!   so sending the record again is safe. It follows the latest checkpoint
-//!   (checked: signature, root recomputed from storage, consistency with
-//!   the one before) so its reads serve what is signed.
+//! - as a **follower**, hands them over (on PostgreSQL, into
+//!   `tally_pending`: one row per request, so a batch keeps its order),
+//!   waits for their answers, and builds each receipt from the log's
+//!   tables (the stored receipt size, checkpoint note and inclusion proof:
+//!   the same bytes the sequencer's front returns, as for a retry). Past
+//!   the waiting bound it answers [`AppendError::Unavailable`]; the
+//!   request stays and is integrated later, so sending the record again is
+//!   safe. It follows the latest checkpoint (checked: signature, root
+//!   recomputed from storage, consistency with the one before) so its
+//!   reads serve what is signed.
 //!
 //! A follower tries the lease every quarter of its ttl and, once it has it,
 //! recovers as at open (root recomputed, consistency proven, then signing)
@@ -44,8 +47,7 @@ use crate::error::{AppendError, OpenError};
 use crate::log::{Appended, BatchItem};
 use crate::receipt::{read_entry, stored_receipt};
 use crate::sequencer::{self, BatchAnswers, Job, Shared};
-use crate::store::postgres::{PostgresStore, ANSWERS_CHANNEL, PENDING_CHANNEL};
-use crate::store::{KeyVersion, LogStore, StoreError};
+use crate::store::{KeyVersion, LogStore, SharedStore, StoreError};
 use crate::tree::{self, StoredHashes};
 
 /// How a front waits (docs/operations.md, "Running on PostgreSQL").
@@ -332,7 +334,7 @@ struct Waiter {
 /// What a front's thread owns.
 pub(crate) struct Front {
     pub(crate) shared: Arc<Shared>,
-    pub(crate) pg: Arc<PostgresStore>,
+    pub(crate) pg: Arc<dyn SharedStore>,
     pub(crate) queued: Arc<AtomicUsize>,
     pub(crate) max_batch: usize,
     pub(crate) options: FrontOptions,
@@ -384,7 +386,7 @@ fn start_sequencing(shared: &Arc<Shared>, max_batch: usize) -> Result<Sequencing
 /// signed checkpoint exists (waiting for the first sequencer to sign one).
 pub(crate) fn open_role(
     shared: &Arc<Shared>,
-    pg: &PostgresStore,
+    pg: &dyn SharedStore,
     max_batch: usize,
 ) -> Result<Option<Sequencing>, OpenError> {
     let mut said = false;
@@ -414,7 +416,7 @@ pub(crate) fn open_role(
     }
 }
 
-fn lease_retry(pg: &PostgresStore) -> Duration {
+fn lease_retry(pg: &dyn SharedStore) -> Duration {
     (pg.lease_ttl() / 4).clamp(Duration::from_millis(100), Duration::from_secs(1))
 }
 
@@ -436,12 +438,12 @@ pub(crate) fn run(front: Front, rx: mpsc::UnboundedReceiver<Job>, sequencing: Op
 
 impl Front {
     async fn main(self, mut rx: mpsc::UnboundedReceiver<Job>, mut seq: Option<Sequencing>) {
-        let pending_note = self.pg.listen(PENDING_CHANNEL).unwrap_or_else(|e| {
-            tracing::warn!("LISTEN {PENDING_CHANNEL} failed ({e}); polling only");
+        let pending_note = self.pg.on_requests().unwrap_or_else(|e| {
+            tracing::warn!("listening for handed-over requests failed ({e}); polling only");
             Arc::new(Notify::new())
         });
-        let answers_note = self.pg.listen(ANSWERS_CHANNEL).unwrap_or_else(|e| {
-            tracing::warn!("LISTEN {ANSWERS_CHANNEL} failed ({e}); polling only");
+        let answers_note = self.pg.on_answers().unwrap_or_else(|e| {
+            tracing::warn!("listening for answers failed ({e}); polling only");
             Arc::new(Notify::new())
         });
         let mut waiting: HashMap<i64, Waiter> = HashMap::new();
@@ -488,7 +490,7 @@ impl Front {
                 pumped.clear();
             }
             if seq.is_none() && !closed && Instant::now() >= next_lease_try {
-                next_lease_try = Instant::now() + lease_retry(&self.pg);
+                next_lease_try = Instant::now() + lease_retry(self.pg.as_ref());
                 let (shared, pg, mb) = (
                     Arc::clone(&self.shared),
                     Arc::clone(&self.pg),

@@ -188,6 +188,12 @@ impl Log {
     ///
     /// The origin line of every checkpoint is the signer's key name.
     ///
+    /// Over a store several fronts share ([`LogStore::shared`]: a
+    /// PostgreSQL store opened for a front, a memory store's front), this
+    /// is [`Log::open_front`] with the waits of
+    /// [`crate::FrontOptions::for_ttl`] its lease's ttl: one open for every
+    /// backend.
+    ///
     /// # Errors
     /// [`OpenError`] when storage fails or does not extend what was signed.
     pub fn open(
@@ -195,6 +201,10 @@ impl Log {
         signer: NoteSigner,
         config: LogConfig,
     ) -> Result<Self, OpenError> {
+        if let Some(shared) = Arc::clone(&store).shared() {
+            let options = crate::front::FrontOptions::for_ttl(shared.lease_ttl());
+            return Self::open_front(shared, signer, config, options);
+        }
         let latest = recover(store.as_ref(), &signer)?;
         let size = latest.checkpoint.size;
         let shared = Arc::new(Shared {
@@ -242,7 +252,7 @@ impl Log {
     /// # Errors
     /// [`OpenError`] when storage fails, or does not extend what was signed.
     pub fn open_front(
-        store: Arc<crate::store::postgres::PostgresStore>,
+        store: Arc<dyn crate::store::SharedStore>,
         signer: NoteSigner,
         config: LogConfig,
         options: crate::front::FrontOptions,
@@ -255,7 +265,7 @@ impl Log {
             ),
             note: String::new(),
         };
-        let dyn_store: Arc<dyn LogStore> = store.clone();
+        let dyn_store = Arc::clone(&store).log_store();
         let shared = Arc::new(Shared {
             store: dyn_store,
             signer,
@@ -266,7 +276,7 @@ impl Log {
         });
         let max_batch = config.max_batch.max(1);
         // Sets the latest checkpoint: recovered, or followed.
-        let sequencing = crate::front::open_role(&shared, &store, max_batch)?;
+        let sequencing = crate::front::open_role(&shared, store.as_ref(), max_batch)?;
         let role = Arc::new(tokio::sync::watch::Sender::new(sequencing.is_some()));
         let capacity = config.queue_capacity.max(1);
         let (tx, rx) = mpsc::unbounded_channel();

@@ -273,34 +273,29 @@ fn api_answer<T: ApiBody>(status: StatusCode, body: &T) -> Result<Response, Witn
     Ok(json_response(status, export::to_canonical(body)?))
 }
 
-/// Decodes `%XX` and `+` in a query component.
+/// Decodes `%XX` and `+` in a query component (with percent-encoding, the
+/// crate the PostgreSQL URL parser uses); a `%` not followed by two hex
+/// digits, or bytes that are not UTF-8, are refused rather than passed
+/// through.
 fn percent_decode(s: &str) -> Result<String, WitnessError> {
     let bad = || WitnessError::BadRequest {
         code: "bad_parameter",
         message: "query string is not valid percent-encoded UTF-8".into(),
     };
     let b = s.as_bytes();
-    let mut out = Vec::with_capacity(b.len());
-    let mut i = 0;
-    while i < b.len() {
-        match b[i] {
-            b'%' => {
-                let hex = b.get(i + 1..i + 3).ok_or_else(bad)?;
-                let hex = std::str::from_utf8(hex).map_err(|_| bad())?;
-                out.push(u8::from_str_radix(hex, 16).map_err(|_| bad())?);
-                i += 3;
-            }
-            b'+' => {
-                out.push(b' ');
-                i += 1;
-            }
-            c => {
-                out.push(c);
-                i += 1;
-            }
-        }
+    let escapes_ok = b.iter().enumerate().all(|(i, &c)| {
+        c != b'%'
+            || b.get(i + 1..i + 3)
+                .is_some_and(|h| h.iter().all(u8::is_ascii_hexdigit))
+    });
+    if !escapes_ok {
+        return Err(bad());
     }
-    String::from_utf8(out).map_err(|_| bad())
+    let spaced = s.replace('+', " ");
+    percent_encoding::percent_decode_str(&spaced)
+        .decode_utf8()
+        .map(std::borrow::Cow::into_owned)
+        .map_err(|_| bad())
 }
 
 /// Parses a query string; only `allowed` names, each at most once except

@@ -25,7 +25,7 @@ use std::time::Duration;
 
 use redb::{Database, ReadableDatabase, ReadableTable, TableDefinition};
 use tally_log::store::postgres::fence;
-use tally_log::store::postgres::Connector;
+use tally_log::store::postgres::{migrate, ConnectError, Connector, MigrateError, PgRuntime};
 use tally_log::KeyVersion;
 use tally_schemas::UnixMillis;
 use tokio_postgres::Client;
@@ -378,21 +378,13 @@ fn pg(e: &tokio_postgres::Error) -> KvError {
 /// a small runtime of its own and callers wait with
 /// `futures::executor::block_on`, so it may be called from any thread.
 pub struct PostgresKv {
-    rt: Option<tokio::runtime::Runtime>,
-    connector: Connector,
+    /// Drives the connection (the log's `store::postgres::PgRuntime`).
+    pg: PgRuntime,
     scope: &'static str,
     tables: Vec<String>,
     client: Mutex<Option<Client>>,
     /// The connection holding the first-start lock, while held.
     first_start: Mutex<Option<Client>>,
-}
-
-impl Drop for PostgresKv {
-    fn drop(&mut self) {
-        if let Some(rt) = self.rt.take() {
-            rt.shutdown_background();
-        }
-    }
 }
 
 impl PostgresKv {
@@ -405,15 +397,10 @@ impl PostgresKv {
         let connector = Connector::parse(url, "tally-registry").map_err(|e| {
             KvError::Storage(format!("not a PostgreSQL connection URL ({redacted}): {e}"))
         })?;
-        let rt = tokio::runtime::Builder::new_multi_thread()
-            .worker_threads(1)
-            .thread_name("tally-registry-pg")
-            .enable_all()
-            .build()
+        let pg = PgRuntime::new(connector, "tally-registry-pg", " of the registry")
             .map_err(|e| KvError::Storage(format!("postgresql runtime: {e}")))?;
         let kv = Self {
-            rt: Some(rt),
-            connector,
+            pg,
             scope,
             tables: tables.iter().map(|t| (*t).to_owned()).collect(),
             client: Mutex::new(None),
@@ -425,26 +412,12 @@ impl PostgresKv {
     }
 
     fn connect(&self) -> Result<Client, KvError> {
-        let rt = self
-            .rt
-            .as_ref()
-            .ok_or_else(|| KvError::Storage("postgresql store is closed".into()))?;
-        let connector = self.connector.clone();
-        let task = rt.spawn(async move {
-            let (client, connection) = connector.connect().await?;
-            tokio::spawn(async move {
-                if let Err(e) = connection.await {
-                    tracing::warn!("postgresql connection of the registry ended: {e}");
-                }
-            });
-            Ok::<_, tokio_postgres::Error>(client)
-        });
-        match futures::executor::block_on(task) {
-            Ok(Ok(client)) => Ok(client),
-            Ok(Err(e)) if e.as_db_error().is_some() => Err(pg(&e)),
-            Ok(Err(e)) => Err(KvError::Storage(self.connector.explain(&e))),
-            Err(e) => Err(KvError::Storage(format!("postgresql connect: {e}"))),
-        }
+        self.pg.connect().map_err(|e| match e {
+            ConnectError::Closed => KvError::Storage("postgresql store is closed".into()),
+            ConnectError::Postgres(e) if e.as_db_error().is_some() => pg(&e),
+            ConnectError::Postgres(e) => KvError::Storage(self.pg.connector().explain(&e)),
+            ConnectError::Task(e) => KvError::Storage(format!("postgresql connect: {e}")),
+        })
     }
 
     /// Connects to the database at `url` and applies the migrations it
@@ -491,46 +464,17 @@ impl PostgresKv {
     /// Applies the migrations the database lacks, under an advisory lock.
     fn migrate(&self) -> Result<(), KvError> {
         self.with(async |c| {
-            let tx = c.transaction().await.map_err(|e| pg(&e))?;
-            tx.execute("SELECT pg_advisory_xact_lock($1)", &[&MIGRATION_LOCK])
+            migrate(c, MIGRATION_LOCK, "registry_schema_version", MIGRATIONS)
                 .await
-                .map_err(|e| pg(&e))?;
-            tx.batch_execute(
-                "CREATE TABLE IF NOT EXISTS registry_schema_version (
-                     version    integer PRIMARY KEY,
-                     name       text NOT NULL,
-                     applied_at timestamptz NOT NULL DEFAULT now())",
-            )
-            .await
-            .map_err(|e| pg(&e))?;
-            let current: i32 = tx
-                .query_one(
-                    "SELECT coalesce(max(version), 0) FROM registry_schema_version",
-                    &[],
-                )
-                .await
-                .map_err(|e| pg(&e))?
-                .get(0);
-            if current > schema_version() {
-                return Err(KvError::Storage(format!(
-                    "the database's registry has schema version {current}; this build knows versions up to {}: run a newer tally",
-                    schema_version()
-                )));
-            }
-            let done = usize::try_from(current).unwrap_or(0);
-            for (n, (name, sql)) in MIGRATIONS.iter().enumerate().skip(done) {
-                let version = i32::try_from(n + 1).unwrap_or(i32::MAX);
-                tx.batch_execute(sql)
-                    .await
-                    .map_err(|e| KvError::Storage(format!("migration {name} failed: {}", pg(&e))))?;
-                tx.execute(
-                    "INSERT INTO registry_schema_version (version, name) VALUES ($1, $2)",
-                    &[&version, name],
-                )
-                .await
-                .map_err(|e| pg(&e))?;
-            }
-            tx.commit().await.map_err(|e| pg(&e))
+                .map_err(|e| match e {
+                    MigrateError::Postgres(e) => pg(&e),
+                    MigrateError::Newer { current, known } => KvError::Storage(format!(
+                        "the database's registry has schema version {current}; this build knows versions up to {known}: run a newer tally"
+                    )),
+                    MigrateError::Failed { name, source } => {
+                        KvError::Storage(format!("migration {name} failed: {}", pg(&source)))
+                    }
+                })
         })
     }
 

@@ -223,13 +223,7 @@ pub fn open(
                 tally_log::store::postgres::PostgresStore::open_front(url, config.lease_ttl)
                     .map_err(OpenError::from)?;
             let empty = store.latest_checkpoint().ok().flatten().is_none();
-            Log::open_front(
-                Arc::new(store),
-                signer,
-                config.log,
-                tally_log::FrontOptions::for_ttl(config.lease_ttl),
-            )
-            .map_err(|source| {
+            Log::open(Arc::new(store), signer, config.log).map_err(|source| {
                 if had_key || empty {
                     ServeError::Log(source)
                 } else {

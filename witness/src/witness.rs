@@ -1,18 +1,22 @@
-//! The witness: record admission (docs/api.md "POST /v1/records") and what
-//! the routes read.
+//! The witness: record admission (docs/api.md "POST /v1/records" and
+//! "POST /v1/records/batch") and what the routes read.
 //!
-//! [`Witness::admit_as`] checks a record in the order docs/api.md gives
-//! (body size, schema and canonical form, the key's rate limit, agent
-//! registered to the key's project), then the key active at the record's
-//! time, the strict signature and the clock skew, and hands the record to
-//! [`tally_log::Log::append`], which checks chain, nonce and idempotency
-//! atomically and resolves only once the entry is durable and covered by a
-//! signed checkpoint. An exact resubmission of a record already in the log
-//! gets its original receipt whatever those checks say now (protocol.md
-//! §8): a record one of them refuses is looked up in the log before the
-//! refusal is answered, and one that passes them all is recognised by the
-//! log's append. Records that pass, almost all of them, are not looked up
-//! twice.
+//! There is one admission path, and a single record is a batch of one.
+//! Each request first passes its own checks (body size, the key's rate
+//! limit, the parse: [`Witness::admit_as`] for one record,
+//! [`Witness::admit_batch`] for a batch); then every record goes through
+//! one ordered list of checks (`Witness::check`: the project's quota, agent
+//! registered to the key's project, the key active at the record's time,
+//! the strict signature, the clock skew), and the records that pass are
+//! queued under their agents' fences as one group commit
+//! ([`tally_log::Log::enqueue_batch_fenced`]), which checks chain, nonce
+//! and idempotency atomically and resolves only once the entries are
+//! durable and covered by a signed checkpoint. An exact resubmission of a
+//! record already in the log gets its original receipt whatever those
+//! checks say now (protocol.md §8): a record one of them refuses is looked
+//! up in the log before the refusal is answered, and one that passes them
+//! all is recognised by the log's append. Records that pass, almost all of
+//! them, are not looked up twice.
 
 use std::sync::{Arc, Mutex};
 use std::time::Instant;
@@ -72,12 +76,17 @@ impl std::fmt::Debug for Witness {
     }
 }
 
-/// A record of a batch after the checks made before the fences: the record
-/// to queue, or its refusal with its agent and seq (to keep its place).
+/// A member of an admission (a single record is a batch of one): its
+/// record, or why it did not parse.
+type Member = Result<Record, WitnessError>;
+
+/// A record of an admission after the checks made before the fences: the
+/// record to queue, or its refusal with its agent and seq (to keep its
+/// place).
 type CheckedRecord = Result<Record, (AgentName, tally_schemas::Seq, WitnessError)>;
 
-/// What [`Witness::check_batch`] leaves for the fenced part of a batch.
-struct BatchChecked {
+/// What [`Witness::check`] leaves for the fenced part of an admission.
+struct Checked {
     /// Answers known already, by the request's order (`None`: still open).
     answers: Vec<Option<Result<Admitted, WitnessError>>>,
     /// The records still to queue or to hold a place for, with their place
@@ -266,45 +275,9 @@ impl Witness {
         })
     }
 
-    /// Steps 4–7 of admission for a parsed record, at witness time `now`.
-    ///
-    /// # Errors
-    /// `AgentNotAllowed`, `KeyNotAllowed`, `KeyNotActive`, `BadSignature`,
-    /// `ClockSkew`, in that order of checking.
-    pub fn check_record(
-        &self,
-        principal: &Principal,
-        record: &Record,
-        now: UnixMillis,
-    ) -> Result<(), WitnessError> {
-        self.check_key_and_signature(principal, record)?;
-        self.check_skew(record, now)
-    }
-
-    /// Steps 4–6: agent registered to the project, key registered for the
-    /// agent and active at the record's time, strict signature.
-    fn check_key_and_signature(
-        &self,
-        principal: &Principal,
-        record: &Record,
-    ) -> Result<(), WitnessError> {
-        let (key, _) = self.registered_key(principal, record)?;
-        // The registry answers the key registered under the record's key
-        // id, so the ids match; the signature is checked strictly
-        // (protocol.md §4.3, schemas/src/batch_sig.rs).
-        if key.key_id() == record.key_id && PreparedKey::new(&key).verify_record(record) {
-            Ok(())
-        } else {
-            Err(WitnessError::BadSignature {
-                agent: record.agent.clone(),
-                key_id: record.key_id,
-            })
-        }
-    }
-
-    /// Steps 4–5: the public key registered for the record's agent and key
-    /// id, if the agent is the principal's and the key active at its time,
-    /// with the agent's key version those ranges are of (protocol.md §4.1).
+    /// The public key registered for the record's agent and key id, if the
+    /// agent is the principal's and the key active at its time, with the
+    /// agent's key version those ranges are of (protocol.md §4.1).
     fn registered_key(
         &self,
         principal: &Principal,
@@ -347,10 +320,10 @@ impl Witness {
     }
 
     /// On a shared registry, reloads the memory copy now if another front
-    /// wrote (instead of at the next watch period); whether it looked.
-    async fn refresh_registry(&self) -> bool {
+    /// wrote (instead of at the next watch period), on a blocking thread.
+    async fn refresh_registry(&self) {
         if !self.registry.is_shared() {
-            return false;
+            return;
         }
         let registry = Arc::clone(&self.registry);
         match tokio::task::spawn_blocking(move || registry.refresh_if_changed()).await {
@@ -358,10 +331,9 @@ impl Witness {
             Ok(Err(e)) => tracing::warn!("reloading the registry: {e}"),
             Err(e) => tracing::warn!("reloading the registry: {e}"),
         }
-        true
     }
 
-    /// Step 7: the record's time against the witness clock.
+    /// The clock skew: the record's time against the witness clock.
     fn check_skew(&self, record: &Record, now: UnixMillis) -> Result<(), WitnessError> {
         if record.time.abs_diff(now) > self.config.max_skew_ms {
             return Err(WitnessError::ClockSkew {
@@ -378,19 +350,26 @@ impl Witness {
     ///
     /// # Errors
     /// Every [`WitnessError`] of the admission table.
-    pub async fn admit(&self, bearer: Option<&str>, body: &[u8]) -> Result<Admitted, WitnessError> {
+    pub async fn admit(
+        self: &Arc<Self>,
+        bearer: Option<&str>,
+        body: &[u8],
+    ) -> Result<Admitted, WitnessError> {
         let principal = self.authenticate(bearer)?;
         self.admit_as(&principal, body).await
     }
 
     /// Admits one record body sent by `principal` (already authenticated):
-    /// every check of docs/api.md in order, then the log append. The caller
-    /// has already bounded the body's size while reading it.
+    /// the request's own checks of docs/api.md (body size, the key's rate
+    /// limit, the parse), then the record as a batch of one, through the
+    /// same checks (`Witness::check`) and the same commit
+    /// (`Witness::commit`) as every batch. The caller has already bounded
+    /// the body's size while reading it.
     ///
     /// # Errors
     /// Every [`WitnessError`] of the admission table.
     pub async fn admit_as(
-        &self,
+        self: &Arc<Self>,
         principal: &Principal,
         body: &[u8],
     ) -> Result<Admitted, WitnessError> {
@@ -407,104 +386,28 @@ impl Witness {
             .map_err(|retry_after_ms| WitnessError::RateLimited { retry_after_ms })?;
         let record = Record::from_json(body)?;
         let hash = record.hash();
-        // The project's quota (docs/api.md "POST /v1/records"); a retry
-        // of an admitted record still gets its receipt.
-        if let Err(e) = self.quotas.charge(
-            &principal.project,
-            1,
-            record.canonical_bytes().len() as u64,
-            self.now(),
-        ) {
-            return self.unless_admitted(&hash, e);
-        }
-        self.owned_agent(principal, &record.agent)?;
-        if let Err(e) = self.check_key_and_signature(principal, &record) {
-            // A front whose copy of a shared registry is behind does not
-            // know a key registered through another front yet: it looks
-            // once more after reloading.
-            let again =
-                matches!(e, WitnessError::KeyNotAllowed { .. }) && self.refresh_registry().await;
-            let e = if again {
-                self.check_key_and_signature(principal, &record).err()
-            } else {
-                Some(e)
-            };
-            if let Some(e) = e {
-                return self.unless_admitted(&hash, e);
-            }
-        }
-        // The skew here, outside the receive-time lock, so that a refused
-        // record is looked up outside it; queue_checked checks it again at
-        // the receive time.
-        if let Err(e) = self.check_skew(&record, self.now()) {
-            return self.unless_admitted(&hash, e);
-        }
-        let shared = self.registry.is_shared();
-        let mut record = record;
-        let mut attempts = 0;
-        let appended = loop {
-            let again = shared.then(|| record.clone());
-            let pending = match self.queue_checked(principal, record).await {
-                Ok(p) => p,
-                // Checked again under the agent's fence, at the receive
-                // time: a retry is still answered with its receipt.
-                Err(e) => return self.unless_admitted(&hash, e),
-            };
-            match pending.await {
-                // The agent's keys changed (through any front) after the
-                // check: check it again against the new ranges (§4.1).
-                Err(tally_log::AppendError::KeyChanged { .. })
-                    if attempts < KEY_CHANGE_ATTEMPTS =>
-                {
-                    attempts += 1;
-                    self.refresh_registry().await;
-                    record =
-                        again.ok_or_else(|| WitnessError::internal(&"no copy to admit again"))?;
-                }
-                other => break other?,
-            }
+        let members = vec![Ok(record)];
+        // On a registry this process owns, one record's checks run on the
+        // request's task: they read storage only for a refused record (one
+        // lookup). On a shared registry they may reload it: a blocking
+        // thread, as for a batch.
+        let checked = if self.registry.is_shared() {
+            let me = Arc::clone(self);
+            let p = principal.clone();
+            tokio::task::spawn_blocking(move || me.check(&p, members))
+                .await
+                .map_err(|e| WitnessError::internal(&e))?
+        } else {
+            self.check(principal, members)
         };
-        if !appended.duplicate {
-            let size = tally_schemas::note::peek_checkpoint(&appended.receipt.checkpoint)
-                .map(|c| c.size.get());
-            if let Ok(size) = size {
-                self.metrics.receipt(appended.receipt.index.get(), size);
-            }
+        match self.commit(principal, checked).await {
+            Ok(mut answers) => answers
+                .pop()
+                .unwrap_or_else(|| Err(WitnessError::internal(&"the record got no answer"))),
+            // The log took nothing (its queue full, shut down): a retry
+            // still gets its receipt (protocol.md §8).
+            Err(e) => self.unless_admitted(&hash, e),
         }
-        Ok(Admitted {
-            receipt: appended.receipt,
-            duplicate: appended.duplicate,
-        })
-    }
-
-    /// Queues a record whose signature passed: under the agent's fence
-    /// against key changes (key_changes.rs), the keys are looked at once
-    /// more (noting their key version) and the record's time is counted
-    /// before it is queued, so no key change can end its key before it.
-    async fn queue_checked(
-        &self,
-        principal: &Principal,
-        record: Record,
-    ) -> Result<tally_log::PendingAppend, WitnessError> {
-        let time = record.time;
-        let mut fence = self.key_changes.fence(&record.agent).await;
-        let (_, version) = self.registered_key(principal, &record)?;
-        let pending = {
-            let mut last = self
-                .last_received
-                .lock()
-                .unwrap_or_else(std::sync::PoisonError::into_inner);
-            let now = self.now().max(*last);
-            self.check_skew(&record, now)?;
-            // Queued under the lock, so queue order and receive-time order
-            // are one. The queueing itself never waits.
-            let pending = self.log.enqueue_fenced(record, now, self.fence_of(version));
-            *last = now;
-            pending?
-        };
-        fence.queued(time);
-        drop(fence);
-        Ok(pending)
     }
 
     /// The answer to a record that a check refused with `refusal`: the
@@ -531,11 +434,11 @@ impl Witness {
         }
     }
 
-    /// [`Witness::unless_admitted`] for record `i` of a batch: a retry's
-    /// receipt is written to `answers` and `None` returned (it is not
-    /// queued again, and takes no place in the batch); else the refusal,
-    /// with the agent and seq whose place it holds, so that the agent's
-    /// later records are refused after it.
+    /// [`Witness::unless_admitted`] for record `i` of an admission: a
+    /// retry's receipt is written to `answers` and `None` returned (it is
+    /// not queued again, and takes no place in the batch); else the
+    /// refusal, with the agent and seq whose place it holds, so that the
+    /// agent's later records are refused after it.
     fn held_unless_admitted(
         &self,
         answers: &mut [Option<Result<Admitted, WitnessError>>],
@@ -558,7 +461,7 @@ impl Witness {
     /// # Errors
     /// As [`Witness::admit_as`].
     pub async fn admit_measured(
-        &self,
+        self: &Arc<Self>,
         principal: &Principal,
         body: &[u8],
         started: Instant,
@@ -588,13 +491,13 @@ impl Witness {
 
     /// Admits a batch request body (docs/api.md "POST /v1/records/batch";
     /// docs/protocol.md §8.1) sent by `principal`: one answer per record, in
-    /// the request's order. Each record goes through the checks of
-    /// [`Witness::admit_as`] in the same order (signatures strictly:
-    /// protocol.md §4.3), and the records that pass are handed to
-    /// [`Log::enqueue_batch`] as one group commit, received at one instant.
-    /// A record refused here keeps its place in its agent's seq order
-    /// ([`BatchItem::Refused`]), so that the agent's later records in the
-    /// batch are refused with `prior_record_refused`.
+    /// the request's order. The request's own checks
+    /// (`Witness::parse_batch`), then each record through the checks of
+    /// `Witness::check`, as a single record is; the records that pass are
+    /// handed to [`Log::enqueue_batch_fenced`] as one group commit,
+    /// received at one instant. A record refused here keeps its place in
+    /// its agent's seq order ([`BatchItem::Refused`]), so that the agent's
+    /// later records in the batch are refused with `prior_record_refused`.
     ///
     /// # Errors
     /// For the batch as a whole: body size, strict JSON and the batch shape,
@@ -607,10 +510,165 @@ impl Witness {
     ) -> Result<Vec<Result<Admitted, WitnessError>>, WitnessError> {
         let me = Arc::clone(self);
         let p = principal.clone();
-        let checked = tokio::task::spawn_blocking(move || me.check_batch(&p, &body))
-            .await
-            .map_err(|e| WitnessError::internal(&e))??;
-        let BatchChecked {
+        let checked = tokio::task::spawn_blocking(move || {
+            let members = me.parse_batch(&p, &body)?;
+            Ok::<_, WitnessError>(me.check(&p, members))
+        })
+        .await
+        .map_err(|e| WitnessError::internal(&e))??;
+        self.commit(principal, checked).await
+    }
+
+    /// A batch request's own checks, before its records': the key's rate
+    /// limit, paid before the parse by size (one token per
+    /// `max_body_bytes`, the most one record may take, of the body), so
+    /// that a batch that fails to parse costs its sender as much as the
+    /// records it could hold; the parse (strict JSON, the batch's shape,
+    /// the number of records); then one more token per record beyond that,
+    /// as debt (docs/api.md "POST /v1/records/batch"). Returns each member:
+    /// its record, or why it did not parse.
+    fn parse_batch(&self, principal: &Principal, body: &[u8]) -> Result<Vec<Member>, WitnessError> {
+        let by_size = body
+            .len()
+            .div_ceil(self.config.max_body_bytes.max(1))
+            .max(1);
+        self.limiter
+            .take_n(&principal.key_id, by_size, self.now())
+            .map_err(|retry_after_ms| WitnessError::RateLimited { retry_after_ms })?;
+        let request = BatchRequest::parse(body)?;
+        let n = request.records.len();
+        self.limiter
+            .charge(&principal.key_id, n.saturating_sub(by_size), self.now());
+        Ok(request
+            .records
+            .into_iter()
+            .map(|member| member.map_err(WitnessError::from))
+            .collect())
+    }
+
+    /// The checks of every record of an admission (one record, or each of
+    /// a batch), in the order docs/api.md gives, made before the agents'
+    /// fences: the project's quota, the agent registered to the key's
+    /// project, the key registered for the agent and active at the
+    /// record's time (on a shared registry, a key not found is looked for
+    /// once more after reloading it: one registered through another front),
+    /// the strict signature (protocol.md §4.3, schemas/src/batch_sig.rs),
+    /// the clock skew at this instant. Blocking: a refused record is looked
+    /// up in the log, since it may be a retry (protocol.md §8), and the
+    /// registry may be reloaded. [`Witness::queue`] looks at the keys and
+    /// the skew once more under the fences.
+    fn check(&self, principal: &Principal, members: Vec<Member>) -> Checked {
+        let n = members.len();
+        let mut answers: Vec<Option<Result<Admitted, WitnessError>>> = vec![None; n];
+        let mut records: Vec<(usize, CheckedRecord)> = Vec::with_capacity(n);
+        let mut keys: Vec<(usize, tally_schemas::PublicKey)> = Vec::with_capacity(n);
+        let mut refreshed = false;
+        let now = self.now();
+        for (i, member) in members.into_iter().enumerate() {
+            let record = match member {
+                Ok(r) => r,
+                Err(e) => {
+                    answers[i] = Some(Err(e));
+                    continue;
+                }
+            };
+            // The project's quota; a retry of an admitted record still
+            // gets its receipt.
+            let size = record.canonical_bytes().len() as u64;
+            if let Err(e) = self.quotas.charge(&principal.project, 1, size, now) {
+                if let Some(held) = self.held_unless_admitted(&mut answers, i, &record, e) {
+                    records.push((i, Err(held)));
+                }
+                continue;
+            }
+            if let Err(e) = self.owned_agent(principal, &record.agent) {
+                records.push((i, Err((record.agent.clone(), record.seq, e))));
+                continue;
+            }
+            let mut found = self.registered_key(principal, &record);
+            if matches!(found, Err(WitnessError::KeyNotAllowed { .. }))
+                && !refreshed
+                && self.registry.is_shared()
+            {
+                // A front whose copy of a shared registry is behind does
+                // not know a key registered through another front yet: it
+                // looks once more after reloading, once per admission.
+                refreshed = true;
+                if let Err(e) = self.registry.refresh_if_changed() {
+                    tracing::warn!("reloading the registry: {e}");
+                }
+                found = self.registered_key(principal, &record);
+            }
+            match found {
+                Ok((key, _)) => {
+                    keys.push((records.len(), key));
+                    records.push((i, Ok(record)));
+                }
+                Err(e) => {
+                    if let Some(held) = self.held_unless_admitted(&mut answers, i, &record, e) {
+                        records.push((i, Err(held)));
+                    }
+                }
+            }
+        }
+        // The registry answers the key registered under the record's key
+        // id, so the ids match; the signature is checked strictly.
+        let mut signed = vec![false; records.len()];
+        for (k, key) in &keys {
+            if let Ok(r) = &records[*k].1 {
+                signed[*k] = key.key_id() == r.key_id && PreparedKey::new(key).verify_record(r);
+            }
+        }
+        // The clock skew at this instant, outside the receive-time lock, so
+        // that a refused record is looked up outside it; the fenced part
+        // checks it again at the receive time.
+        let now = self.now();
+        let mut checked = Vec::with_capacity(records.len());
+        for ((i, slot), signed) in records.into_iter().zip(signed) {
+            let record = match slot {
+                Ok(r) => r,
+                Err(held) => {
+                    checked.push((i, Err(held)));
+                    continue;
+                }
+            };
+            let refusal = if signed {
+                self.check_skew(&record, now).err()
+            } else {
+                Some(WitnessError::BadSignature {
+                    agent: record.agent.clone(),
+                    key_id: record.key_id,
+                })
+            };
+            match refusal {
+                None => checked.push((i, Ok(record))),
+                Some(e) => {
+                    if let Some(held) = self.held_unless_admitted(&mut answers, i, &record, e) {
+                        checked.push((i, Err(held)));
+                    }
+                }
+            }
+        }
+        Checked {
+            answers,
+            records: checked,
+        }
+    }
+
+    /// The checked records of an admission, committed: queued as one group
+    /// commit ([`Witness::queue`]) and each answer written by the request's
+    /// order. A record whose agent's keys changed (through any front) after
+    /// its check is checked against the new ranges and queued again, up to
+    /// [`KEY_CHANGE_ATTEMPTS`] times (protocol.md §4.1).
+    ///
+    /// # Errors
+    /// For the admission as a whole: a full log queue, shutdown.
+    async fn commit(
+        &self,
+        principal: &Principal,
+        checked: Checked,
+    ) -> Result<Vec<Result<Admitted, WitnessError>>, WitnessError> {
+        let Checked {
             mut answers,
             mut records,
         } = checked;
@@ -627,7 +685,10 @@ impl Witness {
             } else {
                 Vec::new()
             };
-            let (pending, queued_at) = self.queue_batch(principal, records, &mut answers).await?;
+            let Some((pending, queued_at)) = self.queue(principal, records, &mut answers).await?
+            else {
+                break;
+            };
             let appended = pending.await?;
             let mut again = std::collections::HashSet::new();
             // The receipts of one group commit share their checkpoint note:
@@ -680,26 +741,28 @@ impl Witness {
         }
         Ok(answers
             .into_iter()
-            .map(|a| {
-                a.unwrap_or_else(|| Err(WitnessError::internal(&"a batch record got no answer")))
-            })
+            .map(|a| a.unwrap_or_else(|| Err(WitnessError::internal(&"a record got no answer"))))
             .collect())
     }
 
-    /// The fenced part of a batch: under the fences of every agent with a
-    /// record to queue, the keys are looked at once more (noting their key
-    /// versions), the clock skew is checked at one receive time, and the
-    /// records are queued as one group commit; a refusal here is written to
-    /// `answers` and keeps its place ([`BatchItem::Refused`]). Returns the
-    /// pending batch and each item's place in the request.
-    async fn queue_batch(
+    /// The fenced part of an admission: under the fences against key
+    /// changes (key_changes.rs) of every agent with a record to queue, the
+    /// keys are looked at once more (noting their key versions), the clock
+    /// skew is checked at one receive time, and the records are queued as
+    /// one group commit, their times counted by their fences before these
+    /// open, so that no key change can end a key before a record it
+    /// signed. A refusal here is written to `answers` and keeps its place
+    /// ([`BatchItem::Refused`]). Returns the pending batch and each item's
+    /// place in the request; `None` when no record is left to append (the
+    /// log is not asked).
+    async fn queue(
         &self,
         principal: &Principal,
         records: Vec<(usize, CheckedRecord)>,
         answers: &mut [Option<Result<Admitted, WitnessError>>],
-    ) -> Result<(tally_log::PendingBatch, Vec<usize>), WitnessError> {
+    ) -> Result<Option<(tally_log::PendingBatch, Vec<usize>)>, WitnessError> {
         // Fences of every agent with a record to queue, taken in name order
-        // so that two batches never wait on each other.
+        // so that two admissions never wait on each other.
         let mut agents: Vec<AgentName> = records
             .iter()
             .filter_map(|(_, r)| r.as_ref().ok().map(|r| r.agent.clone()))
@@ -737,6 +800,9 @@ impl Witness {
                 .last_received
                 .lock()
                 .unwrap_or_else(std::sync::PoisonError::into_inner);
+            // Receive times are taken and records queued under this lock,
+            // so queue order and receive-time order are one. The queueing
+            // itself never waits.
             let now = self.now().max(*last);
             let mut items = Vec::with_capacity(queued.len());
             let mut at = Vec::with_capacity(queued.len());
@@ -745,9 +811,9 @@ impl Witness {
                 let r = match r {
                     Ok(record) => match self.check_skew(&record, now) {
                         Ok(()) => Ok(record),
-                        // Passed at check_batch's instant, not at this
-                        // one (a record at the edge of the bound): a
-                        // retry still gets its receipt.
+                        // Passed at check's instant, not at this one (a
+                        // record at the edge of the bound): a retry still
+                        // gets its receipt.
                         Err(e) => match self.held_unless_admitted(answers, i, &record, e) {
                             Some(held) => Err(held),
                             None => continue,
@@ -774,6 +840,10 @@ impl Witness {
                     BatchItem::Refused { .. } => None,
                 })
                 .collect();
+            if times.is_empty() {
+                // Every answer is known: nothing for the log to append.
+                return Ok(None);
+            }
             let pending = self.log.enqueue_batch_fenced(items, fenced, now)?;
             *last = now;
             for (agent, time) in times {
@@ -784,123 +854,7 @@ impl Witness {
             (pending, at)
         };
         drop(fences);
-        Ok((pending, queued_at))
-    }
-
-    /// The checks of a batch made before the agents' fences (blocking:
-    /// reads the log for the refused records, any of which may be a
-    /// retry): parsing, the rate limit, agent ownership, registered keys,
-    /// signatures and the clock skew at this instant.
-    fn check_batch(
-        &self,
-        principal: &Principal,
-        body: &[u8],
-    ) -> Result<BatchChecked, WitnessError> {
-        // Paid before the parse, by size: one token per `max_body_bytes`
-        // (the most one record may take) of the body, so that a batch that
-        // fails to parse costs its sender as much as the records it could
-        // hold; then one more per record beyond that, as debt
-        // (docs/api.md "POST /v1/records/batch").
-        let by_size = body
-            .len()
-            .div_ceil(self.config.max_body_bytes.max(1))
-            .max(1);
-        self.limiter
-            .take_n(&principal.key_id, by_size, self.now())
-            .map_err(|retry_after_ms| WitnessError::RateLimited { retry_after_ms })?;
-        let request = BatchRequest::parse(body)?;
-        let n = request.records.len();
-        self.limiter
-            .charge(&principal.key_id, n.saturating_sub(by_size), self.now());
-        let mut answers: Vec<Option<Result<Admitted, WitnessError>>> = vec![None; n];
-        let mut records: Vec<(usize, CheckedRecord)> = Vec::with_capacity(n);
-        let mut keys: Vec<(usize, tally_schemas::PublicKey)> = Vec::with_capacity(n);
-        let mut refreshed = false;
-        let now = self.now();
-        for (i, member) in request.records.into_iter().enumerate() {
-            let record = match member {
-                Ok(r) => r,
-                Err(e) => {
-                    answers[i] = Some(Err(e.into()));
-                    continue;
-                }
-            };
-            // Each record against its project's quota, as in `admit_as`.
-            let size = record.canonical_bytes().len() as u64;
-            if let Err(e) = self.quotas.charge(&principal.project, 1, size, now) {
-                if let Some(held) = self.held_unless_admitted(&mut answers, i, &record, e) {
-                    records.push((i, Err(held)));
-                }
-                continue;
-            }
-            if let Err(e) = self.owned_agent(principal, &record.agent) {
-                records.push((i, Err((record.agent.clone(), record.seq, e))));
-                continue;
-            }
-            let mut found = self.registered_key(principal, &record);
-            if matches!(found, Err(WitnessError::KeyNotAllowed { .. }))
-                && !refreshed
-                && self.registry.is_shared()
-            {
-                // A key registered through another front, not reloaded yet
-                // (as in `admit_as`): look once more, once per batch.
-                refreshed = true;
-                if let Err(e) = self.registry.refresh_if_changed() {
-                    tracing::warn!("reloading the registry: {e}");
-                }
-                found = self.registered_key(principal, &record);
-            }
-            match found {
-                Ok((key, _)) => {
-                    keys.push((records.len(), key));
-                    records.push((i, Ok(record)));
-                }
-                Err(e) => {
-                    if let Some(held) = self.held_unless_admitted(&mut answers, i, &record, e) {
-                        records.push((i, Err(held)));
-                    }
-                }
-            }
-        }
-        let mut signed = vec![false; records.len()];
-        for (k, key) in &keys {
-            if let Ok(r) = &records[*k].1 {
-                signed[*k] = PreparedKey::new(key).verify_record(r);
-            }
-        }
-        // The clock skew at this instant; the fenced part checks it again
-        // at the batch's receive time.
-        let now = self.now();
-        let mut checked = Vec::with_capacity(records.len());
-        for ((i, slot), signed) in records.into_iter().zip(signed) {
-            let record = match slot {
-                Ok(r) => r,
-                Err(held) => {
-                    checked.push((i, Err(held)));
-                    continue;
-                }
-            };
-            let refusal = if signed {
-                self.check_skew(&record, now).err()
-            } else {
-                Some(WitnessError::BadSignature {
-                    agent: record.agent.clone(),
-                    key_id: record.key_id,
-                })
-            };
-            match refusal {
-                None => checked.push((i, Ok(record))),
-                Some(e) => {
-                    if let Some(held) = self.held_unless_admitted(&mut answers, i, &record, e) {
-                        checked.push((i, Err(held)));
-                    }
-                }
-            }
-        }
-        Ok(BatchChecked {
-            answers,
-            records: checked,
-        })
+        Ok(Some((pending, queued_at)))
     }
 
     /// The committed head of `agent`'s chain, for the principal's own agents.

@@ -406,6 +406,13 @@ pub trait LogStore: Send + Sync + 'static {
     fn sync(&self) -> Result<(), StoreError> {
         Ok(())
     }
+
+    /// This store as one that several fronts share ([`SharedStore`]), if
+    /// it was opened as one: [`crate::Log::open`] then opens a front over
+    /// it. A store one process owns answers `None`.
+    fn shared(self: std::sync::Arc<Self>) -> Option<std::sync::Arc<dyn SharedStore>> {
+        None
+    }
 }
 
 /// The rules of [`LogStore::put_cosignature`], shared by the backends.
@@ -468,4 +475,106 @@ pub(crate) fn check_put_checkpoint(
         }
     }
     Ok(false)
+}
+
+/// The sequencer's lease over a store several processes share
+/// (docs/operations.md, "Running on PostgreSQL"): at most one holder
+/// sequences the log. Every write of the store checks, in the step that
+/// makes it, that this store's token is the current one, so a holder that
+/// lost the lease (paused past its expiry, cut off) can never write after
+/// another took over: its write fails with [`StoreError::Fenced`] and
+/// nothing lands. A holder keeps its lease renewed by itself while it
+/// lives.
+pub trait Lease: Send + Sync {
+    /// Takes the lease if this store holds none and it is free or expired
+    /// (and then keeps it renewed); whether this store holds it now.
+    ///
+    /// # Errors
+    /// [`StoreError::Backend`] when the store cannot be reached.
+    fn try_lease(&self) -> Result<bool, StoreError>;
+
+    /// Gives the lease up, if this store holds it: its writes are fenced
+    /// from now on, and another process may take it at once.
+    fn release_lease(&self);
+
+    /// The fencing token of the lease this store holds (0: none, or lost).
+    fn lease_token(&self) -> i64;
+
+    /// How long the lease lasts unrenewed.
+    fn lease_ttl(&self) -> std::time::Duration;
+
+    /// Who holds the lease, for messages.
+    ///
+    /// # Errors
+    /// [`StoreError::Backend`] when the store cannot be reached.
+    fn lease_holder(&self) -> Result<String, StoreError>;
+}
+
+/// An open hand-over request: `(id, received, items)`.
+pub type OpenRow = (i64, i64, String);
+
+/// The hand-over (docs/storage.md, "PostgreSQL layout", `tally_pending`):
+/// how a front that does not sequence passes admitted requests to the one
+/// that does, and gets their answers back. The requests and answers are
+/// opaque text here (the front encodes them). None of these writes needs
+/// the lease: they are not the log.
+pub trait HandOver: Send + Sync {
+    /// Stores one request per `(received, items)`, in order, and wakes
+    /// [`HandOver::on_requests`]; the new requests' ids, ascending in the
+    /// same order.
+    ///
+    /// # Errors
+    /// [`StoreError::Backend`] (the requests may or may not have landed).
+    fn pending_insert(
+        &self,
+        front: &str,
+        requests: &[(i64, String)],
+    ) -> Result<Vec<i64>, StoreError>;
+
+    /// Up to `limit` unanswered requests in id order, leaving out `skip`
+    /// (those being integrated already).
+    ///
+    /// # Errors
+    /// [`StoreError::Backend`].
+    fn pending_open(&self, skip: &[i64], limit: i64) -> Result<Vec<OpenRow>, StoreError>;
+
+    /// Writes answers `(id, answers)` of requests not answered yet (the
+    /// first answer stands), durably, then wakes [`HandOver::on_answers`].
+    ///
+    /// # Errors
+    /// [`StoreError::Backend`].
+    fn pending_answer(&self, answers: &[(i64, String)]) -> Result<(), StoreError>;
+
+    /// The answers written so far for the requests `ids`.
+    ///
+    /// # Errors
+    /// [`StoreError::Backend`].
+    fn pending_answers(&self, ids: &[i64]) -> Result<Vec<(i64, String)>, StoreError>;
+
+    /// Deletes answered requests: `ids`, and every one answered more than
+    /// `older_than_secs` ago (nobody came back for it); how many.
+    ///
+    /// # Errors
+    /// [`StoreError::Backend`].
+    fn pending_delete(&self, ids: &[i64], older_than_secs: f64) -> Result<u64, StoreError>;
+
+    /// Woken when requests were handed over (the sequencer waits on it;
+    /// it polls as well, since a wake may be lost).
+    ///
+    /// # Errors
+    /// [`StoreError::Backend`] when the store cannot be listened to.
+    fn on_requests(&self) -> Result<std::sync::Arc<tokio::sync::Notify>, StoreError>;
+
+    /// Woken when answers were written (followers wait on it, and poll).
+    ///
+    /// # Errors
+    /// [`StoreError::Backend`] when the store cannot be listened to.
+    fn on_answers(&self) -> Result<std::sync::Arc<tokio::sync::Notify>, StoreError>;
+}
+
+/// A store several fronts share ([`crate::Log::open_front`]): the log's
+/// tables, the sequencer's lease and the hand-over.
+pub trait SharedStore: LogStore + Lease + HandOver {
+    /// This store as the log's tables.
+    fn log_store(self: std::sync::Arc<Self>) -> std::sync::Arc<dyn LogStore>;
 }

@@ -30,15 +30,20 @@ use std::time::Duration;
 use tally_schemas::{AgentName, Hash, LeafIndex, Nonce, Seq, TreeSize};
 use tokio_postgres::Client;
 
+mod conn;
 pub mod fence;
+mod lease;
 mod pending;
 mod tls;
+pub use conn::{migrate, ConnectError, MigrateError, PgRuntime};
+pub use lease::LeaseOptions;
+use lease::{check_lease, holder_name, ttl_ms, LeaseState};
 pub use pending::{OpenRow, ANSWERS_CHANNEL, PENDING_CHANNEL};
 pub use tls::{Connector, PgConnection, PgTlsStream, SslMode};
 
 use super::{
-    check_put_checkpoint, check_put_cosignature, BatchWrite, ChainHead, Found, LogStore, Lookup,
-    StoreError,
+    check_put_checkpoint, check_put_cosignature, BatchWrite, ChainHead, Found, Lease, LogStore,
+    Lookup, SharedStore, StoreError,
 };
 
 /// The migrations of the schema, in the order they are applied. Version
@@ -119,184 +124,17 @@ pub fn redact_url(url: &str) -> String {
     tls::redact(url)
 }
 
-/// How a store takes the sequencer's lease (docs/operations.md, "Running
-/// on PostgreSQL"). Only the holder of the lease writes: every write
-/// transaction checks, under a share lock on the lease row, that the
-/// lease is unexpired and its token is this store's, so a process that
-/// lost it (paused past its expiry, cut off from the database) can never
-/// commit a batch or store a checkpoint after another took over.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct LeaseOptions {
-    /// How long a lease lasts unless renewed; it is renewed every third
-    /// of it. A dead holder's lease is taken over after at most this long.
-    pub ttl: Duration,
-    /// At open, wait for a lease held by another process to expire or be
-    /// released (a standby) instead of failing.
-    pub wait: bool,
-}
-
-impl Default for LeaseOptions {
-    fn default() -> Self {
-        Self {
-            ttl: Duration::from_secs(10),
-            wait: false,
-        }
-    }
-}
-
-/// The lease this store holds: its token (0 while it holds none).
-#[derive(Debug)]
-struct LeaseState {
-    token: AtomicI64,
-    holder: String,
-    ttl_ms: i64,
-}
-
-/// Takes the lease if it is free or expired; `Some(token)` when taken.
-async fn try_acquire(c: &Client, lease: &LeaseState) -> Result<Option<i64>, StoreError> {
-    let row = c
-        .query_opt(
-            "UPDATE log_lease SET token = token + 1, holder = $1,
-                 expires_at = clock_timestamp() + $2::float8 * interval '1 millisecond'
-             WHERE id = 1 AND expires_at <= clock_timestamp()
-             RETURNING token",
-            &[&lease.holder, &(lease.ttl_ms as f64)],
-        )
-        .await
-        .map_err(|e| backend(&e))?;
-    Ok(row.map(|r| r.get(0)))
-}
-
-/// Extends the lease `token` if it is still unexpired; whether it was.
-async fn try_renew(c: &Client, lease: &LeaseState, token: i64) -> Result<bool, StoreError> {
-    let n = c
-        .execute(
-            "UPDATE log_lease SET expires_at = clock_timestamp() + $2::float8 * interval '1 millisecond'
-             WHERE id = 1 AND token = $1 AND expires_at > clock_timestamp()",
-            &[&token, &(lease.ttl_ms as f64)],
-        )
-        .await
-        .map_err(|e| backend(&e))?;
-    Ok(n == 1)
-}
-
-/// Who holds the lease and for how much longer, for messages.
-async fn lease_holder(c: &Client) -> Result<String, StoreError> {
-    let row = c
-        .query_one(
-            "SELECT holder, token,
-                    greatest(0, extract(epoch FROM expires_at - clock_timestamp()))::float8
-             FROM log_lease WHERE id = 1",
-            &[],
-        )
-        .await
-        .map_err(|e| backend(&e))?;
-    let (holder, token, left): (String, i64, f64) = (row.get(0), row.get(1), row.get(2));
-    Ok(format!("{holder} (token {token}, {left:.1}s left)"))
-}
-
-/// A ttl as whole milliseconds, at least 300.
-fn ttl_ms(ttl: Duration) -> i64 {
-    i64::try_from(ttl.as_millis()).unwrap_or(i64::MAX).max(300)
-}
-
-/// Renews the lease `token` every third of its ttl on `client`, until this
-/// store gives it up or loses it. A lease that expired unrenewed (the
-/// process was paused, starved or cut off) is taken again with a new token
-/// if nobody else took it (the log re-reads the store before its next
-/// write, as after any failed write); one that another process took is
-/// lost: the token goes to 0 and every write is fenced from then on.
-async fn renew_lease(client: Client, lease: Arc<LeaseState>, mut token: i64) {
-    let period = Duration::from_millis((lease.ttl_ms / 3).max(100) as u64);
-    loop {
-        tokio::time::sleep(period).await;
-        if lease.token.load(Ordering::SeqCst) != token {
-            return;
-        }
-        match try_renew(&client, &lease, token).await {
-            Ok(true) => {}
-            Ok(false) => {
-                let _ = lease
-                    .token
-                    .compare_exchange(token, 0, Ordering::SeqCst, Ordering::SeqCst);
-                match try_acquire(&client, &lease).await {
-                    Ok(Some(t))
-                        if lease
-                            .token
-                            .compare_exchange(0, t, Ordering::SeqCst, Ordering::SeqCst)
-                            .is_ok() =>
-                    {
-                        tracing::warn!(
-                            old = token,
-                            new = t,
-                            "the log's lease expired before it was renewed; took it again"
-                        );
-                        token = t;
-                    }
-                    _ => {
-                        tracing::error!(
-                            token,
-                            "lost the log's lease to another process: this process no longer sequences"
-                        );
-                        return;
-                    }
-                }
-            }
-            Err(e) => tracing::warn!(error = %e, "renewing the log's lease failed; retrying"),
-        }
-    }
-}
-
-/// The fencing check of every write, inside its transaction.
-async fn check_lease(
-    tx: &tokio_postgres::Transaction<'_>,
-    lease: Option<&LeaseState>,
-) -> Result<(), StoreError> {
-    let Some(lease) = lease else {
-        return Err(StoreError::Conflict(
-            "this store was opened without the sequencer's lease: it cannot write".into(),
-        ));
-    };
-    let mine = lease.token.load(Ordering::SeqCst);
-    let row = tx
-        .query_opt(
-            "SELECT token FROM log_lease WHERE id = 1 AND expires_at > clock_timestamp() FOR SHARE",
-            &[],
-        )
-        .await
-        .map_err(|e| backend(&e))?;
-    match row.map(|r| r.get::<_, i64>(0)) {
-        Some(t) if mine != 0 && t == mine => Ok(()),
-        _ => Err(StoreError::Fenced(format!(
-            "this process no longer holds the log's lease (its token was {mine}); \
-             another sequencer may have taken over"
-        ))),
-    }
-}
-
-/// This process, as a lease holder: host, pid and a per-open counter.
-fn holder_name() -> String {
-    static OPENED: AtomicUsize = AtomicUsize::new(0);
-    let host = std::fs::read_to_string("/proc/sys/kernel/hostname")
-        .map(|h| h.trim().to_owned())
-        .unwrap_or_else(|_| "host".into());
-    format!(
-        "{host}:{}:{}",
-        std::process::id(),
-        OPENED.fetch_add(1, Ordering::Relaxed)
-    )
-}
-
 /// A [`LogStore`] in a PostgreSQL database.
 pub struct PostgresStore {
-    /// Drives the connections; shut down without blocking on drop (the
-    /// store may be dropped on a runtime thread).
-    rt: Option<tokio::runtime::Runtime>,
-    connector: Connector,
+    /// Drives the connections (module `conn`).
+    pg: PgRuntime,
     writer: Mutex<Option<Client>>,
     readers: Vec<Mutex<Option<Arc<Client>>>>,
     next_reader: AtomicUsize,
     lease: Option<Arc<LeaseState>>,
+    /// Opened for a front ([`PostgresStore::open_front`]): the log opens a
+    /// front over it.
+    front: bool,
 }
 
 impl std::fmt::Debug for PostgresStore {
@@ -309,9 +147,6 @@ impl Drop for PostgresStore {
     fn drop(&mut self) {
         // Release the lease so that a standby takes over at once.
         self.release_lease();
-        if let Some(rt) = self.rt.take() {
-            rt.shutdown_background();
-        }
     }
 }
 
@@ -343,19 +178,15 @@ impl PostgresStore {
                 redact_url(url)
             ))
         })?;
-        let rt = tokio::runtime::Builder::new_multi_thread()
-            .worker_threads(1)
-            .thread_name("tally-postgres")
-            .enable_all()
-            .build()
+        let pg = PgRuntime::new(connector, "tally-postgres", "")
             .map_err(|e| StoreError::Backend(format!("postgresql runtime: {e}")))?;
         let store = Self {
-            rt: Some(rt),
-            connector,
+            pg,
             writer: Mutex::new(None),
             readers: (0..READERS).map(|_| Mutex::new(None)).collect(),
             next_reader: AtomicUsize::new(0),
             lease: None,
+            front: false,
         };
         store.migrate()?;
         match lease {
@@ -364,68 +195,15 @@ impl PostgresStore {
         }
     }
 
-    /// Takes the lease (waiting for it if asked), then keeps renewing it on
-    /// a connection of its own.
-    fn take_lease(mut self, options: LeaseOptions) -> Result<Self, StoreError> {
-        let lease = Arc::new(LeaseState {
-            token: AtomicI64::new(0),
-            holder: holder_name(),
-            ttl_ms: ttl_ms(options.ttl),
-        });
-        self.lease = Some(Arc::clone(&lease));
-        let mut said = false;
-        loop {
-            match self.acquire_once()? {
-                Ok(()) => {
-                    if said {
-                        tracing::warn!(token = self.lease_token(), "took over the log's lease");
-                    }
-                    return Ok(self);
-                }
-                Err(holder) if !options.wait => {
-                    return Err(StoreError::Conflict(format!(
-                        "the log in this database is sequenced by another process: {holder}"
-                    )))
-                }
-                Err(holder) => {
-                    if !said {
-                        tracing::warn!("standing by: the log's lease is held by {holder}");
-                        said = true;
-                    }
-                    std::thread::sleep(Duration::from_millis(
-                        (lease.ttl_ms / 4).clamp(100, 1000) as u64
-                    ));
-                }
-            }
-        }
-    }
-
-    /// Gives the lease up, if this store holds it: writes are fenced from
-    /// now on, and another process may take it at once.
-    pub fn release_lease(&self) {
-        if let Some(lease) = &self.lease {
-            let token = lease.token.swap(0, Ordering::SeqCst);
-            if token != 0 {
-                let _ = self.write(async |c| {
-                    c.execute(
-                        "UPDATE log_lease SET expires_at = '-infinity' WHERE id = 1 AND token = $1",
-                        &[&token],
-                    )
-                    .await
-                    .map_err(|e| backend(&e))
-                });
-            }
-        }
-    }
-
     /// Opens the store for a front (docs/operations.md, "Running on
     /// PostgreSQL", "Several fronts"): it reads at once, and writes only
-    /// once [`PostgresStore::try_lease`] has taken the lease.
+    /// once [`Lease::try_lease`] has taken the lease.
     ///
     /// # Errors
     /// As [`PostgresStore::open`].
     pub fn open_front(url: &str, ttl: Duration) -> Result<Self, StoreError> {
         let mut store = Self::open_with(url, None)?;
+        store.front = true;
         store.lease = Some(Arc::new(LeaseState {
             token: AtomicI64::new(0),
             holder: holder_name(),
@@ -434,106 +212,12 @@ impl PostgresStore {
         Ok(store)
     }
 
-    /// Takes the lease if this store holds none and it is free or expired,
-    /// and then keeps renewing it; whether this store holds it now. A store
-    /// opened without a lease never holds one.
-    ///
-    /// # Errors
-    /// [`StoreError::Backend`] when the database cannot be reached.
-    pub fn try_lease(&self) -> Result<bool, StoreError> {
-        if self.lease.is_none() {
-            return Ok(false);
-        }
-        if self.lease_token() != 0 {
-            return Ok(true);
-        }
-        Ok(self.acquire_once()?.is_ok())
-    }
-
-    /// Who holds the lease, for messages.
-    ///
-    /// # Errors
-    /// [`StoreError::Backend`] when the database cannot be reached.
-    pub fn lease_holder(&self) -> Result<String, StoreError> {
-        self.read(async |c| lease_holder(c).await)
-    }
-
-    /// The lease's time to live (the default when opened without one).
-    #[must_use]
-    pub fn lease_ttl(&self) -> Duration {
-        self.lease
-            .as_ref()
-            .map_or(LeaseOptions::default().ttl, |l| {
-                Duration::from_millis(u64::try_from(l.ttl_ms).unwrap_or(u64::MAX))
-            })
-    }
-
-    /// One attempt at the lease: `Ok(Ok(()))` when taken (renewal then
-    /// runs until it is lost), `Ok(Err(holder))` when another holds it.
-    fn acquire_once(&self) -> Result<Result<(), String>, StoreError> {
-        let Some(lease) = self.lease.as_ref().map(Arc::clone) else {
-            return Ok(Err("nobody: this store was opened without a lease".into()));
-        };
-        let got = self.write(async |c| match try_acquire(c, &lease).await? {
-            Some(t) => Ok(Ok(t)),
-            None => Ok(Err(lease_holder(c).await?)),
-        })?;
-        let token = match got {
-            Ok(token) => token,
-            Err(holder) => return Ok(Err(holder)),
-        };
-        let client = match self.connect() {
-            Ok(c) => c,
-            Err(e) => {
-                // Give it back rather than hold it unrenewed.
-                let _ = self.write(async |c| {
-                    c.execute(
-                        "UPDATE log_lease SET expires_at = '-infinity' WHERE id = 1 AND token = $1",
-                        &[&token],
-                    )
-                    .await
-                    .map_err(|e| backend(&e))
-                });
-                return Err(e);
-            }
-        };
-        lease.token.store(token, Ordering::SeqCst);
-        let rt = self
-            .rt
-            .as_ref()
-            .ok_or_else(|| StoreError::Backend("postgresql store is closed".into()))?;
-        rt.spawn(renew_lease(client, lease, token));
-        Ok(Ok(()))
-    }
-
-    /// The fencing token of the lease this store holds (0: none).
-    #[must_use]
-    pub fn lease_token(&self) -> i64 {
-        self.lease
-            .as_ref()
-            .map_or(0, |l| l.token.load(Ordering::SeqCst))
-    }
-
     fn connect(&self) -> Result<Client, StoreError> {
-        let rt = self
-            .rt
-            .as_ref()
-            .ok_or_else(|| StoreError::Backend("postgresql store is closed".into()))?;
-        let connector = self.connector.clone();
-        let task = rt.spawn(async move {
-            let (client, connection) = connector.connect().await?;
-            tokio::spawn(async move {
-                if let Err(e) = connection.await {
-                    tracing::warn!("postgresql connection ended: {e}");
-                }
-            });
-            Ok::<_, tokio_postgres::Error>(client)
-        });
-        match futures::executor::block_on(task) {
-            Ok(Ok(client)) => Ok(client),
-            Ok(Err(e)) => Err(StoreError::Backend(self.connector.explain(&e))),
-            Err(e) => Err(StoreError::Backend(format!("postgresql connect: {e}"))),
-        }
+        self.pg.connect().map_err(|e| match e {
+            ConnectError::Closed => StoreError::Backend("postgresql store is closed".into()),
+            ConnectError::Postgres(e) => StoreError::Backend(self.pg.connector().explain(&e)),
+            ConnectError::Task(e) => StoreError::Backend(format!("postgresql connect: {e}")),
+        })
     }
 
     /// Runs `f` with the writing connection (reconnecting if it closed).
@@ -577,46 +261,19 @@ impl PostgresStore {
     /// Applies the migrations the database lacks, under an advisory lock.
     fn migrate(&self) -> Result<(), StoreError> {
         self.write(async |c| {
-            let tx = c.transaction().await.map_err(|e| backend(&e))?;
-            tx.execute("SELECT pg_advisory_xact_lock($1)", &[&MIGRATION_LOCK])
+            migrate(c, MIGRATION_LOCK, "tally_schema_version", MIGRATIONS)
                 .await
-                .map_err(|e| backend(&e))?;
-            tx.batch_execute(
-                "CREATE TABLE IF NOT EXISTS tally_schema_version (
-                     version    integer PRIMARY KEY,
-                     name       text NOT NULL,
-                     applied_at timestamptz NOT NULL DEFAULT now())",
-            )
-            .await
-            .map_err(|e| backend(&e))?;
-            let current: i32 = tx
-                .query_one(
-                    "SELECT coalesce(max(version), 0) FROM tally_schema_version",
-                    &[],
-                )
-                .await
-                .map_err(|e| backend(&e))?
-                .get(0);
-            if current > schema_version() {
-                return Err(StoreError::Corrupt(format!(
-                    "the database has schema version {current}; this build knows versions up to {}: \
-                     run a newer tally",
-                    schema_version()
-                )));
-            }
-            for (n, (name, sql)) in MIGRATIONS.iter().enumerate().skip(current as usize) {
-                let version = i32::try_from(n + 1).unwrap_or(i32::MAX);
-                tx.batch_execute(sql).await.map_err(|e| {
-                    StoreError::Backend(format!("migration {name} failed: {}", backend(&e)))
-                })?;
-                tx.execute(
-                    "INSERT INTO tally_schema_version (version, name) VALUES ($1, $2)",
-                    &[&version, name],
-                )
-                .await
-                .map_err(|e| backend(&e))?;
-            }
-            tx.commit().await.map_err(|e| backend(&e))
+                .map_err(|e| match e {
+                    MigrateError::Postgres(e) => backend(&e),
+                    MigrateError::Newer { current, known } => StoreError::Corrupt(format!(
+                        "the database has schema version {current}; this build knows versions up to {known}: \
+                         run a newer tally"
+                    )),
+                    MigrateError::Failed { name, source } => StoreError::Backend(format!(
+                        "migration {name} failed: {}",
+                        backend(&source)
+                    )),
+                })
         })
     }
 }
@@ -791,6 +448,12 @@ async fn opt_index(
     let row = c.query_opt(sql, &[key]).await.map_err(|e| backend(&e))?;
     row.map(|r| Ok(LeafIndex::new(unbig(r.get(0), "index")?)))
         .transpose()
+}
+
+impl SharedStore for PostgresStore {
+    fn log_store(self: Arc<Self>) -> Arc<dyn LogStore> {
+        self
+    }
 }
 
 impl LogStore for PostgresStore {
@@ -1115,6 +778,14 @@ impl LogStore for PostgresStore {
                 .map_err(|e| backend(&e))?;
             Ok(rows.iter().map(|r| (r.get(0), r.get(1))).collect())
         })
+    }
+
+    fn shared(self: Arc<Self>) -> Option<Arc<dyn SharedStore>> {
+        if self.front {
+            Some(self)
+        } else {
+            None
+        }
     }
 
     fn sync(&self) -> Result<(), StoreError> {

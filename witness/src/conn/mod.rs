@@ -120,15 +120,6 @@ impl ConnectionStats {
         self.closed[i].fetch_add(1, Ordering::Relaxed);
     }
 
-    /// Connections closed by the server for `reason` since start.
-    #[must_use]
-    pub fn closed_for(&self, reason: CloseReason) -> u64 {
-        CloseReason::ALL
-            .iter()
-            .position(|r| *r == reason)
-            .map_or(0, |i| self.closed[i].load(Ordering::Relaxed))
-    }
-
     /// Connections open now.
     #[must_use]
     pub fn open(&self) -> u64 {

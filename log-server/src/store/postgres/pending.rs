@@ -10,23 +10,22 @@ use std::time::Duration;
 use tokio_postgres::{AsyncMessage, Client};
 
 use super::{backend, Connector, PostgresStore};
-use crate::store::StoreError;
+use crate::store::{HandOver, StoreError};
 
 /// The channel a front notifies after inserting requests.
 pub const PENDING_CHANNEL: &str = "tally_pending";
 /// The channel the sequencer notifies after writing answers.
 pub const ANSWERS_CHANNEL: &str = "tally_answers";
 
-/// An open request: `(id, received, items)`.
-pub type OpenRow = (i64, i64, String);
+pub use crate::store::OpenRow;
 
-impl PostgresStore {
+impl HandOver for PostgresStore {
     /// Inserts one row per request, `(received, items)`, in order, and
     /// notifies [`PENDING_CHANNEL`]; the new rows' ids, in the same order.
     ///
     /// # Errors
     /// [`StoreError::Backend`] (the rows may or may not have landed).
-    pub fn pending_insert(
+    fn pending_insert(
         &self,
         front: &str,
         requests: &[(i64, String)],
@@ -63,7 +62,7 @@ impl PostgresStore {
     ///
     /// # Errors
     /// [`StoreError::Backend`].
-    pub fn pending_open(&self, skip: &[i64], limit: i64) -> Result<Vec<OpenRow>, StoreError> {
+    fn pending_open(&self, skip: &[i64], limit: i64) -> Result<Vec<OpenRow>, StoreError> {
         self.read(async |c| {
             let rows = c
                 .query(
@@ -87,7 +86,7 @@ impl PostgresStore {
     ///
     /// # Errors
     /// [`StoreError::Backend`].
-    pub fn pending_answer(&self, answers: &[(i64, String)]) -> Result<(), StoreError> {
+    fn pending_answer(&self, answers: &[(i64, String)]) -> Result<(), StoreError> {
         if answers.is_empty() {
             return Ok(());
         }
@@ -113,7 +112,7 @@ impl PostgresStore {
     ///
     /// # Errors
     /// [`StoreError::Backend`].
-    pub fn pending_answers(&self, ids: &[i64]) -> Result<Vec<(i64, String)>, StoreError> {
+    fn pending_answers(&self, ids: &[i64]) -> Result<Vec<(i64, String)>, StoreError> {
         if ids.is_empty() {
             return Ok(Vec::new());
         }
@@ -135,7 +134,7 @@ impl PostgresStore {
     ///
     /// # Errors
     /// [`StoreError::Backend`].
-    pub fn pending_delete(&self, ids: &[i64], older_than_secs: f64) -> Result<u64, StoreError> {
+    fn pending_delete(&self, ids: &[i64], older_than_secs: f64) -> Result<u64, StoreError> {
         self.read(async |c| {
             c.execute(
                 "DELETE FROM tally_pending WHERE answers IS NOT NULL
@@ -148,6 +147,16 @@ impl PostgresStore {
         })
     }
 
+    fn on_requests(&self) -> Result<Arc<tokio::sync::Notify>, StoreError> {
+        self.listen(PENDING_CHANNEL)
+    }
+
+    fn on_answers(&self) -> Result<Arc<tokio::sync::Notify>, StoreError> {
+        self.listen(ANSWERS_CHANNEL)
+    }
+}
+
+impl PostgresStore {
     /// LISTENs on `channel` on a connection of its own and wakes the
     /// returned `Notify` on each notification. When that connection ends it
     /// is reopened, with a back-off from 100 ms doubling to 5 s, and the
@@ -158,10 +167,10 @@ impl PostgresStore {
     /// [`StoreError::Backend`] when the first connection or LISTEN fails.
     pub fn listen(&self, channel: &str) -> Result<Arc<tokio::sync::Notify>, StoreError> {
         let rt = self
-            .rt
-            .as_ref()
+            .pg
+            .runtime()
             .ok_or_else(|| StoreError::Backend("postgresql store is closed".into()))?;
-        let connector = self.connector.clone();
+        let connector = self.pg.connector().clone();
         let notify = Arc::new(tokio::sync::Notify::new());
         let wake = Arc::clone(&notify);
         let channel = channel.to_owned();
@@ -173,7 +182,7 @@ impl PostgresStore {
         match futures::executor::block_on(first) {
             Ok(Ok(())) => Ok(notify),
             Ok(Err(e)) if e.as_db_error().is_some() => Err(backend(&e)),
-            Ok(Err(e)) => Err(StoreError::Backend(self.connector.explain(&e))),
+            Ok(Err(e)) => Err(StoreError::Backend(self.pg.connector().explain(&e))),
             Err(e) => Err(StoreError::Backend(format!("postgresql listen: {e}"))),
         }
     }

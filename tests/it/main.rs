@@ -25,6 +25,7 @@ mod postgres_failover;
 mod postgres_fronts;
 mod postgres_key_fence;
 mod postgres_tls;
+mod report_cli;
 mod retry_e2e;
 mod storage_migration;
 mod verify_cli;

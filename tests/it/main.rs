@@ -13,6 +13,7 @@ mod batch_e2e;
 mod conformance;
 mod cosigner_e2e;
 mod cosigning_e2e;
+mod disclose_e2e;
 mod key_changes_e2e;
 mod log_kill9;
 mod log_kill9_batch;

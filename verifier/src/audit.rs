@@ -101,6 +101,7 @@ th { background: #f0f0f0; }
 .legend span { display: inline-block; margin-right: 1rem; }
 .swatch { display: inline-block; width: 0.8em; height: 0.8em; margin-right: 0.3em; vertical-align: middle; }
 svg { max-width: 100%; height: auto; }
+#checks td:nth-child(2), #checks td:nth-child(2) code { white-space: nowrap; overflow-wrap: normal; }
 section.agent { border-top: 2px solid var(--ink); margin-top: 2rem; }
 footer { margin-top: 2rem; border-top: 1px solid var(--line); color: var(--mute); font-size: 0.85em; }
 @page { size: A4; margin: 15mm 12mm 18mm; @bottom-center { content: "page " counter(page) " of " counter(pages); font-size: 9pt; } }
@@ -203,9 +204,10 @@ fn chart_svg(out: &mut String, agent: &str, c: &Chart) {
     );
     let _ = write!(
         out,
-        r#"<p class="legend muted">One bar per {} ({} buckets). "#,
+        r#"<p class="legend muted">One bar per {} ({} bucket{}). "#,
         duration(c.bucket_ms),
-        c.buckets
+        c.buckets,
+        if c.buckets == 1 { "" } else { "s" }
     );
     for (k, t) in c.tools.iter().enumerate() {
         let _ = write!(

@@ -527,3 +527,147 @@ pub fn render_html(r: &AuditReport) -> String {
     );
     out
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use tally_schemas::audit::{AgentSection, AuditReport, CallRef, PackInfo, Period, TrustInfo};
+    use tally_schemas::report::{
+        CheckId, CheckResult, DisclosureCheck, DisclosureStatus, RecordRef, Report,
+    };
+
+    const HOSTILE: &str = "<script>alert(1)</script>\u{202e}\"'&";
+
+    fn hostile_report() -> AuditReport {
+        let checks = CheckId::ALL
+            .iter()
+            .map(|&id| CheckResult {
+                id,
+                status: if id == CheckId::Chain {
+                    CheckStatus::Fail
+                } else {
+                    CheckStatus::Pass
+                },
+                message: format!("{HOSTILE}#3: does not link"),
+                records: vec![RecordRef {
+                    agent: HOSTILE.into(),
+                    seq: 3,
+                    index: None,
+                }],
+            })
+            .collect();
+        let verification = Report {
+            v: 2,
+            checks,
+            coverage: vec![
+                format!("{HOSTILE}: tool {HOSTILE} added at seq 1"),
+                HOSTILE.into(),
+            ],
+            agents: Vec::new(),
+            records: 4,
+            result: Verdict::Fail,
+            disclosures: vec![DisclosureCheck {
+                file: HOSTILE.into(),
+                agent: HOSTILE.into(),
+                call_id: HOSTILE.into(),
+                status: DisclosureStatus::Match,
+                message: HOSTILE.into(),
+                input_seq: Some(1),
+                input: Some(serde_json::json!({"x": HOSTILE})),
+                output_seq: None,
+                output: None,
+            }],
+        };
+        let call = CallRef {
+            seq: 2,
+            time: HOSTILE.into(),
+            call_id: HOSTILE.into(),
+            tool: Some(HOSTILE.into()),
+            status: "error".into(),
+        };
+        let section = AgentSection {
+            agent: HOSTILE.into(),
+            first_seq: 0,
+            last_seq: 3,
+            records: 4,
+            period_records: 4,
+            first_time: None,
+            last_time: None,
+            calls: 1,
+            chart: Some(Chart {
+                start_ms: 0,
+                bucket_ms: 1000,
+                buckets: 1,
+                records: vec![4],
+                tools: vec![tally_schemas::audit::ToolSeries {
+                    tool: Some(HOSTILE.into()),
+                    calls: 1,
+                    counts: vec![1],
+                }],
+            }),
+            outcomes: Vec::new(),
+            not_ok: vec![call.clone()],
+            not_ok_more: 0,
+            open: vec![call],
+            open_more: 0,
+            key_changes: Vec::new(),
+            statements: Vec::new(),
+            named_by_checks: Vec::new(),
+        };
+        let (agents, statements) = sections(&verification, vec![section]);
+        AuditReport {
+            v: 1,
+            tally_version: "0".into(),
+            generated: HOSTILE.into(),
+            pack: PackInfo {
+                file: HOSTILE.into(),
+                sha256: "0".repeat(64),
+                bytes: 1,
+            },
+            trust: TrustInfo {
+                agent_keys_file: HOSTILE.into(),
+                agent_keys_sha256: "0".repeat(64),
+                origin: HOSTILE.into(),
+                log_key: HOSTILE.into(),
+                trust_file: Some(HOSTILE.into()),
+                cosigners: vec![HOSTILE.into()],
+                quorum: 1,
+                head_file: Some(HOSTILE.into()),
+            },
+            period: Period {
+                from: Some(HOSTILE.into()),
+                to: None,
+            },
+            command: HOSTILE.into(),
+            verification,
+            agents,
+            statements,
+        }
+    }
+
+    #[test]
+    fn every_string_from_a_pack_is_escaped_in_the_page() {
+        let r = hostile_report();
+        // The statement about the agent went to its section, the other to
+        // the pack-wide list; the check's record to the agent.
+        assert_eq!(
+            r.agents[0].statements,
+            vec![format!("tool {HOSTILE} added at seq 1")]
+        );
+        assert_eq!(r.statements, vec![HOSTILE.to_owned()]);
+        assert_eq!(r.agents[0].named_by_checks.len(), 12);
+        let html = render_html(&r);
+        assert!(!html.contains("<script"), "a raw script tag");
+        assert!(!html.contains('\u{202e}'), "a raw bidi override");
+        assert!(html.contains(r"&lt;script&gt;alert(1)&lt;/script&gt;\u{202e}&quot;&#39;&amp;"));
+        // The disclosed content: JSON, then escaped.
+        assert!(
+            html.contains(r#"{&quot;x&quot;:&quot;&lt;script&gt;"#),
+            "{html}"
+        );
+        // Leads with the verdict and the failing check.
+        let body = html.split_once("<body>").unwrap().1;
+        assert!(body.starts_with(r#"<section id="verdict" class="fail"><h1>FAIL</h1>"#));
+        assert!(body.contains(r#"<li><span class="st-fail">chain</span>"#));
+    }
+}

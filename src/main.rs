@@ -44,6 +44,12 @@ enum Command {
     /// Verify a pack offline: the twelve checks, coverage and the result
     /// (exit 0 pass, 1 fail, 2 usage or I/O error).
     Verify(cmd::verify::Args),
+    /// Verify a pack as `tally verify` does and write the audit report: one
+    /// self-contained HTML page (or JSON) that leads with PASS or FAIL.
+    Report(cmd::report::Args),
+    /// Write a disclosure file: one call's content with its salts, from the
+    /// agent's local store, for `tally verify --disclosure`.
+    Disclose(cmd::disclose::Args),
     /// Follow a log's checkpoints and prove each consistent with the last
     /// one verified; print both checkpoints as evidence of a fork.
     Monitor(cmd::monitor::Args),
@@ -81,6 +87,8 @@ fn main() -> ExitCode {
         Command::Record(args) => cmd::record::run(&args),
         Command::Status(args) => cmd::status::run(&args),
         Command::Verify(args) => cmd::verify::run(&args),
+        Command::Report(args) => cmd::report::run(&args),
+        Command::Disclose(args) => cmd::disclose::run(&args),
         Command::Monitor(args) => cmd::monitor::run(&args),
         Command::Cosigner(args) => cmd::cosigner::run(&args),
         Command::Bench(args) => cmd::bench_verify::run(&args),

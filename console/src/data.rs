@@ -743,3 +743,120 @@ pub(crate) fn verify_export(
     written?;
     Ok(verification)
 }
+
+/// Reads through to the verifier and hashes what passes: the exported
+/// pack's SHA-256, taken in the same pass (protocol.md §11.3).
+struct Hashing<R> {
+    inner: R,
+    hash: sha2::Sha256,
+    bytes: u64,
+}
+
+impl<R: Read> Read for Hashing<R> {
+    fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
+        use sha2::Digest as _;
+        let n = self.inner.read(buf)?;
+        self.hash.update(&buf[..n]);
+        self.bytes += n as u64;
+        Ok(n)
+    }
+}
+
+/// The audit report (protocol.md §11.3) of a pack of `agents` over `range`
+/// as the witness exports it, verified with the project's agent keys and
+/// the witness's log key, the per-agent figures bounded by `period`: what
+/// `tally report` writes for the same pack and anchors. `pack_name` is the
+/// file name the pack downloads as, which the reproducing command uses.
+///
+/// # Errors
+/// As [`verify_export`].
+pub(crate) fn audit_export(
+    w: &Witness,
+    project: &str,
+    agents: &[AgentName],
+    range: ExportRange,
+    period: tally_verifier::Period,
+    pack_name: &str,
+) -> Result<tally_schemas::audit::AuditReport, WitnessError> {
+    use sha2::Digest as _;
+    let plan = export::plan_pack(w.log(), agents, range)?;
+    let keys = export::agent_keys(w.registry(), w.log().origin(), project, agents)?;
+    let keys_bytes = export::to_canonical(&keys)?;
+    let created = w.now();
+    let (tx, rx) = std::sync::mpsc::sync_channel::<Vec<u8>>(64);
+    let log = std::sync::Arc::clone(w.log());
+    let writer = std::thread::Builder::new()
+        .name("console-report".into())
+        .spawn(move || {
+            let mut sink = |line: Vec<u8>| tx.send(line).map_err(|_| WitnessError::ShuttingDown);
+            export::write_pack(&log, &plan, created, &mut sink)
+        })
+        .map_err(|e| WitnessError::internal(&e))?;
+    let mut reader = BufReader::with_capacity(
+        1 << 16,
+        Hashing {
+            inner: ChunkReader::new(move || rx.recv().ok().map(Ok)),
+            hash: sha2::Sha256::new(),
+            bytes: 0,
+        },
+    );
+    let result = tally_verifier::audit(
+        &mut reader,
+        &keys,
+        w.log().verifier(),
+        None,
+        VerifyOptions {
+            max_skew_ms: w.config().max_skew_ms,
+            grace_ms: DEFAULT_MAX_SKEW_MS,
+            threads: VERIFY_THREADS,
+            witnesses: None,
+            progress: None,
+        },
+        tally_verifier::AuditOptions {
+            period,
+            disclosures: Vec::new(),
+        },
+    );
+    let drained = std::io::copy(&mut reader, &mut std::io::sink());
+    let written = writer
+        .join()
+        .map_err(|_| WitnessError::internal(&"the export thread panicked"))?;
+    let audited = result.map_err(|e| WitnessError::internal(&e))?;
+    written?;
+    drained.map_err(|e| WitnessError::internal(&e))?;
+    let hashing = reader.into_inner();
+    let (sections, statements) =
+        tally_verifier::audit::sections(&audited.verification.report, audited.sections);
+    let vkey = w.log().verifier().vkey();
+    let rfc = |t: Option<UnixMillis>| t.and_then(|t| t.to_rfc3339().ok());
+    Ok(tally_schemas::audit::AuditReport {
+        v: tally_schemas::audit::AUDIT_REPORT_VERSION,
+        tally_version: env!("CARGO_PKG_VERSION").to_owned(),
+        generated: created.to_rfc3339().unwrap_or_default(),
+        pack: tally_schemas::audit::PackInfo {
+            file: pack_name.to_owned(),
+            sha256: hex::encode(hashing.hash.finalize()),
+            bytes: hashing.bytes,
+        },
+        trust: tally_schemas::audit::TrustInfo {
+            agent_keys_file: "agent-keys.json".into(),
+            agent_keys_sha256: hex::encode(sha2::Sha256::digest(&keys_bytes)),
+            origin: keys.origin.clone(),
+            log_key: vkey.clone(),
+            trust_file: None,
+            cosigners: Vec::new(),
+            quorum: 0,
+            head_file: None,
+        },
+        period: tally_schemas::audit::Period {
+            from: rfc(period.from),
+            to: rfc(period.to),
+        },
+        command: format!(
+            "tally verify {pack_name} --agent-keys agent-keys.json --witness-key {vkey}"
+        ),
+        verification: audited.verification.report,
+        agents: sections,
+        statements,
+    })
+}

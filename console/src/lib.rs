@@ -597,6 +597,7 @@ pub fn router(console: Arc<Console>) -> Router {
         .route("/console/logout", post(h::logout))
         .route("/console/agents/{agent}", get(h::agent_page))
         .route("/console/agents/{agent}/pack", get(h::agent_pack))
+        .route("/console/agents/{agent}/report", get(h::agent_report))
         .route("/console/records/{index}", get(h::record_page))
         .route("/console/records/{index}/pack", get(h::record_pack))
         .route(
@@ -615,6 +616,7 @@ pub fn router(console: Arc<Console>) -> Router {
             get(h::auditor_record_pack),
         )
         .route("/console/a/{token}/pack", get(h::auditor_pack))
+        .route("/console/a/{token}/report", get(h::auditor_report))
         .route("/console/a/{token}/agent-keys.json", get(h::auditor_keys))
         .route(
             "/console/a/{token}/verify",

@@ -365,6 +365,8 @@ pub(crate) fn auditor_home(
                 a.button href=(format!("{}/pack", view.base)) download { "Download the pack" }
                 " "
                 a.button href=(format!("{}/agent-keys.json", view.base)) download { "Download agent-keys.json" }
+                " "
+                a.button #download-report href=(format!("{}/report", view.base)) download { "Download the report" }
             }
             p.small { "Verify the pack offline with " code { "tally verify PACK --agent-keys agent-keys.json --witness-key VKEY" } ". Get the agent keys and the witness key from the operator out of band as well: a verification is only as good as its trust anchors." }
             h2 { "Agents" }
@@ -666,7 +668,18 @@ pub(crate) fn agent(view: &View, p: &AgentPage<'_>) -> Markup {
                 }
             }
             @if view.auditor.is_none() && a.head.is_some() {
-                p { a.button href=(format!("{base}/agents/{}/pack", a.agent)) download { "Download this agent's pack" } }
+                p {
+                    a.button href=(format!("{base}/agents/{}/pack", a.agent)) download { "Download this agent's pack" }
+                    " "
+                    a.button #download-report href=(format!("{base}/agents/{}/report", a.agent)) download { "Download the report" }
+                }
+                form.report-period method="get" action=(format!("{base}/agents/{}/report", a.agent)) {
+                    label { "Report from " input type="text" name="from" placeholder="2026-12-01T00:00:00.000Z"; }
+                    " "
+                    label { "to " input type="text" name="to" placeholder="2026-12-02T00:00:00.000Z"; }
+                    " "
+                    button type="submit" { "Report on this period" }
+                }
             }
         },
     )

@@ -1793,3 +1793,104 @@ async fn the_overview_shows_each_cosigner_and_its_state() {
     );
     task.abort();
 }
+
+/// The audit report (protocol.md §11.3) from the console: the operator's
+/// for one agent, with a period, as HTML and JSON; the auditor's for the
+/// link's agents and range; names escaped; other agents and bad periods
+/// refused.
+#[tokio::test]
+async fn console_offers_the_audit_report_to_the_operator_and_the_auditor() {
+    let h = harness();
+    let mut bot = Agent::new("bot");
+    let mut other = Agent::new("other-bot");
+    h.register(&bot, "default");
+    h.register(&other, "default");
+    h.clock.0.store(T0 + 10, Ordering::SeqCst);
+    hostile_chain(&h, &mut bot).await;
+    let r = other.sign(
+        T0 + 20,
+        RecordBody::Note(NoteBody {
+            text: "hidden".into(),
+        }),
+    );
+    h.post(&h.api_key, &r).await;
+    let (cookie, csrf) = h.login(&h.api_key).await;
+
+    let (s, _, page) = h.get("/console/agents/bot", Some(&cookie)).await;
+    assert_eq!(s, StatusCode::OK);
+    assert!(
+        page.contains("href=\"/console/agents/bot/report\""),
+        "offered"
+    );
+
+    let (s, hd, html) = h.get("/console/agents/bot/report", Some(&cookie)).await;
+    assert_eq!(s, StatusCode::OK, "{html}");
+    assert_eq!(hd[header::CONTENT_TYPE], "text/html; charset=utf-8");
+    assert!(hd[header::CONTENT_DISPOSITION]
+        .to_str()
+        .unwrap()
+        .contains("report.html"));
+    let body = html.split_once("<body>").unwrap().1;
+    // The open decision c3 is within the grace window: pending, a pass.
+    assert!(
+        body.starts_with(r#"<section id="verdict" class="pass"><h1>PASS</h1>"#),
+        "{body}"
+    );
+    assert!(html.contains("<h2>Agent <code>bot</code></h2>"));
+    assert!(!html.contains("other-bot"));
+    assert_escaped(&html);
+    assert!(
+        html.contains("tally verify bot.pack.jsonl --agent-keys agent-keys.json --witness-key ")
+    );
+
+    // JSON, with a period holding the first three records only.
+    let from = UnixMillis::new(T0).to_string();
+    let to = UnixMillis::new(T0 + 3).to_string();
+    let (s, _, json) = h
+        .get(
+            &format!("/console/agents/bot/report?format=json&from={from}&to={to}"),
+            Some(&cookie),
+        )
+        .await;
+    assert_eq!(s, StatusCode::OK, "{json}");
+    let v: serde_json::Value = serde_json::from_str(&json).unwrap();
+    assert_eq!(v["agents"][0]["period_records"], 3, "{json}");
+    assert_eq!(v["agents"][0]["not_ok"][0]["status"], "error");
+    assert_eq!(v["verification"]["result"], "PASS");
+    for q in [
+        "from=yesterday",
+        "format=pdf",
+        &format!("from={to}&to={from}"),
+    ] {
+        let (s, _, _) = h
+            .get(&format!("/console/agents/bot/report?{q}"), Some(&cookie))
+            .await;
+        assert_eq!(s, StatusCode::BAD_REQUEST, "{q}");
+    }
+    let (s, _, _) = h.get("/console/agents/bot/report", None).await;
+    assert_ne!(s, StatusCode::OK, "needs a login");
+    let (s, _, _) = h.get("/console/agents/nobody/report", Some(&cookie)).await;
+    assert_eq!(s, StatusCode::NOT_FOUND);
+
+    // The auditor's report covers the link's agent only.
+    let (s, _, made) = h
+        .post_form(
+            "/console/links",
+            Some(&cookie),
+            &format!("csrf={csrf}&agent=bot&expires_hours=1"),
+        )
+        .await;
+    assert_eq!(s, StatusCode::OK, "{made}");
+    let url = between(&made, "id=\"new-link-url\" href=\"", "\"").to_owned();
+    let (s, _, home) = h.get(&url, None).await;
+    assert_eq!(s, StatusCode::OK);
+    assert!(home.contains(&format!("href=\"{url}/report\"")), "offered");
+    let (s, _, html) = h.get(&format!("{url}/report"), None).await;
+    assert_eq!(s, StatusCode::OK, "{html}");
+    assert!(html.contains("<h1>PASS</h1>"));
+    assert!(html.contains("<h2>Agent <code>bot</code></h2>"));
+    assert!(!html.contains("other-bot"));
+    assert_escaped(&html);
+    let (s, _, _) = h.get("/console/a/not-a-token/report", None).await;
+    assert_eq!(s, StatusCode::NOT_FOUND);
+}

@@ -25,10 +25,12 @@
 //! tokio, axum or redb.
 
 pub mod api;
+pub mod audit;
 pub mod batch;
 pub mod batch_sig;
 pub mod canonical;
 pub mod cosignature;
+pub mod disclosure;
 pub mod display;
 pub mod entry;
 pub mod hash;

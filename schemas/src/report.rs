@@ -159,6 +159,65 @@ pub struct Report {
     pub agents: Vec<ReportAgent>,
     /// Number of records verified.
     pub records: u64,
-    /// PASS or FAIL.
+    /// PASS or FAIL: FAIL when a check failed or a disclosure did not
+    /// check.
     pub result: Verdict,
+    /// The disclosures given with `--disclosure` (protocol.md §6.3), in the
+    /// order given; absent when none was given.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub disclosures: Vec<DisclosureCheck>,
+}
+
+/// How a disclosure checked against the pack (protocol.md §6.3).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum DisclosureStatus {
+    /// Every part recomputes to its record's salted hash.
+    Match,
+    /// The record is in the pack and a part does not recompute to its hash
+    /// (or is not the record the disclosure says).
+    Mismatch,
+    /// The pack holds no verified record the disclosure names.
+    NotInPack,
+}
+
+impl DisclosureStatus {
+    /// The wire id.
+    #[must_use]
+    pub const fn as_str(self) -> &'static str {
+        match self {
+            Self::Match => "match",
+            Self::Mismatch => "mismatch",
+            Self::NotInPack => "not_in_pack",
+        }
+    }
+}
+
+/// One disclosure checked: which call, the result, why, and the disclosed
+/// content when it matched.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct DisclosureCheck {
+    /// The file as given.
+    pub file: String,
+    /// The agent it names.
+    pub agent: String,
+    /// The call it names.
+    pub call_id: String,
+    /// The result.
+    pub status: DisclosureStatus,
+    /// One line for a person: what matched, or why not.
+    pub message: String,
+    /// The seq of the decision, when input was disclosed.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub input_seq: Option<u64>,
+    /// The disclosed arguments, when they matched.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub input: Option<serde_json::Value>,
+    /// The seq of the outcome, when output was disclosed.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub output_seq: Option<u64>,
+    /// The disclosed result or error, when it matched.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub output: Option<serde_json::Value>,
 }

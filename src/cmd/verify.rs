@@ -67,6 +67,80 @@ pub(crate) struct Args {
     /// Worker threads (0: one per core).
     #[arg(long, default_value_t = 0)]
     pub threads: usize,
+    /// A disclosure file (from `tally disclose`, docs/protocol.md §6.3) to
+    /// check against its record's salted hashes; its content is printed.
+    /// Repeatable. One that does not check fails the run.
+    #[arg(long, value_name = "FILE")]
+    pub disclosure: Vec<PathBuf>,
+}
+
+/// The trust anchors and head.json of a run, read and checked.
+pub(crate) struct Anchors {
+    pub keys: AgentKeys,
+    pub log: NoteVerifier,
+    pub witnesses: Option<tally_verifier::trust::WitnessPolicy>,
+    pub head: Option<Head>,
+}
+
+/// Reads the disclosure files (protocol.md §6.3).
+pub(crate) fn read_disclosures(
+    paths: &[PathBuf],
+) -> anyhow::Result<Vec<(String, tally_schemas::disclosure::Disclosure)>> {
+    use std::io::Read as _;
+    paths
+        .iter()
+        .map(|p| {
+            let mut bytes = Vec::new();
+            std::fs::File::open(p)
+                .with_context(|| format!("reading the disclosure {}", p.display()))?
+                .take(tally_schemas::disclosure::MAX_DISCLOSURE_BYTES as u64 + 1)
+                .read_to_end(&mut bytes)
+                .with_context(|| format!("reading the disclosure {}", p.display()))?;
+            let d = tally_schemas::disclosure::Disclosure::from_json(&bytes)
+                .with_context(|| format!("--disclosure {}", p.display()))?;
+            Ok((p.display().to_string(), d))
+        })
+        .collect()
+}
+
+/// Reads the trust anchors and head.json given to `tally verify` or
+/// `tally report`, refusing files given in the wrong place.
+pub(crate) fn anchors(args: &Args) -> anyhow::Result<Anchors> {
+    check_pack_argument(args)?;
+    let keys = AgentKeys::from_json(&read(&args.agent_keys, "agent keys")?)
+        .with_context(|| format!("{}", args.agent_keys.display()))
+        .map_err(|e| {
+            explain(
+                &args.agent_keys,
+                FileKind::AgentKeys,
+                "agent keys (--agent-keys)",
+                e,
+            )
+        })?;
+    let (log, witnesses) = match (&args.trust, &args.witness_key) {
+        (Some(path), _) => {
+            let text = String::from_utf8(read(path, "the trust file")?)
+                .context("the trust file is not UTF-8")?;
+            let t = TrustFile::parse(&text).with_context(|| format!("{}", path.display()))?;
+            (t.log, Some(t.witnesses))
+        }
+        (None, Some(k)) => (log_key(k)?, None),
+        (None, None) => bail!("give --witness-key or --trust"),
+    };
+    let head = match &args.head {
+        Some(p) => Some(
+            Head::from_json(&read(p, "head")?)
+                .with_context(|| format!("{}", p.display()))
+                .map_err(|e| explain(p, FileKind::Head, "head.json (--head)", e))?,
+        ),
+        None => None,
+    };
+    Ok(Anchors {
+        keys,
+        log,
+        witnesses,
+        head,
+    })
 }
 
 /// What a file given to `tally verify` holds, judged by its shape: the
@@ -254,35 +328,13 @@ fn cosigner_key(vkey: &str) -> Option<anyhow::Error> {
 /// Usage and I/O errors (exit 2): unreadable files, a bad key, an
 /// unsupported pack version, input that is not a pack.
 pub(crate) fn run(args: &Args) -> anyhow::Result<ExitCode> {
-    check_pack_argument(args)?;
-    let keys = AgentKeys::from_json(&read(&args.agent_keys, "agent keys")?)
-        .with_context(|| format!("{}", args.agent_keys.display()))
-        .map_err(|e| {
-            explain(
-                &args.agent_keys,
-                FileKind::AgentKeys,
-                "agent keys (--agent-keys)",
-                e,
-            )
-        })?;
-    let (log, witnesses) = match (&args.trust, &args.witness_key) {
-        (Some(path), _) => {
-            let text = String::from_utf8(read(path, "the trust file")?)
-                .context("the trust file is not UTF-8")?;
-            let t = TrustFile::parse(&text).with_context(|| format!("{}", path.display()))?;
-            (t.log, Some(t.witnesses))
-        }
-        (None, Some(k)) => (log_key(k)?, None),
-        (None, None) => bail!("give --witness-key or --trust"),
-    };
-    let head = match &args.head {
-        Some(p) => Some(
-            Head::from_json(&read(p, "head")?)
-                .with_context(|| format!("{}", p.display()))
-                .map_err(|e| explain(p, FileKind::Head, "head.json (--head)", e))?,
-        ),
-        None => None,
-    };
+    let Anchors {
+        keys,
+        log,
+        witnesses,
+        head,
+    } = anchors(args)?;
+    let disclosures = read_disclosures(&args.disclosure)?;
     let file = std::fs::File::open(&args.pack)
         .with_context(|| format!("opening the pack {}", args.pack.display()))?;
     let len = file.metadata().map(|m| m.len()).unwrap_or(0);
@@ -309,13 +361,23 @@ pub(crate) fn run(args: &Args) -> anyhow::Result<ExitCode> {
         witnesses: witnesses.as_ref(),
         progress: Some(&mut progress),
     };
-    let result = verify(
-        BufReader::with_capacity(1 << 20, file),
-        &keys,
-        &log,
-        head.as_ref(),
-        options,
-    );
+    let reader = BufReader::with_capacity(1 << 20, file);
+    let result = if disclosures.is_empty() {
+        verify(reader, &keys, &log, head.as_ref(), options)
+    } else {
+        tally_verifier::audit(
+            reader,
+            &keys,
+            &log,
+            head.as_ref(),
+            options,
+            tally_verifier::AuditOptions {
+                period: tally_verifier::Period::default(),
+                disclosures,
+            },
+        )
+        .map(|a| a.verification)
+    };
     if let Some(b) = &bar {
         b.finish_and_clear();
     }

@@ -51,6 +51,10 @@ fn args(dir: &Path, options: &Value) -> Vec<String> {
         let n = options[key].as_u64().expect("seconds");
         a.extend([flag.into(), n.to_string()]);
     }
+    for name in options["disclosures"].as_array().into_iter().flatten() {
+        let name = name.as_str().expect("a file name");
+        a.extend(["--disclosure".into(), dir.join(name).display().to_string()]);
+    }
     a.extend(["--format".into(), "json".into()]);
     a
 }
@@ -124,6 +128,31 @@ fn compare(dir: &Path) -> Result<(), String> {
             "statuses differ: {}\n{}",
             diff.join("; "),
             messages.join("\n")
+        ));
+    }
+    // Disclosures (§6.3): in order, each file's status; the report names
+    // the file as given, here a path ending in the case's file name.
+    let disclosures = |v: &Value, base: bool| -> Vec<(String, String)> {
+        v.as_array()
+            .into_iter()
+            .flatten()
+            .map(|d| {
+                let file = d["file"].as_str().unwrap_or("?");
+                let file = if base {
+                    Path::new(file)
+                        .file_name()
+                        .map_or(file.to_owned(), |f| f.to_string_lossy().into_owned())
+                } else {
+                    file.to_owned()
+                };
+                (file, d["status"].as_str().unwrap_or("?").to_owned())
+            })
+            .collect()
+    };
+    if disclosures(&report["disclosures"], true) != disclosures(&expected["disclosures"], false) {
+        problems.push(format!(
+            "disclosures: expected {}, got {}",
+            expected["disclosures"], report["disclosures"]
         ));
     }
     for key in ["result", "coverage", "records"] {

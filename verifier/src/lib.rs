@@ -21,6 +21,8 @@
 //! on the log server, the witness, tokio or axum
 //! (`cargo tree -p tally-verifier -e normal`).
 
+mod activity;
+pub mod audit;
 pub mod bench;
 mod checks;
 mod coverage;
@@ -35,5 +37,8 @@ mod tally;
 pub mod trust;
 mod verify;
 
+pub use activity::{AuditOptions, Period};
 pub use render::{render_text, result_line};
-pub use verify::{verify, verify_with_budget, Verification, VerifyError, VerifyOptions};
+pub use verify::{
+    audit, verify, verify_with_budget, Audited, Verification, VerifyError, VerifyOptions,
+};

@@ -7,7 +7,7 @@
 use std::fmt::Write as _;
 
 use tally_schemas::display::escape;
-use tally_schemas::report::{CheckStatus, Report, Verdict};
+use tally_schemas::report::{CheckStatus, DisclosureStatus, Report, Verdict};
 
 /// The status as printed.
 fn status_text(s: CheckStatus) -> &'static str {
@@ -44,8 +44,26 @@ pub fn result_line(report: &Report, agents: usize) -> String {
                 .filter(|c| c.status == CheckStatus::Fail)
                 .map(|c| c.id.as_str())
                 .collect();
+            let bad = report
+                .disclosures
+                .iter()
+                .filter(|d| d.status != DisclosureStatus::Match)
+                .count();
+            let disclosures = if bad == 0 {
+                String::new()
+            } else {
+                format!(
+                    "; {bad} of {} disclosure{} did not check",
+                    report.disclosures.len(),
+                    if report.disclosures.len() == 1 {
+                        ""
+                    } else {
+                        "s"
+                    }
+                )
+            };
             format!(
-                "FAIL: {} of {} checks failed ({}); {tail}",
+                "FAIL: {} of {} checks failed ({}){disclosures}; {tail}",
                 ids.len(),
                 report.checks.len(),
                 ids.join(", ")
@@ -70,6 +88,30 @@ pub fn render_text(report: &Report, agents: usize) -> String {
     }
     for line in &report.coverage {
         let _ = writeln!(out, "coverage: {}", escape(line));
+    }
+    for d in &report.disclosures {
+        let _ = writeln!(
+            out,
+            "disclosure: {}: {}: {}",
+            escape(&d.file),
+            d.status.as_str(),
+            escape(&d.message)
+        );
+        for (what, content) in [("input", &d.input), ("output", &d.output)] {
+            if let Some(c) = content {
+                // Canonical JSON (§2) on one line; JSON escapes the
+                // controls, and escape() what JSON leaves raw (§11.2).
+                let json = tally_schemas::canonical::canonicalize(c)
+                    .map(|b| String::from_utf8_lossy(&b).into_owned())
+                    .unwrap_or_default();
+                let _ = writeln!(
+                    out,
+                    "disclosure: {}: {what}: {}",
+                    escape(&d.file),
+                    escape(&json)
+                );
+            }
+        }
     }
     let _ = writeln!(out, "{}", result_line(report, agents));
     out

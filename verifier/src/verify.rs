@@ -23,6 +23,7 @@ use tally_schemas::report::{CheckId, RecordRef, Report, ReportAgent, Verdict, RE
 use tally_schemas::tree::TreeSize;
 use tally_schemas::Hash;
 
+use crate::activity::{Activity, AuditOptions};
 use crate::checks::agent_keys::AgentKeys as AgentKeysCheck;
 use crate::checks::chain::Chain;
 use crate::checks::head::{HeadCheck, PackSide};
@@ -134,6 +135,9 @@ struct Run<'a> {
     head: HeadCheck,
     consistency: LogConsistency,
     coverage: Vec<Coverage>,
+    /// The audit report's per-agent figures and the disclosures (§11.3),
+    /// when asked for.
+    activity: Option<Activity>,
 }
 
 fn record_ref(w: &RecordWork) -> RecordRef {
@@ -153,6 +157,7 @@ impl<'a> Run<'a> {
         log_key: &'a NoteVerifier,
         options: &VerifyOptions<'_>,
         budget: usize,
+        audit: Option<AuditOptions>,
     ) -> Self {
         let (schema, agents) = Schema::new(&header);
         let n = agents.len();
@@ -180,6 +185,7 @@ impl<'a> Run<'a> {
             head: HeadCheck::new(n),
             consistency,
             coverage: (0..n).map(|_| Coverage::default()).collect(),
+            activity: audit.map(|a| Activity::new(n, a)),
             agents,
         }
     }
@@ -235,6 +241,9 @@ impl<'a> Run<'a> {
         self.receipts.record(&f, &self.agents);
         self.timing.record(&f);
         self.coverage[agent].record(f.record().time);
+        if let Some(a) = &mut self.activity {
+            a.record(agent, f.record());
+        }
         match &f.record().body {
             Body::Decision(d) => {
                 self.outcomes.decision(&f, d);
@@ -258,7 +267,7 @@ impl<'a> Run<'a> {
         ctx: &Context,
         options: &VerifyOptions<'_>,
         log_key: &NoteVerifier,
-    ) -> std::io::Result<Verification> {
+    ) -> std::io::Result<Audited> {
         match head {
             Some(h) => {
                 let pack = PackSide {
@@ -308,9 +317,24 @@ impl<'a> Run<'a> {
             self.head.finish(),
             self.consistency.finish(),
         ];
-        Ok(Verification {
-            report: finish_report(checks, coverage, report_agents, records),
-            agents: self.agents.len(),
+        let (sections, disclosures) = match self.activity {
+            Some(a) => {
+                let list: Vec<(String, u64, u64, u64)> = report_agents
+                    .iter()
+                    .map(|a| (a.agent.clone(), a.first_seq, a.last_seq, a.records))
+                    .collect();
+                a.finish(&list)
+            }
+            None => (Vec::new(), Vec::new()),
+        };
+        let mut report = finish_report(checks, coverage, report_agents, records);
+        add_disclosures(&mut report, disclosures);
+        Ok(Audited {
+            verification: Verification {
+                report,
+                agents: self.agents.len(),
+            },
+            sections,
         })
     }
 }
@@ -331,11 +355,35 @@ fn finish_report(
         agents,
         records,
         result: if failed { Verdict::Fail } else { Verdict::Pass },
+        disclosures: Vec::new(),
     }
 }
 
+/// Adds the disclosures checked (§6.3): one that does not match its record,
+/// or names none in the pack, fails the run.
+fn add_disclosures(report: &mut Report, disclosures: Vec<tally_schemas::report::DisclosureCheck>) {
+    if disclosures
+        .iter()
+        .any(|d| d.status != tally_schemas::report::DisclosureStatus::Match)
+    {
+        report.result = Verdict::Fail;
+    }
+    report.disclosures = disclosures;
+}
+
+/// A verification with what the audit report adds (§11.3): the per-agent
+/// sections, in header order, before the report's statements are sorted
+/// into them ([`crate::audit::sections`]).
+#[derive(Debug)]
+pub struct Audited {
+    /// The verification; its report carries the disclosures checked.
+    pub verification: Verification,
+    /// Per header agent, the figures gathered while verifying.
+    pub sections: Vec<tally_schemas::audit::AgentSection>,
+}
+
 /// The report for a pack whose first line is not a usable header.
-fn headerless_report(reason: String) -> Verification {
+fn headerless_report(reason: String, audit: Option<AuditOptions>) -> Audited {
     let mut checks = Vec::new();
     for id in CheckId::ALL {
         let mut t = Tally::new(id);
@@ -346,9 +394,13 @@ fn headerless_report(reason: String) -> Verification {
         }
         checks.push(t.finish(String::new()));
     }
-    Verification {
-        report: finish_report(checks, Vec::new(), Vec::new(), 0),
-        agents: 0,
+    let mut report = finish_report(checks, Vec::new(), Vec::new(), 0);
+    if let Some(a) = audit {
+        add_disclosures(&mut report, Activity::new(0, a).finish(&[]).1);
+    }
+    Audited {
+        verification: Verification { report, agents: 0 },
+        sections: Vec::new(),
     }
 }
 
@@ -385,15 +437,53 @@ pub fn verify<R: BufRead>(
 ///
 /// # Errors
 /// As [`verify()`]; also an I/O error of the temporary file.
-#[allow(clippy::too_many_lines)]
 pub fn verify_with_budget<R: BufRead>(
+    pack: R,
+    keys: &AgentKeys,
+    log_key: &NoteVerifier,
+    head: Option<&Head>,
+    options: VerifyOptions<'_>,
+    memory_budget: usize,
+) -> Result<Verification, VerifyError> {
+    run(pack, keys, log_key, head, options, memory_budget, None).map(|a| a.verification)
+}
+
+/// [`verify()`], gathering also what the audit report (§11.3) shows per
+/// agent within `audit.period`, and checking `audit.disclosures` (§6.3)
+/// against their records: a disclosure that does not check makes the
+/// result FAIL.
+///
+/// # Errors
+/// As [`verify()`].
+pub fn audit<R: BufRead>(
+    pack: R,
+    keys: &AgentKeys,
+    log_key: &NoteVerifier,
+    head: Option<&Head>,
+    options: VerifyOptions<'_>,
+    audit: AuditOptions,
+) -> Result<Audited, VerifyError> {
+    run(
+        pack,
+        keys,
+        log_key,
+        head,
+        options,
+        spill::DEFAULT_BUDGET_BYTES,
+        Some(audit),
+    )
+}
+
+#[allow(clippy::too_many_lines)]
+fn run<R: BufRead>(
     mut pack: R,
     keys: &AgentKeys,
     log_key: &NoteVerifier,
     head: Option<&Head>,
     mut options: VerifyOptions<'_>,
     memory_budget: usize,
-) -> Result<Verification, VerifyError> {
+    audit: Option<AuditOptions>,
+) -> Result<Audited, VerifyError> {
     let mut buf = Vec::new();
     // The header lists every agent, so it alone may exceed a wire object.
     let (first, mut bytes) = read_line(&mut pack, &mut buf, MAX_PACK_HEADER_BYTES)?;
@@ -417,9 +507,10 @@ pub fn verify_with_budget<R: BufRead>(
         Ok(_) => {
             return Ok(headerless_report(
                 "the first line is not a header line".into(),
+                audit,
             ))
         }
-        Err(e) => return Ok(headerless_report(e.to_string())),
+        Err(e) => return Ok(headerless_report(e.to_string(), audit)),
     };
 
     let ctx = Context {
@@ -431,7 +522,7 @@ pub fn verify_with_budget<R: BufRead>(
         pack_tree: None,
         nonce_keys: Default::default(),
     };
-    let mut st = Run::new(header, keys, log_key, &options, memory_budget);
+    let mut st = Run::new(header, keys, log_key, &options, memory_budget, audit);
     let ctx = Context {
         pack_tree: st.pack_tree,
         ..ctx

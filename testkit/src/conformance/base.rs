@@ -300,6 +300,7 @@ pub(super) fn case(
         description: description.to_owned(),
         inputs,
         expected,
+        disclosures: Vec::new(),
     }
 }
 

@@ -16,6 +16,7 @@ mod base;
 mod cases_chain;
 mod cases_checkpoints;
 mod cases_coverage;
+mod cases_disclosure;
 mod cases_head;
 mod cases_keys;
 mod cases_outcomes;
@@ -203,9 +204,39 @@ pub struct Case {
     pub inputs: Inputs,
     /// The result the rule prescribes.
     pub expected: Expected,
+    /// Disclosure files given with `--disclosure` (§6.3), in order, with
+    /// the status each must get; empty for most cases.
+    pub disclosures: Vec<DisclosureCase>,
+}
+
+/// A disclosure file of a case and the status it must get (§6.3).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DisclosureCase {
+    /// Its file name in the case folder.
+    pub file: String,
+    /// Its bytes.
+    pub bytes: Vec<u8>,
+    /// `match`, `mismatch` or `not_in_pack`.
+    pub status: &'static str,
+}
+
+/// A file name for [`Case::files`], whose other names are static (the
+/// generator runs once; the few names it leaks are its disclosure files).
+fn leak(name: &str) -> &'static str {
+    Box::leak(name.to_owned().into_boxed_str())
 }
 
 impl Case {
+    /// The exit code: that of the checks, and 1 when a disclosure must not
+    /// match (§6.3).
+    #[must_use]
+    pub fn exit(&self) -> u8 {
+        match self.expected.exit() {
+            0 if self.disclosures.iter().any(|d| d.status != "match") => 1,
+            e => e,
+        }
+    }
+
     /// The files of the case folder, in the order they are listed.
     #[must_use]
     pub fn files(&self) -> Vec<(&'static str, Vec<u8>)> {
@@ -220,6 +251,9 @@ impl Case {
         match &i.log_key {
             LogKey::Vkey(v) => out.push(("log.vkey", format!("{v}\n").into_bytes())),
             LogKey::Trust(t) => out.push(("trust.txt", t.clone())),
+        }
+        for d in &self.disclosures {
+            out.push((leak(&d.file), d.bytes.clone()));
         }
         out.push(("options.json", self.options_json()));
         out.push(("expected.json", self.expected_json()));
@@ -243,6 +277,14 @@ impl Case {
         let _ = writeln!(out, "  \"witness_key\": {witness_key},");
         let _ = writeln!(out, "  \"trust\": {trust},");
         let _ = writeln!(out, "  \"head\": {head},");
+        if !self.disclosures.is_empty() {
+            let names: Vec<String> = self
+                .disclosures
+                .iter()
+                .map(|d| serde_json::to_string(&d.file).expect("a string"))
+                .collect();
+            let _ = writeln!(out, "  \"disclosures\": [{}],", names.join(", "));
+        }
         let _ = writeln!(out, "  \"max_skew\": {},", i.max_skew);
         let _ = writeln!(out, "  \"grace\": {}", i.grace);
         out.push_str("}\n");
@@ -255,7 +297,7 @@ impl Case {
         let _ = writeln!(out, "  \"section\": {},", s(self.section));
         let _ = writeln!(out, "  \"rule\": {},", s(&self.rule));
         let _ = writeln!(out, "  \"description\": {},", s(&self.description));
-        let _ = write!(out, "  \"exit\": {}", self.expected.exit());
+        let _ = write!(out, "  \"exit\": {}", self.exit());
         match &self.expected {
             Expected::UsageError => out.push('\n'),
             Expected::Report {
@@ -263,11 +305,7 @@ impl Case {
                 coverage,
                 records,
             } => {
-                let result = if self.expected.exit() == 0 {
-                    "PASS"
-                } else {
-                    "FAIL"
-                };
+                let result = if self.exit() == 0 { "PASS" } else { "FAIL" };
                 let _ = write!(out, ",\n  \"result\": \"{result}\",\n  \"checks\": [\n");
                 for (i, (id, st)) in CHECKS.iter().zip(checks).enumerate() {
                     let comma = if i + 1 < CHECKS.len() { "," } else { "" };
@@ -287,7 +325,26 @@ impl Case {
                 } else {
                     "\n  ],\n"
                 });
-                let _ = writeln!(out, "  \"records\": {records}");
+                if self.disclosures.is_empty() {
+                    let _ = writeln!(out, "  \"records\": {records}");
+                } else {
+                    let _ = writeln!(out, "  \"records\": {records},");
+                    out.push_str("  \"disclosures\": [\n");
+                    for (i, d) in self.disclosures.iter().enumerate() {
+                        let comma = if i + 1 < self.disclosures.len() {
+                            ","
+                        } else {
+                            ""
+                        };
+                        let _ = writeln!(
+                            out,
+                            "    {{\"file\": {}, \"status\": \"{}\"}}{comma}",
+                            s(&d.file),
+                            d.status
+                        );
+                    }
+                    out.push_str("  ]\n");
+                }
             }
         }
         out.push_str("}\n");
@@ -311,6 +368,7 @@ pub fn corpus() -> Vec<Case> {
     cases.extend(cases_outcomes::cases());
     cases.extend(cases_head::cases(&b));
     cases.extend(cases_coverage::cases());
+    cases.extend(cases_disclosure::cases());
     cases.extend(cases_sources::cases(&b));
     cases.push(golden_pack_case());
     cases.extend(cases_trust::cases(&b));
@@ -398,8 +456,8 @@ pub fn index(cases: &[Case]) -> Vec<u8> {
     let _ = writeln!(
         out,
         "\nExit codes: {} cases exit 0, {} exit 1, {usage} exit 2 (usage errors, no report).\n",
-        cases.iter().filter(|c| c.expected.exit() == 0).count(),
-        cases.iter().filter(|c| c.expected.exit() == 1).count(),
+        cases.iter().filter(|c| c.exit() == 0).count(),
+        cases.iter().filter(|c| c.exit() == 1).count(),
     );
     out.push_str(
         "## Cases\n\n| case | section | exit | checks that do not pass |\n|---|---|---|---|\n",
@@ -422,7 +480,7 @@ pub fn index(cases: &[Case]) -> Vec<u8> {
             "| {} | {} | {} | {others} |",
             c.name,
             c.section,
-            c.expected.exit()
+            c.exit()
         );
     }
     out.into_bytes()

@@ -12,7 +12,7 @@ use crate::common;
 use std::path::Path;
 
 use serde_json::Value;
-use tally_verifier::{verify, verify_with_budget, Verification, VerifyOptions};
+use tally_verifier::{verify, verify_with_budget, AuditOptions, Verification, VerifyOptions};
 
 /// Runs a case; `None` when it is refused before a report (exit 2).
 fn run(dir: &Path, budget: Option<usize>) -> Option<Verification> {
@@ -23,6 +23,22 @@ fn run(dir: &Path, budget: Option<usize>) -> Option<Verification> {
         witnesses: c.witnesses.as_ref(),
         ..VerifyOptions::default()
     };
+    if !c.disclosures.is_empty() {
+        let audit = AuditOptions {
+            disclosures: c.disclosures,
+            ..AuditOptions::default()
+        };
+        return tally_verifier::audit(
+            &c.pack[..],
+            &c.keys,
+            &c.log_key,
+            c.head.as_ref(),
+            options,
+            audit,
+        )
+        .ok()
+        .map(|a| a.verification);
+    }
     match budget {
         None => verify(&c.pack[..], &c.keys, &c.log_key, c.head.as_ref(), options),
         Some(b) => verify_with_budget(
@@ -64,6 +80,19 @@ fn differences(v: Option<&Verification>, expected: &Value) -> Vec<String> {
     };
     if statuses(&report["checks"]) != statuses(&expected["checks"]) {
         out.push(format!("statuses differ:\n{}", v.to_text()));
+    }
+    let disclosures = |v: &Value| -> Vec<(Value, Value)> {
+        v.as_array()
+            .into_iter()
+            .flatten()
+            .map(|d| (d["file"].clone(), d["status"].clone()))
+            .collect()
+    };
+    if disclosures(&report["disclosures"]) != disclosures(&expected["disclosures"]) {
+        out.push(format!(
+            "disclosures: expected {}, got {}",
+            expected["disclosures"], report["disclosures"]
+        ));
     }
     for key in ["result", "coverage", "records"] {
         if report[key] != expected[key] {

@@ -37,6 +37,8 @@ pub(crate) struct Case {
     pub head: Option<Head>,
     pub max_skew_ms: u64,
     pub grace_ms: u64,
+    /// The disclosure files options.json names (§6.3), parsed.
+    pub disclosures: Vec<(String, tally_schemas::disclosure::Disclosure)>,
 }
 
 /// The file `name` in `dir`, if there is one.
@@ -71,7 +73,14 @@ pub(crate) fn load(dir: &Path) -> Option<Case> {
         Some(h) => Some(Head::from_json(&h).ok()?),
         None => None,
     };
+    let mut disclosures = Vec::new();
+    for name in options["disclosures"].as_array().into_iter().flatten() {
+        let name = name.as_str().unwrap();
+        let d = tally_schemas::disclosure::Disclosure::from_json(&read(dir, name).unwrap()).ok()?;
+        disclosures.push((name.to_owned(), d));
+    }
     Some(Case {
+        disclosures,
         pack: file("pack").unwrap(),
         keys,
         log_key,

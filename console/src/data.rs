@@ -371,7 +371,7 @@ pub(crate) struct ToolListRow {
 pub(crate) struct OtherRow {
     /// Where it is.
     pub at: Placed,
-    /// `note` or `key_rotation`.
+    /// `note`, `key_rotation` or `claim`.
     pub kind: &'static str,
     /// The note's text, or the new key id.
     pub text: String,
@@ -508,6 +508,14 @@ impl ChainView {
                 at,
                 kind: "key_rotation",
                 text: format!("new key {}", k.new_key_id),
+            }),
+            Body::Claim(c) => self.push_other(OtherRow {
+                at,
+                kind: "claim",
+                text: format!(
+                    "a text turn claimed {} with no call to it (turn hash {})",
+                    c.tool, c.turn_hash
+                ),
             }),
         }
     }

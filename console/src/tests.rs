@@ -301,6 +301,9 @@ fn outcome(call_id: &str, decision: &Record, status: OutcomeStatus) -> RecordBod
         decision: decision.hash(),
         status,
         output_hash: None,
+        state: None,
+        proof: None,
+        proof_hash: None,
     })
 }
 

@@ -378,6 +378,9 @@ impl CallRecorder {
             decision: decision.hash(),
             status,
             output_hash,
+            state: None,
+            proof: None,
+            proof_hash: None,
         });
         if let Err(e) = self.chain.append_detached(body, secret) {
             eprintln!("tally: gateway: could not record the outcome of call {call_id}: {e}");

@@ -377,6 +377,9 @@ impl SdkAgent {
             decision: call.decision,
             status,
             output_hash,
+            state: None,
+            proof: None,
+            proof_hash: None,
         });
         let queued = self
             .chain()?

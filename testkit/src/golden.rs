@@ -151,6 +151,9 @@ fn build_chain() -> Chain {
             decision: decision.hash(),
             status: OutcomeStatus::Ok,
             output_hash: Some(salted_hash(&salt(2), &result)),
+            state: None,
+            proof: None,
+            proof_hash: None,
         }),
     );
     let args = canonicalize(&json!({"id": "C-1001", "amount": 42.5})).expect("canonical");
@@ -172,6 +175,9 @@ fn build_chain() -> Chain {
                 &salt(4),
                 &canonicalize(&json!({"code": -32000, "message": "over limit"})).expect("c"),
             )),
+            state: None,
+            proof: None,
+            proof_hash: None,
         }),
     );
     chain.push(
@@ -535,6 +541,9 @@ fn build_second_chain() -> (Vec<Record>, Vec<(String, Record)>) {
                 decision: decision.hash(),
                 status,
                 output_hash: None,
+                state: None,
+                proof: None,
+                proof_hash: None,
             }),
         );
         fixtures.push((format!("outcome-{name}"), outcome));

@@ -23,6 +23,7 @@ use tally_schemas::report::{CheckId, RecordRef, Report, ReportAgent, Verdict, RE
 use tally_schemas::tree::TreeSize;
 use tally_schemas::Hash;
 
+use crate::actions::Actions;
 use crate::checks::agent_keys::AgentKeys as AgentKeysCheck;
 use crate::checks::chain::Chain;
 use crate::checks::head::{HeadCheck, PackSide};
@@ -134,6 +135,7 @@ struct Run<'a> {
     head: HeadCheck,
     consistency: LogConsistency,
     coverage: Vec<Coverage>,
+    actions: Vec<Actions>,
 }
 
 fn record_ref(w: &RecordWork) -> RecordRef {
@@ -180,6 +182,7 @@ impl<'a> Run<'a> {
             head: HeadCheck::new(n),
             consistency,
             coverage: (0..n).map(|_| Coverage::default()).collect(),
+            actions: (0..n).map(|_| Actions::default()).collect(),
             agents,
         }
     }
@@ -241,11 +244,13 @@ impl<'a> Run<'a> {
                 self.coverage[agent].called(&d.tool);
             }
             Body::Outcome(o) => {
+                self.actions[agent].outcome(o);
                 let answer = self.outcomes.outcome(&f, o);
                 self.hashes.outcome(&f, o, &answer);
                 self.timing.outcome(&f, &answer);
             }
             Body::Tools(t) => self.coverage[agent].tools(f.seq(), t),
+            Body::Claim(c) => self.actions[agent].claim(f.seq(), c),
             Body::Note(_) | Body::KeyRotation(_) => {}
         }
         self.head.record(&f);
@@ -289,8 +294,12 @@ impl<'a> Run<'a> {
         let coverage = self
             .agents
             .iter()
-            .zip(&self.coverage)
-            .flat_map(|(a, c)| c.lines(&a.name))
+            .zip(self.coverage.iter().zip(&self.actions))
+            .flat_map(|(a, (c, x))| {
+                let mut lines = c.lines(&a.name);
+                lines.extend(x.lines(&a.name));
+                lines
+            })
             .collect();
         let checks = vec![
             self.schema.finish(),

@@ -4,7 +4,8 @@ proof from the structured result. The official MCP Python SDK client drives
 two gateways of one agent over stdio, one in front of a small server of the
 test's own whose `send_email` returns a message id (mail_server.py), one in
 front of server-everything; a real `tally serve` witnesses the records and
-`tally verify` states the action calls of the exported pack."""
+`tally verify` states the action calls of the exported pack. Over
+Streamable HTTP the same flags give the same states."""
 
 import signal
 import subprocess
@@ -17,7 +18,8 @@ from mcp import ClientSession
 from mcp.client.stdio import stdio_client
 
 from test_gateway import AGENT, SERVER, TALLY, chain, check_links, gateway_params, outcomes_by_decision, state, tally  # noqa: F401 (state: a fixture)
-from test_gateway_http import start_witness
+from mcp.client.streamable_http import streamable_http_client
+from test_gateway_http import Gateway, Upstream, start_witness
 
 MAIL = [sys.executable, str(Path(__file__).resolve().parent / "mail_server.py")]
 
@@ -107,6 +109,32 @@ def test_action_outcomes_resolve_from_the_structured_result_and_verify(state: Pa
     finally:
         serve.send_signal(signal.SIGTERM)
         serve.wait(timeout=60)
+
+
+def test_action_outcomes_over_streamable_http(state: Path) -> None:
+    upstream = Upstream()
+    try:
+        gw = Gateway(state, upstream.url, "--action", "get-structured-content=temperature", "--action", "echo")
+
+        async def session() -> None:
+            async with streamable_http_client(gw.url) as (r, w):
+                async with ClientSession(r, w) as s:
+                    await s.initialize()
+                    await everything_calls(s)
+                    bad = await s.call_tool("get-structured-content", {"location": "Atlantis"})
+                    assert bad.is_error
+
+        anyio.run(session)
+        assert gw.stop() == 0, "".join(gw.stderr)
+    finally:
+        upstream.kill()
+    entries = chain(state)
+    check_links(entries)
+    assert actions(entries) == [
+        ("get-structured-content", "ok", "posted", True, None),
+        ("echo", "ok", "unknown", False, None),
+        ("get-structured-content", "error", "failed", False, None),
+    ]
 
 
 @pytest.mark.parametrize(

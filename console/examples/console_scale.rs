@@ -80,6 +80,9 @@ impl Agent {
                 decision: d.hash(),
                 status,
                 output_hash: None,
+                state: None,
+                proof: None,
+                proof_hash: None,
             }));
             out.push(d);
             out.push(o);

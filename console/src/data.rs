@@ -18,7 +18,7 @@ use std::io::{BufReader, Read};
 use tally_log::ChainHead;
 use tally_schemas::limits::DEFAULT_MAX_SKEW_MS;
 use tally_schemas::pack::AgentKeys;
-use tally_schemas::record::{Body, OutcomeStatus};
+use tally_schemas::record::{ActionState, Body, OutcomeStatus};
 use tally_schemas::{AgentName, Entry, Hash, LeafIndex, Seq, TreeSize, UnixMillis};
 use tally_verifier::{verify, Verification, VerifyError, VerifyOptions};
 
@@ -302,6 +302,8 @@ pub(crate) struct CallRow {
     pub decision: Option<Placed>,
     /// The outcome and its status, if there is one.
     pub outcome: Option<(Placed, OutcomeStatus)>,
+    /// For an action tool's call, its outcome's state (docs/protocol.md §5.2).
+    pub state: Option<ActionState>,
 }
 
 impl CallRow {
@@ -377,6 +379,18 @@ pub(crate) struct OtherRow {
     pub text: String,
 }
 
+/// A `claim` record (docs/protocol.md §5.6): a model turn that claimed an
+/// action tool's work with no call to it.
+#[derive(Debug, Clone)]
+pub(crate) struct ClaimRow {
+    /// Where it is.
+    pub at: Placed,
+    /// The action tool claimed.
+    pub tool: String,
+    /// The salted hash of the turn's text.
+    pub turn_hash: Hash,
+}
+
 /// What an agent page shows of the chain: read once from the first record
 /// shown, then extended by the records appended since (the console keeps
 /// views per agent and range, see [`super::Console`]).
@@ -390,6 +404,10 @@ pub(crate) struct ChainView {
     tool_lists: VecDeque<ToolListRow>,
     /// The newest notes and key rotations, oldest first.
     others: VecDeque<OtherRow>,
+    /// The newest claims (docs/protocol.md §5.6), oldest first.
+    claims: VecDeque<ClaimRow>,
+    /// Claims read, all of them.
+    claim_count: u64,
     /// The first seq read.
     first_seq: u64,
     /// The next seq to read.
@@ -467,15 +485,20 @@ impl ChainView {
                     tool: d.tool.clone(),
                     decision: Some(at),
                     outcome: None,
+                    state: None,
                 });
             }
             Body::Outcome(o) => match self.open.remove(&o.decision) {
-                Some(i) => self.calls[i].outcome = Some((at, o.status)),
+                Some(i) => {
+                    self.calls[i].outcome = Some((at, o.status));
+                    self.calls[i].state = o.state;
+                }
                 None => self.calls.push(CallRow {
                     call_id: o.call_id.clone(),
                     tool: String::new(),
                     decision: None,
                     outcome: Some((at, o.status)),
+                    state: o.state,
                 }),
             },
             Body::Tools(list) => {
@@ -509,6 +532,17 @@ impl ChainView {
                 kind: "key_rotation",
                 text: format!("new key {}", k.new_key_id),
             }),
+            Body::Claim(c) => {
+                if self.claims.len() == MAX_NOTES {
+                    self.claims.pop_front();
+                }
+                self.claims.push_back(ClaimRow {
+                    at,
+                    tool: c.tool.clone(),
+                    turn_hash: c.turn_hash,
+                });
+                self.claim_count += 1;
+            }
         }
     }
 
@@ -535,6 +569,22 @@ impl ChainView {
     /// The newest notes and key rotations, newest first.
     pub(crate) fn others(&self) -> impl ExactSizeIterator<Item = &OtherRow> {
         self.others.iter().rev()
+    }
+
+    /// The newest claims, newest first, and how many were read in all.
+    pub(crate) fn claims(&self) -> (impl ExactSizeIterator<Item = &ClaimRow>, u64) {
+        (self.claims.iter().rev(), self.claim_count)
+    }
+
+    /// The calls read by their action state: (posted, unknown, failed).
+    #[must_use]
+    pub(crate) fn action_counts(&self) -> (usize, usize, usize) {
+        let count = |s| self.calls.iter().filter(|c| c.state == Some(s)).count();
+        (
+            count(ActionState::Posted),
+            count(ActionState::Unknown),
+            count(ActionState::Failed),
+        )
     }
 }
 

@@ -8,6 +8,7 @@
 
 use maud::{html, Markup, DOCTYPE};
 use tally_schemas::display;
+use tally_schemas::record::ActionState;
 use tally_schemas::report::CheckStatus;
 use tally_schemas::{AgentName, UnixMillis};
 use tally_verifier::Verification;
@@ -442,7 +443,8 @@ pub(crate) fn report(v: &Verification, text_open: bool) -> Markup {
 pub(crate) struct CallFilter {
     /// Text searched in tool names and call ids.
     pub q: String,
-    /// `all`, `open`, `error` or `ok`.
+    /// `all`, `open`, `error` or `ok`; or an action state (docs/protocol.md
+    /// §5.2), `posted`, `unknown` or `failed`.
     pub status: String,
     /// 1-based page.
     pub page: usize,
@@ -456,6 +458,9 @@ impl CallFilter {
             "open" => row.is_open(),
             "error" => row.is_error(),
             "ok" => !row.is_open() && !row.is_error(),
+            "posted" => row.state == Some(ActionState::Posted),
+            "unknown" => row.state == Some(ActionState::Unknown),
+            "failed" => row.state == Some(ActionState::Failed),
             _ => true,
         };
         let q = self.q.to_lowercase();
@@ -522,6 +527,25 @@ pub(crate) fn agent(view: &View, p: &AgentPage<'_>) -> Markup {
         Some(Report::Current(v) | Report::Older { report: v, .. }) => Some(v.as_ref()),
         Some(Report::Busy | Report::Failed) | None => None,
     };
+    let (posted, unknown, failed) = p.chain.action_counts();
+    let (claims, claim_count) = p.chain.claims();
+    // The verifier's action statement (docs/protocol.md §11, after coverage).
+    let statement: Vec<&String> = verification
+        .map(|v| {
+            let prefix = format!("{}: ", a.agent);
+            v.report
+                .coverage
+                .iter()
+                .filter(|l| {
+                    l.strip_prefix(&prefix).is_some_and(|rest| {
+                        rest.starts_with("action calls: ")
+                            || rest.starts_with("no claim without a call")
+                            || rest.contains(" without a call: ")
+                    })
+                })
+                .collect()
+        })
+        .unwrap_or_default();
     // The verifier's coverage lines about tool definitions that changed
     // (docs/protocol.md §11), and its note when it listed only some.
     let changes: Vec<&String> = verification
@@ -549,6 +573,10 @@ pub(crate) fn agent(view: &View, p: &AgentPage<'_>) -> Markup {
                 div.card { div.label { "calls" } div.value #call-count { (calls.len()) } div.small { "decision/outcome pairs shown" } }
                 div class=(if open > 0 { "card warn" } else { "card" }) { div.label { "open decisions" } div.value #open-count { (open) } }
                 div class=(if errors > 0 { "card bad" } else { "card" }) { div.label { "errors" } div.value #error-count { (errors) } div.small { "outcomes other than ok" } }
+                @if posted + unknown + failed > 0 || claim_count > 0 {
+                    div class=(if unknown + failed > 0 { "card warn" } else { "card" }) { div.label { "action calls" } div.value #action-count { (posted) " / " (unknown) " / " (failed) } div.small { "posted / unknown / failed" } }
+                    div class=(if claim_count > 0 { "card bad" } else { "card" }) { div.label { "claims without a call" } div.value #claim-count { (claim_count) } }
+                }
             }
             h2 { (if view.auditor.is_some() { "Last record in range" } else { "Chain head" }) }
             @if let Some(h) = &a.head {
@@ -612,11 +640,33 @@ pub(crate) fn agent(view: &View, p: &AgentPage<'_>) -> Markup {
                     }
                 }
             }
+            @if posted + unknown + failed > 0 || claim_count > 0 || !statement.is_empty() {
+                h2 #actions-heading { "Actions and claims" }
+                p.small { "An action tool's call is " em { "posted" } " when its result held the other system's proof, " em { "unknown" } " when it returned without one, " em { "failed" } " when it failed. A claim is a model turn that said an action was done with no call to it. Both inform; neither fails a check." }
+                @if !statement.is_empty() {
+                    ul #action-statement { @for l in &statement { li { "coverage: " (ext(l)) } } }
+                }
+                @if claim_count > 0 {
+                    table #claims {
+                        thead { tr { th { "seq" } th { "received" } th { "tool claimed" } th { "turn hash" } } }
+                        tbody {
+                            @for c in claims {
+                                tr {
+                                    td { a href=(format!("{base}/records/{}", c.at.index)) { (c.at.seq) } }
+                                    td { (time(c.at.received)) }
+                                    td.tool { (ext(&c.tool)) }
+                                    td.mono { (c.turn_hash) }
+                                }
+                            }
+                        }
+                    }
+                }
+            }
             h2 #calls-heading { "Calls" }
             form.filters method="get" action=(format!("{base}/agents/{}", a.agent)) {
                 input type="search" name="q" value=(p.filter.q) placeholder="tool or call id" maxlength="256";
                 select name="status" {
-                    @for (v, label) in [("all", "all"), ("open", "open decisions"), ("error", "errors"), ("ok", "ok")] {
+                    @for (v, label) in [("all", "all"), ("open", "open decisions"), ("error", "errors"), ("ok", "ok"), ("posted", "actions posted"), ("unknown", "actions unknown"), ("failed", "actions failed")] {
                         option value=(v) selected[p.filter.status == v || (v == "all" && p.filter.status.is_empty())] { (label) }
                     }
                 }
@@ -624,7 +674,7 @@ pub(crate) fn agent(view: &View, p: &AgentPage<'_>) -> Markup {
                 span.small { (matching.len()) " of " (calls.len()) " calls" }
             }
             table #calls {
-                thead { tr { th { "tool" } th { "call id" } th { "status" } th { "decided (agent time)" } th { "ended (agent time)" } th { "receipt" } } }
+                thead { tr { th { "tool" } th { "call id" } th { "status" } th { "decided (agent time)" } th { "ended (agent time)" } th { "receipt" } th { "action" } } }
                 tbody {
                     @for c in shown {
                         tr class=(if c.is_open() { "open" } else if c.is_error() { "error" } else { "ok" }) {
@@ -636,6 +686,14 @@ pub(crate) fn agent(view: &View, p: &AgentPage<'_>) -> Markup {
                             td.small {
                                 @if let Some(d) = &c.decision { "decision under checkpoint " (d.receipt_size) }
                                 @if let Some((o, _)) = &c.outcome { @if c.decision.is_some() { br; } "outcome under checkpoint " (o.receipt_size) }
+                            }
+                            td.state {
+                                @match c.state {
+                                    Some(ActionState::Posted) => span.st.pass { "posted" },
+                                    Some(ActionState::Unknown) => span.st.pending { "unknown" },
+                                    Some(ActionState::Failed) => span.st.fail { "failed" },
+                                    None => "—",
+                                }
                             }
                         }
                     }

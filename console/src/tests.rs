@@ -15,7 +15,8 @@ use http_body_util::BodyExt;
 use rand_core::OsRng;
 use tally_schemas::pack::AgentKeys;
 use tally_schemas::record::{
-    Decision, NoteBody, Outcome, OutcomeStatus, ToolEntry, ToolList, ToolPartDigests,
+    ActionState, Claim, Decision, NoteBody, Outcome, OutcomeStatus, ToolEntry, ToolList,
+    ToolPartDigests,
 };
 use tally_schemas::report::Verdict;
 use tally_schemas::{
@@ -301,6 +302,9 @@ fn outcome(call_id: &str, decision: &Record, status: OutcomeStatus) -> RecordBod
         decision: decision.hash(),
         status,
         output_hash: None,
+        state: None,
+        proof: None,
+        proof_hash: None,
     })
 }
 
@@ -540,6 +544,113 @@ async fn console_escapes_hostile_names_and_notes() {
         .await;
     assert_eq!(s, StatusCode::OK);
     assert_escaped(&body);
+}
+
+/// An action tool's outcome with `state` (docs/protocol.md §5.2).
+fn action_outcome(
+    call_id: &str,
+    decision: &Record,
+    status: OutcomeStatus,
+    state: ActionState,
+) -> RecordBody {
+    RecordBody::Outcome(Outcome {
+        call_id: call_id.into(),
+        decision: decision.hash(),
+        status,
+        output_hash: None,
+        state: Some(state),
+        proof: None,
+        proof_hash: (state == ActionState::Posted).then(|| Hash::sha256(call_id.as_bytes())),
+    })
+}
+
+#[tokio::test]
+async fn console_agent_page_states_actions_and_claims_and_filters_calls_by_state() {
+    let h = harness();
+    let mut bot = Agent::new("bot");
+    h.register(&bot, "default");
+    h.clock.0.store(T0 + 10, Ordering::SeqCst);
+    let r = bot.sign(
+        T0,
+        tools_body(
+            "l1",
+            vec![tool("send_email", true, 1), tool("lookup", true, 2)],
+        ),
+    );
+    h.post(&h.api_key, &r).await;
+    let mut t = T0 + 1;
+    let calls = [
+        ("1", OutcomeStatus::Ok, Some(ActionState::Posted)),
+        ("2", OutcomeStatus::Ok, Some(ActionState::Posted)),
+        ("3", OutcomeStatus::Ok, Some(ActionState::Unknown)),
+        ("4", OutcomeStatus::Error, Some(ActionState::Failed)),
+        ("5", OutcomeStatus::Ok, None),
+    ];
+    for (id, status, state) in calls {
+        let tool_name = if state.is_some() {
+            "send_email"
+        } else {
+            "lookup"
+        };
+        let d = bot.sign(t, decision(id, tool_name));
+        h.post(&h.api_key, &d).await;
+        let body = match state {
+            Some(s) => action_outcome(id, &d, status, s),
+            None => outcome(id, &d, status),
+        };
+        let o = bot.sign(t + 1, body);
+        h.post(&h.api_key, &o).await;
+        t += 2;
+    }
+    let claim = bot.sign(
+        t,
+        RecordBody::Claim(Claim {
+            tool: "send_email".into(),
+            turn_hash: Hash::sha256(b"I've sent the email"),
+        }),
+    );
+    let claim_index = h.post(&h.api_key, &claim).await;
+    h.clock.0.store(T0 + 1000, Ordering::SeqCst);
+    let (cookie, _) = h.login(&h.api_key).await;
+    let (s, _, body) = h.get("/console/agents/bot", Some(&cookie)).await;
+    assert_eq!(s, StatusCode::OK);
+    assert!(body.contains("id=\"action-count\">2 / 1 / 1<"), "{body}");
+    assert!(body.contains("id=\"claim-count\">1<"));
+    // The verifier's statement, as `tally verify` prints it.
+    assert!(body.contains("coverage: bot: action calls: 2 posted, 1 unknown, 1 failed"));
+    assert!(body.contains("coverage: bot: 1 claim without a call: send_email at seq 11"));
+    assert!(body.contains(&format!("href=\"/console/records/{claim_index}\">11<")));
+    assert!(body.contains(&Hash::sha256(b"I've sent the email").to_string()));
+    // The action column, and the filter by state.
+    assert_eq!(
+        body.matches("<td class=\"state\"><span class=\"st pass\">posted<")
+            .count(),
+        2
+    );
+    for (state, n) in [("posted", 2), ("unknown", 1), ("failed", 1)] {
+        let (s, _, page) = h
+            .get(
+                &format!("/console/agents/bot?status={state}"),
+                Some(&cookie),
+            )
+            .await;
+        assert_eq!(s, StatusCode::OK);
+        assert!(page.contains(&format!("{n} of 5 calls")), "{state}");
+        assert!(
+            page.contains(&format!("<option value=\"{state}\" selected")),
+            "{state}"
+        );
+    }
+    let (s, _, _) = h
+        .get("/console/agents/bot?status=sent", Some(&cookie))
+        .await;
+    assert_eq!(s, StatusCode::BAD_REQUEST);
+    // An agent without actions has no such section.
+    let (h2, _, _) = hostile_bot().await;
+    let (cookie2, _) = h2.login(&h2.api_key).await;
+    let (_, _, plain) = h2.get("/console/agents/bot", Some(&cookie2)).await;
+    assert!(!plain.contains("actions-heading"));
+    assert!(!plain.contains("action-count"));
 }
 
 #[tokio::test]

@@ -15,7 +15,7 @@
 //!   definition digests whenever it differs from the last one recorded;
 //!   [`ToolPages`] joins the pages of a paged answer.
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
 use std::sync::{Mutex, PoisonError};
 use std::time::Duration;
 
@@ -25,6 +25,7 @@ use tally_schemas::canonical::{self, Limits};
 use tally_schemas::record::{Decision, Outcome, OutcomeStatus};
 use tally_schemas::{Body, Hash, Record};
 
+use crate::action::{self, proof_text, ProofPath};
 use crate::chain::{AgentChain, Waited};
 use crate::store::Secret;
 use crate::toollist::digest_list_as;
@@ -87,6 +88,20 @@ pub struct ProxyConfig {
     pub store_content: bool,
     /// How long a `--strict` call waits for its receipt.
     pub strict_timeout: Duration,
+    /// The action tools (docs/protocol.md §5.2) and where their proofs are.
+    pub actions: ActionConfig,
+}
+
+/// The gateway's action tools (docs/protocol.md §5.2): their outcomes carry
+/// a `state`, and the proof read from the result's `structuredContent`.
+#[derive(Debug, Clone, Default)]
+pub struct ActionConfig {
+    /// By the server's tool name: the path of the proof in the structured
+    /// result, or `None` for an action without a proof to read (its calls
+    /// are `unknown` or `failed`).
+    pub tools: BTreeMap<String, Option<ProofPath>>,
+    /// Put proofs in outcomes in clear instead of salted-hashed.
+    pub proof_in_clear: bool,
 }
 
 impl ProxyConfig {
@@ -373,11 +388,38 @@ impl CallRecorder {
             }
             None => (None, None),
         };
+        let resolved = self.config.actions.tools.get(&call.tool).map(|path| {
+            let proof = path
+                .as_ref()
+                .zip(output.and_then(|o| o.get("structuredContent")))
+                .and_then(|(p, structured)| p.read(structured))
+                .and_then(proof_text);
+            action::resolve(
+                status,
+                proof,
+                self.config.actions.proof_in_clear,
+                self.config.store_content,
+                &mut OsRng,
+            )
+        });
+        let mut secret = secret;
+        if let Some(proof_secret) = resolved.as_ref().and_then(|r| r.secret.clone()) {
+            let mut s = secret.unwrap_or_else(|| Secret {
+                salt: String::new(),
+                content: None,
+                proof: None,
+            });
+            s.proof = Some(Box::new(proof_secret));
+            secret = Some(s);
+        }
         let body = Body::Outcome(Outcome {
             call_id: call_id.clone(),
             decision: decision.hash(),
             status,
             output_hash,
+            state: resolved.as_ref().map(|r| r.state),
+            proof: resolved.as_ref().and_then(|r| r.proof.clone()),
+            proof_hash: resolved.as_ref().and_then(|r| r.proof_hash),
         });
         if let Err(e) = self.chain.append_detached(body, secret) {
             eprintln!("tally: gateway: could not record the outcome of call {call_id}: {e}");

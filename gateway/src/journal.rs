@@ -253,6 +253,7 @@ mod tests {
         Appended {
             record,
             secret: (seq % 2 == 0).then(|| Secret {
+                proof: None,
                 salt: "00".repeat(16),
                 content: Some(serde_json::json!({"seq": seq})),
             }),

@@ -22,6 +22,7 @@
 //! It depends on tally-schemas for every wire type and never on tally-log.
 
 pub mod acceptance;
+pub mod action;
 pub mod calls;
 pub mod chain;
 pub mod http;

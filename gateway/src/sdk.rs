@@ -19,15 +19,18 @@ use std::time::Duration;
 use rand_core::{OsRng, RngCore as _};
 use serde_json::Value;
 use tally_schemas::canonical::parse_strict;
-use tally_schemas::record::{Decision, NoteBody, Outcome, OutcomeStatus, ToolEntry};
+use tally_schemas::record::{Claim, Decision, NoteBody, Outcome, OutcomeStatus, ToolEntry};
 use tally_schemas::time::SystemClock;
 use tally_schemas::tools::{digest_tool_definition, TOOL_DEFINITION_LIMITS};
 use tally_schemas::{AgentName, Body, Hash};
 
+use crate::action::{self, proof_text};
+pub use crate::action::{ActionTool, ProofPath};
 use crate::chain::{AgentChain, ChainOptions, ChainStatus, DeclaredTools, Waited, WriterInfo};
 use crate::recorder::AppendError;
 use crate::state::StateDir;
 use crate::store::Secret;
+pub use tally_schemas::record::ActionState;
 
 /// Why an SDK call failed; [`SdkError::code`] is stable.
 #[derive(Debug, thiserror::Error)]
@@ -83,6 +86,9 @@ pub struct SdkOptions {
     pub source_lease_ms: Option<u64>,
     /// Keep arguments and results in the local store (salts are always kept).
     pub store_content: bool,
+    /// Put action tools' proofs in their outcomes in clear instead of
+    /// salted-hashed (docs/protocol.md §5.2).
+    pub proof_in_clear: bool,
     /// Answer a record only once it is committed with fsync.
     pub durable: bool,
     /// The binding's name for `tally status` (`sdk-python`, `sdk-node`).
@@ -100,6 +106,15 @@ pub struct SdkTool {
     /// `name`; `description`, `inputSchema`, … when known): the digests of
     /// docs/protocol.md §6.2 are taken over it.
     pub definition: Value,
+}
+
+/// Where an action call's proof comes from (docs/protocol.md §5.2).
+#[derive(Debug, Clone)]
+pub enum Proof {
+    /// Read at this path of the result.
+    Path(ProofPath),
+    /// Given by the binding (its proof function's answer); `None`: no proof.
+    Value(Option<Value>),
 }
 
 /// A decision recorded, until its outcome is.
@@ -136,6 +151,7 @@ pub struct SdkAgent {
     source: String,
     lease_ms: Option<u64>,
     store_content: bool,
+    proof_in_clear: bool,
     has_witness: bool,
     written: Arc<tokio::sync::watch::Sender<Written>>,
 }
@@ -239,6 +255,7 @@ impl SdkAgent {
             source,
             lease_ms: options.source_lease_ms,
             store_content: options.store_content,
+            proof_in_clear: options.proof_in_clear,
             has_witness: config.witness.is_some(),
             written: Arc::new(tokio::sync::watch::channel(Written::default()).0),
         })
@@ -352,6 +369,34 @@ impl SdkAgent {
         status: &str,
         output: Option<&[u8]>,
     ) -> Result<(), SdkError> {
+        self.outcome_of(call, status, output, None).map(|_| ())
+    }
+
+    /// Records how a call of an action tool ended (docs/protocol.md §5.2):
+    /// as [`SdkAgent::outcome`], with the `state` resolved from `status`
+    /// and the proof `proof` gives, kept in clear or salted-hashed as the
+    /// agent was opened. Returns the state.
+    ///
+    /// # Errors
+    /// As [`SdkAgent::outcome`].
+    pub fn action_outcome(
+        &self,
+        call: &SdkCall,
+        status: &str,
+        output: Option<&[u8]>,
+        proof: &Proof,
+    ) -> Result<ActionState, SdkError> {
+        self.outcome_of(call, status, output, Some(proof))
+            .map(|s| s.unwrap_or(ActionState::Unknown))
+    }
+
+    fn outcome_of(
+        &self,
+        call: &SdkCall,
+        status: &str,
+        output: Option<&[u8]>,
+        proof: Option<&Proof>,
+    ) -> Result<Option<ActionState>, SdkError> {
         let status: OutcomeStatus = serde_json::from_value(Value::String(status.to_owned()))
             .map_err(|_| {
                 SdkError::Invalid(format!(
@@ -359,10 +404,13 @@ impl SdkAgent {
                 ))
             })?;
         let mut unhashable = None;
-        let (output_hash, secret) = match output.map(|o| {
+        let mut parsed = None;
+        let (output_hash, mut secret) = match output.map(|o| {
             content(o, "the result").and_then(|v| {
-                Secret::for_content(&v, self.store_content, &mut OsRng)
-                    .map_err(|e| SdkError::BadContent(format!("the result: {e}")))
+                let hashed = Secret::for_content(&v, self.store_content, &mut OsRng)
+                    .map_err(|e| SdkError::BadContent(format!("the result: {e}")));
+                parsed = Some(v);
+                hashed
             })
         }) {
             Some(Ok((h, s))) => (Some(h), Some(s)),
@@ -372,11 +420,39 @@ impl SdkAgent {
             }
             None => (None, None),
         };
+        let resolved = proof.map(|p| {
+            let text = match p {
+                Proof::Path(path) => parsed
+                    .as_ref()
+                    .and_then(|v| path.read(v))
+                    .and_then(proof_text),
+                Proof::Value(v) => v.as_ref().and_then(proof_text),
+            };
+            action::resolve(
+                status,
+                text,
+                self.proof_in_clear,
+                self.store_content,
+                &mut OsRng,
+            )
+        });
+        if let Some(proof_secret) = resolved.as_ref().and_then(|r| r.secret.clone()) {
+            let mut s = secret.unwrap_or_else(|| Secret {
+                salt: String::new(),
+                content: None,
+                proof: None,
+            });
+            s.proof = Some(Box::new(proof_secret));
+            secret = Some(s);
+        }
         let body = Body::Outcome(Outcome {
             call_id: call.call_id.clone(),
             decision: call.decision,
             status,
             output_hash,
+            state: resolved.as_ref().map(|r| r.state),
+            proof: resolved.as_ref().and_then(|r| r.proof.clone()),
+            proof_hash: resolved.as_ref().and_then(|r| r.proof_hash),
         });
         let queued = self
             .chain()?
@@ -401,8 +477,50 @@ impl SdkAgent {
                 "{m}; the outcome was recorded without an output hash"
             ))),
             Some(e) => Err(e),
-            None => Ok(()),
+            None => Ok(resolved.map(|r| r.state)),
         }
+    }
+
+    /// Checks a model turn's text against the program's action tools
+    /// (docs/protocol.md §5.6) and records a `claim` for each one the text
+    /// claims was done and `called` does not name; returns (tool, seq) of
+    /// each claim recorded, once they are in the chain. The turn's text is
+    /// salted and hashed; the store keeps it only with `store_content`.
+    ///
+    /// # Errors
+    /// [`SdkError::NotRecorded`] when a claim could not be written.
+    pub fn claims(
+        &self,
+        text: &str,
+        called: &[String],
+        tools: &[ActionTool],
+    ) -> Result<Vec<(String, u64)>, SdkError> {
+        let found = action::claimed(text, called, tools);
+        if found.is_empty() {
+            return Ok(Vec::new());
+        }
+        let chain = self.chain()?;
+        let mut out = Vec::with_capacity(found.len());
+        for tool in found {
+            let (turn_hash, secret) = Secret::for_content(
+                &Value::String(text.to_owned()),
+                self.store_content,
+                &mut OsRng,
+            )
+            .map_err(|e| SdkError::BadContent(format!("the turn's text: {e}")))?;
+            let body = Body::Claim(Claim {
+                tool: tool.name.clone(),
+                turn_hash,
+            });
+            let seq = self
+                .rt
+                .block_on(chain.append(body, Some(secret)))
+                .map(|r| r.seq.get())
+                .map_err(appended)?;
+            self.wrote(seq);
+            out.push((tool.name.clone(), seq));
+        }
+        Ok(out)
     }
 
     /// Records a note; returns its seq once it is in the chain.

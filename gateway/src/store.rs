@@ -12,7 +12,7 @@
 //! | table | key | value |
 //! |---|---|---|
 //! | `records` | seq | canonical record bytes |
-//! | `secrets` | seq | JSON `{"salt": hex, "content": value?}` for decisions and outcomes |
+//! | `secrets` | seq | JSON `{"salt": hex, "content": value?, "proof": {"salt", "content"?}?}` for decisions, outcomes and claims |
 //! | `receipts` | seq | receipt JSON as the witness sent it (accepted before it is stored) |
 //! | `superseded_receipts` | seq | a receipt replaced after the witness lost the record (sync rewind) |
 //! | `open_decisions` | call id | seq of a decision that has no outcome yet |
@@ -87,6 +87,11 @@ pub struct Secret {
     /// The content that was hashed, when the agent keeps it.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub content: Option<serde_json::Value>,
+    /// An action outcome's proof: its own salt (and the proof, when the
+    /// agent keeps content), so it can be disclosed alone (docs/protocol.md
+    /// §5.2). An outcome without output has an empty `salt` beside it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub proof: Option<Box<Secret>>,
 }
 
 impl Secret {
@@ -108,6 +113,7 @@ impl Secret {
             Self {
                 salt: hex::encode(salted.salt),
                 content: keep.then(|| content.clone()),
+                proof: None,
             },
         ))
     }

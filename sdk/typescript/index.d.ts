@@ -16,6 +16,18 @@ export interface AgentOptions {
   storeContent?: boolean;
   /** Answer a record only once it is committed with fsync. */
   durable?: boolean;
+  /** Put action tools' proofs in their outcomes in clear, not salted-hashed. */
+  proofInClear?: boolean;
+}
+
+/** How an action tool's proof is read from its result: a member name or path, or a function. */
+export type Proof = string | ((result: any) => unknown) | null;
+
+export interface ActionOptions {
+  /** Where the proof is in the result (`'message_id'`, `'$.receipt.ids[0]'`), or a function of the result. */
+  proof?: Proof;
+  /** Phrases a model turn uses to claim the action was done. */
+  phrases?: string[];
 }
 
 export interface WrapOptions {
@@ -25,6 +37,12 @@ export interface WrapOptions {
   description?: string;
   /** Declared with the tool (declareTools). */
   inputSchema?: unknown;
+  /** A side-effecting tool: its outcomes carry posted / unknown / failed (with proof, phrases). */
+  action?: boolean;
+  /** With action: where its proof is. */
+  proof?: Proof;
+  /** With action: phrases that claim it was done. */
+  phrases?: string[];
 }
 
 /** A tool to declare: its name, or an MCP-style definition. */
@@ -73,6 +91,10 @@ export declare class Agent {
   call(tool: string, args: unknown, options?: { callId?: string; strict?: boolean }): Promise<CallHandle>;
   /** Records one call of `tool` with `args` around `fn()`. */
   run<R>(tool: string, args: unknown, fn: () => R | PromiseLike<R>, options?: { callId?: string; strict?: boolean }): Promise<Awaited<R>>;
+  /** Marks `name` as an action tool (docs/protocol.md §5.2). */
+  action(name: string, options?: ActionOptions): void;
+  /** Records a claim for each action tool `text` claims with no call to it; returns their names. */
+  checkTurn(text: string | null | undefined, called?: string[], options?: { final?: boolean }): string[];
   note(text: string): Promise<number>;
   sync(options?: { timeout?: number }): Promise<SyncResult>;
   status(): Promise<Record<string, unknown>>;

@@ -128,7 +128,7 @@ class CallHandle {
   }
   /** Records that the call returned `result`. */
   outcome(result) {
-    this.#finish('ok', serialise(result, `the result of ${this.tool}`));
+    this.#finish('ok', serialise(result, `the result of ${this.tool}`), result);
   }
   /** Records that the call failed with `err`. */
   error(err) {
@@ -138,10 +138,10 @@ class CallHandle {
   status(status, output) {
     this.#finish(status, output === undefined ? null : serialise(output, `the output of ${this.tool}`));
   }
-  #finish(status, json) {
+  #finish(status, json, value) {
     if (this.#done) throw make('invalid', `the outcome of call ${this.callId} is already recorded`);
     this.#done = true;
-    this.#agent._outcome(this.#call, status, json, true);
+    this.#agent._outcome(this.#call, status, json, true, value);
   }
 }
 
@@ -152,6 +152,11 @@ class Agent {
   #strictTimeoutMs;
   #wrapped = new Map();
   #closed = false;
+  // Action tools by name: {proof, phrases} (docs/protocol.md §5.2).
+  #actions = new Map();
+  // Action tools called since the last final model turn (§5.6): a final
+  // answer that says so after the call is no claim.
+  #calledActions = new Set();
 
   /**
    * Opens `name`'s state (options.stateDir, else TALLY_STATE_DIR, else
@@ -167,6 +172,7 @@ class Agent {
       storeContent = false,
       durable = false,
       sourceLeaseMs,
+      proofInClear = false,
     } = options;
     this.#strict = Boolean(strict);
     this.#strictTimeoutMs = strictTimeoutMs;
@@ -176,6 +182,7 @@ class Agent {
         source,
         sourceLeaseMs,
         storeContent: Boolean(storeContent),
+        proofInClear: Boolean(proofInClear),
         durable: Boolean(durable),
       });
     } catch (e) {
@@ -212,7 +219,11 @@ class Agent {
   wrapTool(name, fn, options = {}) {
     if (typeof name !== 'string') throw make('invalid', `a tool name must be a string, not ${typeof name}`);
     if (typeof fn !== 'function') throw make('invalid', `tool ${name}: ${typeof fn} is not a function`);
-    const { strict, description, inputSchema } = options;
+    const { strict, description, inputSchema, action = false, proof, phrases } = options;
+    if ((proof !== undefined || phrases !== undefined) && !action) {
+      throw make('invalid', `tool ${name}: proof and phrases are for action tools: add action: true`);
+    }
+    if (action) this.action(name, { proof, phrases });
     const definition = { name };
     if (description !== undefined) definition.description = description;
     if (inputSchema !== undefined) definition.inputSchema = inputSchema;
@@ -255,6 +266,47 @@ class Agent {
     const call = await this.#decide(tool, args, callId);
     await this.#strictWait(call, strict);
     return this.#run(call, fn);
+  }
+
+  /**
+   * Marks tool `name` as an action (docs/protocol.md §5.2): its outcomes
+   * carry `posted` (the proof found in the result), `unknown` (none) or
+   * `failed`; `proof` is a member name or path of the result
+   * (`'message_id'`, `'$.receipt.ids[0]'`) or a function of the result
+   * returning the proof. A model turn the adapters see that claims it was
+   * done, by its name or one of `phrases`, with no call to it, is recorded
+   * as a claim (§5.6). `wrapTool(name, fn, {action: true, proof})` does
+   * this for a wrapped function.
+   */
+  action(name, { proof, phrases = [] } = {}) {
+    if (typeof name !== 'string') throw make('invalid', `a tool name must be a string, not ${typeof name}`);
+    if (proof !== undefined && proof !== null && typeof proof !== 'string' && typeof proof !== 'function') {
+      throw make('invalid', `tool ${name}: proof must be a member name or path, or a function of the result`);
+    }
+    if (proof === '') throw make('invalid', `tool ${name}: the proof path is empty`);
+    const list = typeof phrases === 'string' ? [phrases] : [...phrases];
+    if (!list.every((p) => typeof p === 'string')) throw make('invalid', `tool ${name}: phrases are strings`);
+    this.#actions.set(name, { proof: proof ?? null, phrases: list });
+  }
+
+  /**
+   * Checks a model turn's text against the action tools (docs/protocol.md
+   * §5.6): each one it claims was done that neither the turn (`called`,
+   * the names of its tool calls) nor a call recorded by this agent since
+   * the last final turn called is recorded as a claim; returns their
+   * names. `final` (default true): the turn ends the exchange (no tool
+   * calls), so the calls seen so far are forgotten after it.
+   */
+  checkTurn(text, called = [], { final = true } = {}) {
+    const seen = new Set([...this.#calledActions, ...called]);
+    if (final) this.#calledActions.clear();
+    if (typeof text !== 'string' || text === '' || this.#actions.size === 0) return [];
+    const tools = [...this.#actions].map(([n, a]) => ({ name: n, phrases: a.phrases }));
+    try {
+      return this.#native.claims(text, [...seen].sort(), tools);
+    } catch (e) {
+      throw fromNative(e);
+    }
   }
 
   /** @internal declareTools() declares `definition` recorded (the adapters' tools). */
@@ -387,7 +439,7 @@ class Agent {
     if (isThenable(result)) {
       return Promise.resolve(result).then(
         (value) => {
-          this._outcome(call, 'ok', safe(value), false);
+          this._outcome(call, 'ok', safe(value), false, value);
           return value;
         },
         (err) => {
@@ -396,14 +448,22 @@ class Agent {
         },
       );
     }
-    this._outcome(call, 'ok', safe(result), false);
+    this._outcome(call, 'ok', safe(result), false, result);
     return result;
   }
 
   /** @internal records an outcome; after the call ran, a failure only warns. */
-  _outcome(call, status, json, raise) {
+  _outcome(call, status, json, raise, value) {
     try {
-      this.#native.outcome(call, status, json);
+      const action = this.#actions.get(call.tool);
+      if (action === undefined) {
+        this.#native.outcome(call, status, json);
+      } else {
+        this.#calledActions.add(call.tool);
+        const path = typeof action.proof === 'string' ? action.proof : null;
+        const proof = typeof action.proof === 'function' && status === 'ok' ? proofOf(action.proof, value) : null;
+        this.#native.actionOutcome(call, status, json, path, proof);
+      }
     } catch (e) {
       const err = fromNative(e);
       if (raise) throw err;
@@ -426,6 +486,16 @@ function safe(value) {
     return json === undefined ? 'null' : json;
   } catch (e) {
     warn(`tally: a result cannot be serialised (${e.message}); its outcome is recorded without an output hash`);
+    return null;
+  }
+}
+
+// A proof function's answer as JSON; one that throws gives no proof (unknown).
+function proofOf(fn, value) {
+  try {
+    const proof = fn(value);
+    return proof === undefined || proof === null ? null : JSON.stringify(proof) ?? null;
+  } catch {
     return null;
   }
 }

@@ -13,7 +13,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::Context as _;
-use tally_gateway::calls::CallRecorder;
+use tally_gateway::action::ProofPath;
+use tally_gateway::calls::{ActionConfig, CallRecorder};
 use tally_gateway::chain::{AgentChain, ChainOptions, WriterInfo};
 use tally_gateway::http::{HttpConfig, HttpGateway, HttpLimits, ProbeResult};
 use tally_gateway::process::run_gateway;
@@ -111,6 +112,17 @@ pub(crate) struct Args {
     /// can be disclosed later (salts are always kept).
     #[arg(long)]
     pub store_content: bool,
+    /// An action tool (docs/protocol.md §5.2), repeatable: TOOL=PATH reads
+    /// the call's proof (the id the other system gave back) at PATH of the
+    /// result's structuredContent (a member name, or a path such as
+    /// $.receipt.ids[0]); TOOL alone has no proof to read. TOOL is the
+    /// name as recorded (after --name-prefix). Its outcomes carry a state:
+    /// posted (proof there), unknown (none), failed.
+    #[arg(long = "action", value_name = "TOOL[=PATH]", value_parser = parse_action)]
+    pub actions: Vec<(String, Option<ProofPath>)>,
+    /// Put action proofs in outcomes in clear, not salted-hashed.
+    #[arg(long)]
+    pub proof_in_clear: bool,
     /// Forward a call only once its decision is committed to chain.redb with
     /// fsync (survives a power loss), not as soon as it is in the record
     /// journal (survives the gateway's death; see below).
@@ -225,6 +237,10 @@ pub(crate) fn run(args: &Args) -> anyhow::Result<ExitCode> {
         source_lease_ms: (args.source_lease != 86_400).then_some(args.source_lease * 1000),
         store_content: args.store_content,
         strict_timeout: Duration::from_millis(args.strict_timeout_ms),
+        actions: ActionConfig {
+            tools: args.actions.iter().cloned().collect(),
+            proof_in_clear: args.proof_in_clear,
+        },
     };
 
     let exit = rt.block_on(async {
@@ -379,4 +395,15 @@ async fn run_http(
         report.client_gone_calls
     );
     Ok(0)
+}
+
+/// `--action TOOL[=PATH]`.
+fn parse_action(s: &str) -> Result<(String, Option<ProofPath>), String> {
+    let (tool, path) = match s.split_once('=') {
+        Some((t, p)) => (t, Some(ProofPath::parse(p)?)),
+        None => (s, None),
+    };
+    tally_gateway::calls::check_tool_name(tool)
+        .map_err(|why| format!("{tool:?} is not a tool name: {why}"))?;
+    Ok((tool.to_owned(), path))
 }

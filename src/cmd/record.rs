@@ -215,6 +215,9 @@ async fn record_and_sync(
                     decision,
                     status: *status,
                     output_hash,
+                    state: None,
+                    proof: None,
+                    proof_hash: None,
                 }),
                 secret,
             )

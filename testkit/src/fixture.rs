@@ -536,6 +536,9 @@ pub fn outcome(call_id: &str, d: &Record, status: OutcomeStatus) -> Body {
         decision: d.hash(),
         status,
         output_hash: Some(digest(&format!("output {call_id}"))),
+        state: None,
+        proof: None,
+        proof_hash: None,
     })
 }
 

@@ -33,8 +33,8 @@ use tally_schemas::pack::{
     PackHeader, PackLine, PackReceipt, PackRecord, Witnessed, PACK_VERSION,
 };
 use tally_schemas::record::{
-    Decision, KeyRotation, NoteBody, Outcome, OutcomeStatus, ToolEntry, ToolList,
-    RECORD_SIGNATURE_DOMAIN,
+    ActionState, Claim, Decision, KeyRotation, NoteBody, Outcome, OutcomeStatus, ToolEntry,
+    ToolList, RECORD_SIGNATURE_DOMAIN,
 };
 use tally_schemas::tools::digest_tool_definition;
 use tally_schemas::tree::reference;
@@ -151,6 +151,9 @@ fn build_chain() -> Chain {
             decision: decision.hash(),
             status: OutcomeStatus::Ok,
             output_hash: Some(salted_hash(&salt(2), &result)),
+            state: None,
+            proof: None,
+            proof_hash: None,
         }),
     );
     let args = canonicalize(&json!({"id": "C-1001", "amount": 42.5})).expect("canonical");
@@ -172,6 +175,9 @@ fn build_chain() -> Chain {
                 &salt(4),
                 &canonicalize(&json!({"code": -32000, "message": "over limit"})).expect("c"),
             )),
+            state: None,
+            proof: None,
+            proof_hash: None,
         }),
     );
     chain.push(
@@ -535,6 +541,9 @@ fn build_second_chain() -> (Vec<Record>, Vec<(String, Record)>) {
                 decision: decision.hash(),
                 status,
                 output_hash: None,
+                state: None,
+                proof: None,
+                proof_hash: None,
             }),
         );
         fixtures.push((format!("outcome-{name}"), outcome));
@@ -553,6 +562,50 @@ fn build_second_chain() -> (Vec<Record>, Vec<(String, Record)>) {
         }),
     );
     fixtures.push(("tools-named-source".into(), named));
+    // An action tool's outcomes (protocol.md §5.2): posted with the proof's
+    // salted hash (the proof as a JSON string), posted with the proof in
+    // clear; then a claim (§5.6) whose turn hash is the text's salted hash.
+    let proof = canonicalize(&json!("msg-0042")).expect("canonical");
+    for (i, (name, clear)) in [
+        ("outcome-posted-proof-hash", false),
+        ("outcome-posted-proof", true),
+    ]
+    .into_iter()
+    .enumerate()
+    {
+        let call_id = format!("a{i}");
+        let ms = 11_000 + 1000 * i as i64;
+        let decision = chain.push(
+            ms,
+            Body::Decision(Decision {
+                call_id: call_id.clone(),
+                tool: "send_notification".into(),
+                input_hash: salted_hash(&salt(20 + i as u8), b"{}"),
+            }),
+        );
+        let outcome = chain.push(
+            ms + 100,
+            Body::Outcome(Outcome {
+                call_id,
+                decision: decision.hash(),
+                status: OutcomeStatus::Ok,
+                output_hash: None,
+                state: Some(ActionState::Posted),
+                proof: clear.then(|| "msg-0042".into()),
+                proof_hash: (!clear).then(|| salted_hash(&salt(30), &proof)),
+            }),
+        );
+        fixtures.push((name.into(), outcome));
+    }
+    let turn = canonicalize(&json!("I've sent the email to the customer")).expect("canonical");
+    let claim = chain.push(
+        14_000,
+        Body::Claim(Claim {
+            tool: "send_notification".into(),
+            turn_hash: salted_hash(&salt(31), &turn),
+        }),
+    );
+    fixtures.push(("claim".into(), claim));
     (chain.records, fixtures)
 }
 
@@ -570,6 +623,18 @@ fn write_hashes(dir: &Path) {
             "the salted hash of a result whose canonical form escapes and reorders: SHA-256(salt || JCS(result))",
             salt(4),
             json!({"isError": false, "content": [{"type": "text", "text": "caf\u{e9} \"quoted\"\n\u{1f}", "n": 1e21}]}),
+        ),
+        (
+            "salted-hash-proof",
+            "the salted hash of an action's proof (protocol.md §5.2): the proof as a JSON string",
+            salt(30),
+            json!("msg-0042"),
+        ),
+        (
+            "salted-hash-claim-turn",
+            "the salted hash of a claim's turn (protocol.md §5.6): the turn's text as a JSON string",
+            salt(31),
+            json!("I've sent the email to the customer"),
         ),
     ];
     for (name, description, salt, content) in salted {

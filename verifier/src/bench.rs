@@ -132,6 +132,9 @@ fn bench_record(i: u64, agents: u64, keys: &[SecretKey], prev: Option<Hash>) -> 
             decision: prev.expect("an outcome follows its decision"),
             status: OutcomeStatus::Ok,
             output_hash: Some(Hash::sha256(format!("out {i}").as_bytes())),
+            state: None,
+            proof: None,
+            proof_hash: None,
         })
     };
     let nonce = Sha256::digest(format!("bench nonce {i}").as_bytes());

@@ -21,6 +21,7 @@
 //! on the log server, the witness, tokio or axum
 //! (`cargo tree -p tally-verifier -e normal`).
 
+mod actions;
 mod activity;
 pub mod audit;
 pub mod bench;

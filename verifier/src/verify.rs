@@ -24,6 +24,7 @@ use tally_schemas::tree::TreeSize;
 use tally_schemas::Hash;
 
 use crate::activity::{Activity, AuditOptions};
+use crate::actions::Actions;
 use crate::checks::agent_keys::AgentKeys as AgentKeysCheck;
 use crate::checks::chain::Chain;
 use crate::checks::head::{HeadCheck, PackSide};
@@ -138,6 +139,7 @@ struct Run<'a> {
     /// The audit report's per-agent figures and the disclosures (§11.3),
     /// when asked for.
     activity: Option<Activity>,
+    actions: Vec<Actions>,
 }
 
 fn record_ref(w: &RecordWork) -> RecordRef {
@@ -186,6 +188,7 @@ impl<'a> Run<'a> {
             consistency,
             coverage: (0..n).map(|_| Coverage::default()).collect(),
             activity: audit.map(|a| Activity::new(n, a)),
+            actions: (0..n).map(|_| Actions::default()).collect(),
             agents,
         }
     }
@@ -250,11 +253,13 @@ impl<'a> Run<'a> {
                 self.coverage[agent].called(&d.tool);
             }
             Body::Outcome(o) => {
+                self.actions[agent].outcome(o);
                 let answer = self.outcomes.outcome(&f, o);
                 self.hashes.outcome(&f, o, &answer);
                 self.timing.outcome(&f, &answer);
             }
             Body::Tools(t) => self.coverage[agent].tools(f.seq(), t),
+            Body::Claim(c) => self.actions[agent].claim(f.seq(), c),
             Body::Note(_) | Body::KeyRotation(_) => {}
         }
         self.head.record(&f);
@@ -299,8 +304,12 @@ impl<'a> Run<'a> {
         let coverage = self
             .agents
             .iter()
-            .zip(&self.coverage)
-            .flat_map(|(a, c)| c.lines(&a.name))
+            .zip(self.coverage.iter().zip(&self.actions))
+            .flat_map(|(a, (c, x))| {
+                let mut lines = c.lines(&a.name);
+                lines.extend(x.lines(&a.name));
+                lines
+            })
             .collect();
         let checks = vec![
             self.schema.finish(),

@@ -372,8 +372,14 @@ fn call_filter(q: Result<Query<AgentQuery>, QueryRejection>) -> Result<CallFilte
     if q.q.len() > 256 {
         return Err(PageError::bad("The search text is longer than 256 bytes."));
     }
-    if !["", "all", "open", "error", "ok"].contains(&q.status.as_str()) {
-        return Err(PageError::bad("status must be all, open, error or ok."));
+    if ![
+        "", "all", "open", "error", "ok", "posted", "unknown", "failed",
+    ]
+    .contains(&q.status.as_str())
+    {
+        return Err(PageError::bad(
+            "status must be all, open, error, ok, posted, unknown or failed.",
+        ));
     }
     let page = match q.page.as_deref() {
         None | Some("") => 1,

@@ -868,6 +868,7 @@ async fn strict_calls_wait_for_their_receipt_and_are_refused_without_it() {
     let config = ProxyConfig {
         strict: StrictPolicy::Tools(["pay".to_owned()].into()),
         strict_timeout: Duration::from_millis(300),
+        actions: tally_gateway::calls::ActionConfig::default(),
         ..ProxyConfig::default()
     };
     let gw = start_gateway_with(&upstream, HttpLimits::default(), true, config, Some(rx)).await;

@@ -476,6 +476,7 @@ async fn strict_calls_wait_for_an_accepted_receipt() {
         ProxyConfig {
             strict: StrictPolicy::Tools(BTreeSet::from(["pay".to_string()])),
             strict_timeout: Duration::from_millis(300),
+            actions: tally_gateway::calls::ActionConfig::default(),
             ..ProxyConfig::default()
         },
         None,
@@ -686,6 +687,7 @@ async fn a_strict_call_held_when_the_client_goes_away_is_not_run() {
         ProxyConfig {
             strict: StrictPolicy::All,
             strict_timeout: Duration::from_secs(30),
+            actions: tally_gateway::calls::ActionConfig::default(),
             ..ProxyConfig::default()
         },
         None,

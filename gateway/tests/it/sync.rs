@@ -389,6 +389,7 @@ async fn a_strict_call_is_forwarded_once_its_decision_is_receipted() {
     let config = ProxyConfig {
         strict: StrictPolicy::All,
         strict_timeout: Duration::from_secs(10),
+        actions: tally_gateway::calls::ActionConfig::default(),
         ..ProxyConfig::default()
     };
     tokio::spawn(run_proxy(config, deps, ci, co, si, so));

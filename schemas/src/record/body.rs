@@ -26,6 +26,9 @@ pub enum RecordKind {
     Note,
     /// The agent moves to a new key; signed by the old one.
     KeyRotation,
+    /// A model's text turn claimed an action tool's work with no call to
+    /// it in the turn (docs/protocol.md §5.6).
+    Claim,
 }
 
 impl RecordKind {
@@ -38,6 +41,7 @@ impl RecordKind {
             Self::Tools => "tools",
             Self::Note => "note",
             Self::KeyRotation => "key_rotation",
+            Self::Claim => "claim",
         }
     }
 }
@@ -85,6 +89,32 @@ impl OutcomeStatus {
     }
 }
 
+/// What an action tool's call did, by its own receipt (docs/protocol.md
+/// §5.2): never the model's word.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ActionState {
+    /// The call returned and its result held the proof (the other system's
+    /// id for what it did).
+    Posted,
+    /// No proof: the call returned without one, or ended without an answer.
+    Unknown,
+    /// The call failed.
+    Failed,
+}
+
+impl ActionState {
+    /// The wire name.
+    #[must_use]
+    pub const fn as_str(self) -> &'static str {
+        match self {
+            Self::Posted => "posted",
+            Self::Unknown => "unknown",
+            Self::Failed => "failed",
+        }
+    }
+}
+
 /// Body of a `decision` record.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -110,6 +140,30 @@ pub struct Outcome {
     /// Salted hash of the canonical result or error, when there was one.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub output_hash: Option<Hash>,
+    /// For an action tool: what the call did, by its receipt.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub state: Option<ActionState>,
+    /// The proof in clear, when the operator keeps it so; only with
+    /// `state` `posted`, instead of `proof_hash`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub proof: Option<String>,
+    /// Salted hash (docs/protocol.md §6.1) of the proof; only with `state`
+    /// `posted`, instead of `proof`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub proof_hash: Option<Hash>,
+}
+
+/// Body of a `claim` record (docs/protocol.md §5.6): a text-only model turn
+/// that claimed an action tool's work, with no call to that tool in the
+/// turn.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Claim {
+    /// The action tool the turn claimed.
+    pub tool: String,
+    /// Salted hash (docs/protocol.md §6.1) of the turn's text, as a JSON
+    /// string.
+    pub turn_hash: Hash,
 }
 
 /// Digests of the parts of one MCP tool definition, each
@@ -239,6 +293,8 @@ pub enum Body {
     Note(NoteBody),
     /// `key_rotation`.
     KeyRotation(KeyRotation),
+    /// `claim`.
+    Claim(Claim),
 }
 
 impl Body {
@@ -251,6 +307,7 @@ impl Body {
             Self::Tools(_) => RecordKind::Tools,
             Self::Note(_) => RecordKind::Note,
             Self::KeyRotation(_) => RecordKind::KeyRotation,
+            Self::Claim(_) => RecordKind::Claim,
         }
     }
 
@@ -261,6 +318,7 @@ impl Body {
             RecordKind::Tools => Self::Tools(serde_json::from_value(value)?),
             RecordKind::Note => Self::Note(serde_json::from_value(value)?),
             RecordKind::KeyRotation => Self::KeyRotation(serde_json::from_value(value)?),
+            RecordKind::Claim => Self::Claim(serde_json::from_value(value)?),
         })
     }
 
@@ -270,7 +328,11 @@ impl Body {
                 check_text("body.call_id", &d.call_id, MAX_NAME_BYTES, false)?;
                 check_text("body.tool", &d.tool, MAX_NAME_BYTES, false)
             }
-            Self::Outcome(o) => check_text("body.call_id", &o.call_id, MAX_NAME_BYTES, false),
+            Self::Outcome(o) => {
+                check_text("body.call_id", &o.call_id, MAX_NAME_BYTES, false)?;
+                check_action(o)
+            }
+            Self::Claim(c) => check_text("body.tool", &c.tool, MAX_NAME_BYTES, false),
             Self::Tools(t) => {
                 check_text("body.list_id", &t.list_id, MAX_NAME_BYTES, false)?;
                 if let Some(source) = &t.source {
@@ -334,5 +396,38 @@ impl Body {
                 }
             }
         }
+    }
+}
+
+/// The rules of an outcome's action members (docs/protocol.md §5.2):
+/// `proof` or `proof_hash`, exactly one, exactly when `state` is `posted`;
+/// `posted` only with status `ok`, `failed` only with another status.
+fn check_action(o: &Outcome) -> Result<(), RecordError> {
+    let proofs = usize::from(o.proof.is_some()) + usize::from(o.proof_hash.is_some());
+    if let Some(proof) = &o.proof {
+        check_text("body.proof", proof, MAX_NAME_BYTES, false)?;
+    }
+    let invalid = |field, reason: &str| {
+        Err(RecordError::Invalid {
+            field,
+            reason: reason.into(),
+        })
+    };
+    match o.state {
+        None if proofs > 0 => invalid("body.proof", "is allowed only with state posted"),
+        None => Ok(()),
+        Some(ActionState::Posted) if proofs != 1 => invalid(
+            "body.state",
+            "posted needs exactly one of proof and proof_hash",
+        ),
+        Some(ActionState::Posted) if o.status != OutcomeStatus::Ok => {
+            invalid("body.state", "posted is allowed only with status ok")
+        }
+        Some(ActionState::Posted) => Ok(()),
+        Some(_) if proofs > 0 => invalid("body.proof", "is allowed only with state posted"),
+        Some(ActionState::Failed) if o.status == OutcomeStatus::Ok => {
+            invalid("body.state", "failed is not allowed with status ok")
+        }
+        Some(_) => Ok(()),
     }
 }

@@ -4,8 +4,8 @@
 use crate::limits::MAX_COUNTER;
 
 use super::{
-    AgentName, Body, Decision, KeyRotation, Nonce, NoteBody, Outcome, OutcomeStatus, Record,
-    RecordKind, Seq, ToolEntry, ToolList, ToolPartDigests, UnsignedRecord,
+    ActionState, AgentName, Body, Claim, Decision, KeyRotation, Nonce, NoteBody, Outcome,
+    OutcomeStatus, Record, RecordKind, Seq, ToolEntry, ToolList, ToolPartDigests, UnsignedRecord,
 };
 use crate::hash::Hash;
 use crate::keys::{KeyId, PublicKey, Signature};
@@ -221,6 +221,10 @@ struct FastBody {
     decision: Option<Hash>,
     status: Option<OutcomeStatus>,
     output_hash: Option<Hash>,
+    state: Option<ActionState>,
+    proof: Option<String>,
+    proof_hash: Option<Hash>,
+    turn_hash: Option<Hash>,
     list_id: Option<String>,
     part: Option<u32>,
     parts: Option<u32>,
@@ -249,6 +253,10 @@ impl FastBody {
                 "decision" => b.decision = Some(c.hash()?),
                 "status" => b.status = Some(c.variant()?),
                 "output_hash" => b.output_hash = Some(c.hash()?),
+                "state" => b.state = Some(c.variant()?),
+                "proof" => b.proof = Some(c.string()?.into_owned()),
+                "proof_hash" => b.proof_hash = Some(c.hash()?),
+                "turn_hash" => b.turn_hash = Some(c.hash()?),
                 "list_id" => b.list_id = Some(c.string()?.into_owned()),
                 "part" => b.part = Some(u32::try_from(c.counter()?).ok()?),
                 "parts" => b.parts = Some(u32::try_from(c.counter()?).ok()?),
@@ -373,6 +381,13 @@ impl FastRecord {
                 decision: b.decision?,
                 status: b.status?,
                 output_hash: b.output_hash,
+                state: b.state,
+                proof: b.proof,
+                proof_hash: b.proof_hash,
+            }),
+            RecordKind::Claim => Body::Claim(Claim {
+                tool: b.tool?,
+                turn_hash: b.turn_hash?,
             }),
             RecordKind::Tools => Body::Tools(ToolList {
                 list_id: b.list_id?,

@@ -26,8 +26,8 @@ mod fields;
 mod write;
 
 pub use body::{
-    Body, Decision, KeyRotation, NoteBody, Outcome, OutcomeStatus, RecordKind, ToolEntry, ToolList,
-    ToolPartDigests,
+    ActionState, Body, Claim, Decision, KeyRotation, NoteBody, Outcome, OutcomeStatus, RecordKind,
+    ToolEntry, ToolList, ToolPartDigests,
 };
 pub(crate) use fast::{Cursor, FastRecord};
 pub use fields::{AgentName, Nonce, Seq};
@@ -532,6 +532,9 @@ mod tests {
                     decision: digest("d"),
                     status: OutcomeStatus::ServerExited,
                     output_hash: Some(digest("out")),
+                    state: None,
+                    proof: None,
+                    proof_hash: None,
                 }),
             ),
             signed(
@@ -541,6 +544,9 @@ mod tests {
                     decision: digest("d2"),
                     status: OutcomeStatus::NotRun,
                     output_hash: None,
+                    state: None,
+                    proof: None,
+                    proof_hash: None,
                 }),
             ),
             signed(

@@ -174,6 +174,18 @@ fn write_body(out: &mut Vec<u8>, body: &Body) -> Result<(), RecordError> {
                 out.extend_from_slice(b",\"output_hash\":");
                 put_hex(out, h.as_bytes());
             }
+            if let Some(p) = &o.proof {
+                out.extend_from_slice(b",\"proof\":");
+                put_str(out, p);
+            }
+            if let Some(h) = &o.proof_hash {
+                out.extend_from_slice(b",\"proof_hash\":");
+                put_hex(out, h.as_bytes());
+            }
+            if let Some(state) = o.state {
+                out.extend_from_slice(b",\"state\":");
+                put_str(out, state.as_str());
+            }
             out.extend_from_slice(b",\"status\":");
             put_str(out, o.status.as_str());
         }
@@ -211,6 +223,12 @@ fn write_body(out: &mut Vec<u8>, body: &Body) -> Result<(), RecordError> {
         Body::Note(n) => {
             out.extend_from_slice(b"{\"text\":");
             put_str(out, &n.text);
+        }
+        Body::Claim(c) => {
+            out.extend_from_slice(b"{\"tool\":");
+            put_str(out, &c.tool);
+            out.extend_from_slice(b",\"turn_hash\":");
+            put_hex(out, c.turn_hash.as_bytes());
         }
         Body::KeyRotation(k) => {
             out.extend_from_slice(b"{\"new_key_id\":");

@@ -89,7 +89,7 @@ fn record_fixtures() {
         .map(|e| e.unwrap().path())
         .collect();
     files.sort();
-    assert_eq!(files.len(), 41, "record fixtures");
+    assert_eq!(files.len(), 44, "record fixtures");
     let (mut valid, mut refused) = (0, 0);
     for f in files {
         let case = read_json(&f);
@@ -161,11 +161,12 @@ fn record_fixtures() {
         }
     }
     // Exact, so that a lost fixture is noticed: 8 records of the main chain
-    // and 9 of the second (a two-part tool list, six outcome statuses, a
-    // named source's list); a bad signature and 23 refused inputs.
+    // and 12 of the second (a two-part tool list, six outcome statuses, a
+    // named source's list, two posted action outcomes and a claim); a bad
+    // signature and 23 refused inputs.
     assert_eq!(
         (valid, refused),
-        (17, 24),
+        (20, 24),
         "valid and refused record fixtures"
     );
 }
@@ -327,7 +328,7 @@ fn hash_fixtures() {
     }
     assert_eq!(
         (salted, digests),
-        (2, 2),
+        (4, 2),
         "salted hash and tool digest fixtures"
     );
 }

@@ -81,6 +81,9 @@ fn body() -> impl Strategy<Value = Body> {
                     decision,
                     status,
                     output_hash,
+                    state: None,
+                    proof: None,
+                    proof_hash: None,
                 })
             }
         ),

@@ -17,7 +17,9 @@ use std::time::Duration;
 use pyo3::exceptions::{PyException, PyValueError};
 use pyo3::prelude::*;
 use pyo3::types::PyDict;
-use tally_gateway::sdk::{SdkAgent, SdkCall, SdkError, SdkOptions, SdkTool};
+use tally_gateway::sdk::{
+    ActionState, ActionTool, Proof, ProofPath, SdkAgent, SdkCall, SdkError, SdkOptions, SdkTool,
+};
 
 pyo3::create_exception!(
     _native,
@@ -132,7 +134,8 @@ impl Agent {
 #[pymethods]
 impl Agent {
     #[new]
-    #[pyo3(signature = (name, state_dir=None, source=None, store_content=false, durable=false, source_lease_ms=None))]
+    #[pyo3(signature = (name, state_dir=None, source=None, store_content=false, durable=false, source_lease_ms=None, proof_in_clear=false))]
+    #[allow(clippy::too_many_arguments)]
     fn new(
         py: Python<'_>,
         name: String,
@@ -141,12 +144,14 @@ impl Agent {
         store_content: bool,
         durable: bool,
         source_lease_ms: Option<u64>,
+        proof_in_clear: bool,
     ) -> PyResult<Self> {
         let options = SdkOptions {
             state_dir,
             source,
             source_lease_ms,
             store_content,
+            proof_in_clear,
             durable,
             kind: Some("sdk-python".into()),
         };
@@ -202,6 +207,50 @@ impl Agent {
     }
 
     /// Waits up to `timeout` seconds for the decision's accepted receipt.
+    /// An action tool's outcome (docs/protocol.md §5.2): the proof read at
+    /// `proof_path` of the output, or `proof` (JSON) as the program's proof
+    /// function gave it; returns the state.
+    #[pyo3(signature = (call, status, output=None, proof_path=None, proof=None))]
+    fn action_outcome(
+        &self,
+        py: Python<'_>,
+        call: &Call,
+        status: &str,
+        output: Option<&[u8]>,
+        proof_path: Option<&str>,
+        proof: Option<&[u8]>,
+    ) -> PyResult<&'static str> {
+        let agent = self.get()?;
+        let proof = match (proof_path, proof) {
+            (Some(p), _) => {
+                Proof::Path(ProofPath::parse(p).map_err(|e| raise(&SdkError::Invalid(e)))?)
+            }
+            (None, Some(json)) => Proof::Value(serde_json::from_slice(json).ok()),
+            (None, None) => Proof::Value(None),
+        };
+        py.detach(|| agent.action_outcome(&call.inner, status, output, &proof))
+            .map(ActionState::as_str)
+            .map_err(|e| raise(&e))
+    }
+
+    /// Records a claim for each action tool `text` claims and `called`
+    /// does not name (docs/protocol.md §5.6); `tools` are (name, phrases).
+    fn claims(
+        &self,
+        py: Python<'_>,
+        text: &str,
+        called: Vec<String>,
+        tools: Vec<(String, Vec<String>)>,
+    ) -> PyResult<Vec<(String, u64)>> {
+        let agent = self.get()?;
+        let tools: Vec<ActionTool> = tools
+            .into_iter()
+            .map(|(name, phrases)| ActionTool { name, phrases })
+            .collect();
+        py.detach(|| agent.claims(text, &called, &tools))
+            .map_err(|e| raise(&e))
+    }
+
     fn wait_receipt(&self, py: Python<'_>, call: &Call, timeout: f64) -> PyResult<()> {
         let agent = self.get()?;
         let timeout = self::timeout(timeout)?;

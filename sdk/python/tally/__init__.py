@@ -43,6 +43,7 @@ from tally._native import (
 
 __all__ = [
     "Agent",
+    "Proof",
     "AgentNotFound",
     "BadContent",
     "Call",
@@ -171,6 +172,19 @@ class _Wrapped:
     fn: Callable[..., Any]
 
 
+#: How an action tool's proof is read from its result (docs/protocol.md
+#: §5.2): a member name or path of the result (``"message_id"``,
+#: ``"$.receipt.ids[0]"``), read by the core, or a function of the result
+#: that returns the proof (a string or a number) or ``None``.
+Proof = str | Callable[[Any], Any] | None
+
+
+@dataclasses.dataclass(frozen=True)
+class _Action:
+    proof: Proof
+    phrases: tuple[str, ...]
+
+
 _agents: weakref.WeakSet[Agent] = weakref.WeakSet()
 _agents_lock = threading.Lock()
 
@@ -185,7 +199,9 @@ class Agent:
     :class:`AgentNotFound`, naming where it looked, when it is not there.
     ``strict``: every call waits for its decision's accepted witness
     receipt before it runs. ``store_content``: keep arguments and results
-    in the local store (their salts are always kept).
+    in the local store (their salts are always kept). ``proof_in_clear``:
+    action tools' proofs go in their outcomes in clear, not salted-hashed
+    (docs/protocol.md §5.2).
     """
 
     def __init__(
@@ -197,12 +213,18 @@ class Agent:
         store_content: bool = False,
         *,
         strict_timeout: float = STRICT_TIMEOUT,
+        proof_in_clear: bool = False,
     ) -> None:
         self._options: dict[str, Any] = {
             "state_dir": os.fspath(state_dir) if state_dir is not None else None,
             "source": source or _default_source(),
             "store_content": store_content,
+            "proof_in_clear": proof_in_clear,
         }
+        self._actions: dict[str, _Action] = {}
+        # Action tools called since the last final text turn (docs/protocol.md
+        # §5.6): a final answer that says so after the call is no claim.
+        self._called_actions: set[str] = set()
         self.strict = strict
         self.strict_timeout = strict_timeout
         self._lock = threading.Lock()
@@ -259,15 +281,71 @@ class Agent:
         data = _json({} if arguments is None else arguments, f"the arguments of tool {tool!r}")
         return self._writer().decide(tool, data, call_id)
 
-    def outcome(self, call: _native.Call, status: str, output: Any = None) -> None:
+    def outcome(self, call: _native.Call, status: str, output: Any = None) -> str | None:
         """Records how ``call`` ended (``ok``, ``error``, ``cancelled``,
-        ``not_run``, ...; docs/protocol.md §5.2)."""
+        ``not_run``, ...; docs/protocol.md §5.2). For an action tool
+        (:meth:`action`) the outcome also carries its state, read from its
+        proof, which is returned: ``posted``, ``unknown`` or ``failed``."""
+        action = self._actions.get(call.tool)
         try:
             data = None if output is None else _json(output, f"the result of tool {call.tool!r}")
         except BadContent as e:
-            self._writer().outcome(call, status, None)
+            self._record_outcome(call, status, None, action, output)
             raise BadContent(f"{e}; the outcome was recorded without an output hash") from e
-        self._writer().outcome(call, status, data)
+        return self._record_outcome(call, status, data, action, output)
+
+    def _record_outcome(
+        self, call: _native.Call, status: str, data: bytes | None, action: _Action | None, output: Any
+    ) -> str | None:
+        if action is None:
+            self._writer().outcome(call, status, data)
+            return None
+        with self._lock:
+            self._called_actions.add(call.tool)
+        if isinstance(action.proof, str):
+            return self._writer().action_outcome(call, status, data, proof_path=action.proof)
+        proof: bytes | None = None
+        if callable(action.proof) and status == "ok":
+            try:
+                value = action.proof(output)
+                proof = None if value is None else json.dumps(value).encode()
+            except Exception:  # a proof function that fails gives no proof: unknown
+                proof = None
+        return self._writer().action_outcome(call, status, data, proof=proof)
+
+    def action(self, name: str, *, proof: Proof = None, phrases: Iterable[str] = ()) -> None:
+        """Marks tool ``name`` as an action (docs/protocol.md §5.2): its
+        outcomes carry ``posted`` (``proof`` found in the result),
+        ``unknown`` (no proof) or ``failed``; and a model turn that claims
+        it was done, by its name or one of ``phrases``, with no call to it,
+        is recorded as a claim (§5.6). ``@agent.tool(action=True, ...)``
+        does this for a decorated function; call it for tools recorded by
+        an adapter."""
+        if isinstance(proof, str):
+            if not proof:
+                raise Invalid(f"tool {name!r}: the proof path is empty")
+        elif proof is not None and not callable(proof):
+            raise Invalid(f"tool {name!r}: proof must be a member name or path, or a function of the result")
+        if isinstance(phrases, str):
+            phrases = (phrases,)
+        self._actions[name] = _Action(proof, tuple(phrases))
+
+    def check_turn(self, text: str | None, called: Iterable[str] = (), *, final: bool = True) -> list[str]:
+        """Checks a model turn's text against the action tools (docs/protocol.md
+        §5.6): each action tool it claims was done that neither the turn
+        (``called``, the names of its tool calls) nor a call recorded by
+        this agent since the last final turn called is recorded as a
+        ``claim``; returns their names. ``final``: the turn ends the
+        exchange (it has no tool calls), so the calls seen so far are
+        forgotten after it. The adapters call this for each model turn."""
+        with self._lock:
+            seen = set(self._called_actions)
+            if final:
+                self._called_actions.clear()
+        if not text or not self._actions:
+            return []
+        tools = [(n, list(a.phrases)) for n, a in self._actions.items()]
+        return [tool for tool, _ in self._writer().claims(text, sorted(seen | set(called)), tools)]
 
     def wait_receipt(self, call: _native.Call, timeout: float | None = None) -> None:
         """Waits for ``call``'s decision to have an accepted receipt;
@@ -309,15 +387,42 @@ class Agent:
     @overload
     def tool(self, fn: F, /) -> F: ...
     @overload
-    def tool(self, /, *, name: str | None = None, strict: bool | None = None) -> Callable[[F], F]: ...
-    def tool(self, fn: Any = None, /, *, name: str | None = None, strict: bool | None = None) -> Any:
+    def tool(
+        self,
+        /,
+        *,
+        name: str | None = None,
+        strict: bool | None = None,
+        action: bool = False,
+        proof: Proof = None,
+        phrases: Iterable[str] = (),
+    ) -> Callable[[F], F]: ...
+    def tool(
+        self,
+        fn: Any = None,
+        /,
+        *,
+        name: str | None = None,
+        strict: bool | None = None,
+        action: bool = False,
+        proof: Proof = None,
+        phrases: Iterable[str] = (),
+    ) -> Any:
         """Records every call of the decorated function (sync or async): a
         decision before it runs, an outcome (``ok``, or ``error`` with the
         exception re-raised unchanged) after. If the decision cannot be
-        recorded the function does not run (:class:`NotRecorded`)."""
+        recorded the function does not run (:class:`NotRecorded`).
+        ``action=True`` marks a side-effecting tool (:meth:`action`):
+        ``proof`` reads its receipt from the result
+        (``@agent.tool(action=True, proof="message_id")``)."""
+        if (proof is not None or phrases) and not action:
+            raise Invalid("proof and phrases are for action tools: add action=True")
 
         def wrap(f: F) -> F:
-            return self._wrap(f, name or getattr(f, "__name__", None), strict)
+            tool_name = name or getattr(f, "__name__", None)
+            if action and tool_name:
+                self.action(tool_name, proof=proof, phrases=phrases)
+            return self._wrap(f, tool_name, strict)
 
         return wrap(fn) if fn is not None else wrap
 

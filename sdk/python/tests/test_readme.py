@@ -29,7 +29,7 @@ def test_the_api_examples_run_as_written(tmp_path: Path, witness: Witness, monke
     monkeypatch.chdir(folder)
     monkeypatch.delenv("TALLY_STATE_DIR", raising=False)
     code = blocks("## The API") + blocks("### LangChain and LangGraph (`langchain-core`)")
-    assert len(code) == 7, code
+    assert len(code) == 8, code
     namespace: dict = {"__name__": "readme"}
     for block in code:
         exec(compile(block, str(README), "exec"), namespace)
@@ -39,5 +39,6 @@ def test_the_api_examples_run_as_written(tmp_path: Path, witness: Witness, monke
 
     tally._close_all()
     tools = {d["tool"] for d in decisions(chain(state))}
-    assert {"lookup", "refund", "pay"} <= tools, tools
+    assert {"lookup", "refund", "pay", "send_email"} <= tools, tools
+    assert ["send_email"] == [e["record"]["body"]["tool"] for e in chain(state) if e["record"]["kind"] == "claim"]
     assert os.environ.get("TALLY_STATE_DIR") is None

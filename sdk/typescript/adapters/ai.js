@@ -53,4 +53,16 @@ function jsonSchemaOf(schema) {
   return undefined;
 }
 
-module.exports = { recordTools };
+/**
+ * An `onStepFinish` callback for generateText/streamText that checks each
+ * step's text for claims of `agent`'s action tools with no call to them
+ * (docs/protocol.md §5.6): `generateText({..., onStepFinish: checkSteps(agent)})`.
+ */
+function checkSteps(agent) {
+  return (step) => {
+    const called = (step.toolCalls || []).map((c) => c.toolName);
+    agent.checkTurn(step.text || '', called, { final: called.length === 0 });
+  };
+}
+
+module.exports = { recordTools, checkSteps };

@@ -1,4 +1,4 @@
 // The ESM entry of tally-agent/adapters/ai (adapters/ai.js).
 import m from './ai.js';
 
-export const { recordTools } = m;
+export const { recordTools, checkSteps } = m;

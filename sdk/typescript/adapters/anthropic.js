@@ -3,7 +3,9 @@
 // `tool_use` blocks of a Message through recorded tools and hands back the
 // user message of `tool_result` blocks for the next request of the
 // tool-calling loop. The client and its Message are the
-// `@anthropic-ai/sdk` package's.
+// `@anthropic-ai/sdk` package's. Called on every message, the final one
+// too, it checks the message's text for claims of the agent's action
+// tools with no call to them (docs/protocol.md §5.6).
 
 /**
  * Runs every `tool_use` block of `message`, in order, each recorded by
@@ -15,8 +17,13 @@
  * `tool_result` with `is_error` instead.
  */
 async function runToolUses(agent, message, tools, { strict, errorsToModel = false } = {}) {
-  const uses = ((message && message.content) || []).filter((b) => b.type === 'tool_use');
-  if (uses.length === 0) return null;
+  const blocks = (message && message.content) || [];
+  const uses = blocks.filter((b) => b.type === 'tool_use');
+  const text = blocks.filter((b) => b.type === 'text').map((b) => b.text).join('\n');
+  if (uses.length === 0) {
+    agent.checkTurn(text, [], { final: true });
+    return null;
+  }
   const content = [];
   for (const use of uses) {
     const fn = Object.prototype.hasOwnProperty.call(tools, use.name) ? tools[use.name] : undefined;
@@ -33,6 +40,7 @@ async function runToolUses(agent, message, tools, { strict, errorsToModel = fals
       content.push({ type: 'tool_result', tool_use_id: use.id, is_error: true, content: String((err && err.message) || err) });
     }
   }
+  agent.checkTurn(text, uses.map((u) => u.name), { final: false });
   return { role: 'user', content };
 }
 

@@ -3,7 +3,9 @@
 // calls of a response through recorded tools and hands back the messages
 // (Chat Completions) or input items (Responses) that carry their results
 // to the next request of the tool-calling loop. The client and its
-// response objects are the `openai` package's.
+// response objects are the `openai` package's. Called on every response,
+// the final one too, it checks the response's text for claims of the
+// agent's action tools with no call to them (docs/protocol.md §5.6).
 
 function content(result) {
   return typeof result === 'string' ? result : JSON.stringify(result ?? null);
@@ -37,25 +39,34 @@ function toolOf(tools, name) {
  */
 async function runToolCalls(agent, response, tools, { strict } = {}) {
   const out = [];
+  const called = [];
+  const text = [];
   if (Array.isArray(response && response.choices)) {
-    const calls = (response.choices[0] && response.choices[0].message.tool_calls) || [];
-    for (const call of calls) {
+    const message = (response.choices[0] && response.choices[0].message) || {};
+    if (typeof message.content === 'string') text.push(message.content);
+    for (const call of message.tool_calls || []) {
       if (call.type !== 'function') continue;
       const name = call.function.name;
+      called.push(name);
       const fn = toolOf(tools, name);
       const args = parsed(name, call.function.arguments);
       const result = await agent.run(name, args, () => fn(args), { strict, callId: call.id });
       out.push({ role: 'tool', tool_call_id: call.id, content: content(result) });
     }
-    return out;
+  } else {
+    for (const item of (response && response.output) || []) {
+      if (item.type === 'message') {
+        for (const c of item.content || []) if (c.type === 'output_text') text.push(c.text);
+      }
+      if (item.type !== 'function_call') continue;
+      called.push(item.name);
+      const fn = toolOf(tools, item.name);
+      const args = parsed(item.name, item.arguments);
+      const result = await agent.run(item.name, args, () => fn(args), { strict, callId: item.call_id });
+      out.push({ type: 'function_call_output', call_id: item.call_id, output: content(result) });
+    }
   }
-  for (const item of (response && response.output) || []) {
-    if (item.type !== 'function_call') continue;
-    const fn = toolOf(tools, item.name);
-    const args = parsed(item.name, item.arguments);
-    const result = await agent.run(item.name, args, () => fn(args), { strict, callId: item.call_id });
-    out.push({ type: 'function_call_output', call_id: item.call_id, output: content(result) });
-  }
+  agent.checkTurn(text.join('\n'), called, { final: called.length === 0 });
   return out;
 }
 

@@ -21,7 +21,9 @@ use std::time::Duration;
 use napi::bindgen_prelude::{AsyncTask, ToNapiValue, TypeName};
 use napi::{Env, Status, Task};
 use napi_derive::napi;
-use tally_gateway::sdk::{SdkAgent, SdkCall, SdkError, SdkOptions, SdkTool};
+use tally_gateway::sdk::{
+    ActionTool, Proof, ProofPath, SdkAgent, SdkCall, SdkError, SdkOptions, SdkTool,
+};
 
 fn js_error(e: &SdkError) -> napi::Error {
     napi::Error::new(Status::GenericFailure, format!("[{}] {e}", e.code()))
@@ -96,6 +98,8 @@ pub struct AgentOptions {
     pub source_lease_ms: Option<u32>,
     /// Keep arguments and results in the local store.
     pub store_content: Option<bool>,
+    /// Put action proofs in outcomes in clear, not salted-hashed.
+    pub proof_in_clear: Option<bool>,
     /// Answer a record only once it is committed with fsync.
     pub durable: Option<bool>,
 }
@@ -109,6 +113,15 @@ pub struct ToolDeclaration {
     pub recorded: bool,
     /// Its MCP-style definition, as JSON text.
     pub definition: String,
+}
+
+/// An action tool for the claim check: its name and declared phrases.
+#[napi(object)]
+pub struct ActionDeclaration {
+    /// Its name.
+    pub name: String,
+    /// Phrases that claim it was done.
+    pub phrases: Vec<String>,
 }
 
 /// How a sync ended.
@@ -184,6 +197,7 @@ impl NativeAgent {
             source: None,
             source_lease_ms: None,
             store_content: None,
+            proof_in_clear: None,
             durable: None,
         });
         let options = SdkOptions {
@@ -191,6 +205,7 @@ impl NativeAgent {
             source: o.source,
             source_lease_ms: o.source_lease_ms.map(u64::from),
             store_content: o.store_content.unwrap_or(false),
+            proof_in_clear: o.proof_in_clear.unwrap_or(false),
             durable: o.durable.unwrap_or(false),
             kind: Some("sdk-node".into()),
         };
@@ -265,6 +280,56 @@ impl NativeAgent {
             self.inner
                 .outcome(&call.call, &status, output.as_deref().map(str::as_bytes))
         })
+    }
+
+    /// Records an action tool's outcome (docs/protocol.md §5.2): the proof
+    /// read at `proof_path` of the output, else `proof` (JSON) as the
+    /// program's proof function gave it; returns the state.
+    #[napi]
+    pub fn action_outcome(
+        &self,
+        call: &NativeCall,
+        status: String,
+        output: Option<String>,
+        proof_path: Option<String>,
+        proof: Option<String>,
+    ) -> napi::Result<String> {
+        let proof = match (proof_path, proof) {
+            (Some(p), _) => {
+                Proof::Path(ProofPath::parse(&p).map_err(|e| js_error(&SdkError::Invalid(e)))?)
+            }
+            (None, Some(json)) => Proof::Value(serde_json::from_str(&json).ok()),
+            (None, None) => Proof::Value(None),
+        };
+        guarded(|| {
+            self.inner.action_outcome(
+                &call.call,
+                &status,
+                output.as_deref().map(str::as_bytes),
+                &proof,
+            )
+        })
+        .map(|s| s.as_str().to_owned())
+    }
+
+    /// Records a claim for each action tool `text` claims and `called` does
+    /// not name (docs/protocol.md §5.6); returns the tools claimed.
+    #[napi]
+    pub fn claims(
+        &self,
+        text: String,
+        called: Vec<String>,
+        tools: Vec<ActionDeclaration>,
+    ) -> napi::Result<Vec<String>> {
+        let tools: Vec<ActionTool> = tools
+            .into_iter()
+            .map(|t| ActionTool {
+                name: t.name,
+                phrases: t.phrases,
+            })
+            .collect();
+        guarded(|| self.inner.claims(&text, &called, &tools))
+            .map(|found| found.into_iter().map(|(tool, _)| tool).collect())
     }
 
     /// Records a note; resolves to its seq.

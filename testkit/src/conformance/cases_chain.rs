@@ -498,6 +498,9 @@ fn call_id_cases() -> Vec<Case> {
                 decision: fixture::digest("neither"),
                 status: OutcomeStatus::Ok,
                 output_hash: None,
+                state: None,
+                proof: None,
+                proof_hash: None,
             }),
         );
         out.push(case(
@@ -519,6 +522,9 @@ fn call_id_cases() -> Vec<Case> {
                 decision: fixture::digest("not the decision"),
                 status: OutcomeStatus::Ok,
                 output_hash: None,
+                state: None,
+                proof: None,
+                proof_hash: None,
             }),
         );
         out.push(case(

@@ -42,6 +42,9 @@ fn inputs() -> super::Inputs {
             decision: d.hash(),
             status: OutcomeStatus::Ok,
             output_hash: Some(salted_hash(&SALT_OUT, &canon(&output()))),
+            state: None,
+            proof: None,
+            proof_hash: None,
         }),
     );
     let d2 = fx.log(
@@ -59,6 +62,9 @@ fn inputs() -> super::Inputs {
             decision: d2.hash(),
             status: OutcomeStatus::Cancelled,
             output_hash: None,
+            state: None,
+            proof: None,
+            proof_hash: None,
         }),
     );
     finish(&mut fx)

@@ -127,6 +127,9 @@ pub(super) fn cases() -> Vec<Case> {
                 decision: fixture::digest("a decision that never was"),
                 status: OutcomeStatus::Ok,
                 output_hash: None,
+                state: None,
+                proof: None,
+                proof_hash: None,
             }),
         );
         out.push(case(

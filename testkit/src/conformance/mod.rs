@@ -13,6 +13,7 @@
 //! checked-in bytes, which CI checks.
 
 mod base;
+mod cases_actions;
 mod cases_chain;
 mod cases_checkpoints;
 mod cases_coverage;
@@ -370,6 +371,7 @@ pub fn corpus() -> Vec<Case> {
     cases.extend(cases_coverage::cases());
     cases.extend(cases_disclosure::cases());
     cases.extend(cases_sources::cases(&b));
+    cases.extend(cases_actions::cases());
     cases.push(golden_pack_case());
     cases.extend(cases_trust::cases(&b));
     cases.sort_by(|a, b| a.name.cmp(&b.name));

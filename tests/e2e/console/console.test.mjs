@@ -120,7 +120,9 @@ async function startServer() {
  * get-sum; then stdin is closed and the gateway must exit 0.
  */
 async function gatewaySession(agent) {
-  const gw = spawn(bin, ["gateway", "--agent", agent, "--", process.execPath, serverEverything, "stdio"], {
+  // echo is marked an action tool with no proof to read: its outcome is
+  // "unknown" (docs/protocol.md §5.2), which the agent page states.
+  const gw = spawn(bin, ["gateway", "--agent", agent, "--action", "echo", "--", process.execPath, serverEverything, "stdio"], {
     env: { ...process.env, TALLY_STATE_DIR: state, TALLY_WITNESS_URL: url, TALLY_API_KEY: apiKey },
     stdio: ["pipe", "pipe", "pipe"],
   });
@@ -373,7 +375,14 @@ test("gateway agent page: the server's declared tools, the calls through the gat
   assert.deepEqual(shown, [
     `coverage: ${GATEWAY_AGENT}: all ${gatewayTools.length} declared tools are recorded`,
     `coverage: ${GATEWAY_AGENT}: tool source ${source}: ${gatewayTools.length} tools, declared at seq 0`,
+    `coverage: ${GATEWAY_AGENT}: action calls: 0 posted, 1 unknown, 0 failed`,
+    `coverage: ${GATEWAY_AGENT}: no claim without a call`,
   ]);
+  // The action statement, the action column, and the calls filtered by state.
+  assert.equal(await page.textContent("#action-count"), "0 / 1 / 0");
+  assert.deepEqual(await page.$$eval("#action-statement li", (lis) => lis.map((li) => li.textContent)), shown.slice(2));
+  const states = await page.$$eval("#calls tbody tr", (trs) => trs.map((tr) => [tr.cells[0].textContent, tr.cells[6].textContent]));
+  assert.deepEqual(states, [["get-sum", "—"], ["echo", "unknown"]]);
   assert.equal(await page.textContent("pre.report-text"), cli.stdout);
   await page.$eval("#tool-lists", (d) => (d.open = true)); // shown in the screenshot
   await page.screenshot({ path: join(shots, "03-agent-gateway.png"), fullPage: true });
@@ -386,6 +395,14 @@ test("gateway agent page: the server's declared tools, the calls through the gat
   assert.equal(record.body.tool, "echo");
   assert.ok((await page.locator("#inclusion li").count()) > 0);
   await page.screenshot({ path: join(shots, "04-record-gateway.png"), fullPage: true });
+  // An auditor lists the calls without proof: the filter by state.
+  await page.goto(`${url}/console/agents/${GATEWAY_AGENT}`);
+  await page.selectOption("form.filters select[name=status]", "unknown");
+  await page.click("form.filters button[type=submit]");
+  await page.waitForURL(/status=unknown/);
+  assert.match(await page.textContent("form.filters span.small"), /^1 of 2 calls$/);
+  assert.deepEqual(await page.$$eval("#calls tbody tr td.tool", (tds) => tds.map((td) => td.textContent)), ["echo"]);
+  await page.screenshot({ path: join(shots, "04b-agent-gateway-unknown-actions.png"), fullPage: true });
 });
 
 test("record page: record, entry, proof, checkpoint, and a one-record pack that verifies", async () => {

@@ -4,7 +4,9 @@
 # @modelcontextprotocol/server-everything (pinned in package-lock.json) as
 # the server, over stdio (test_gateway.py) and over Streamable HTTP
 # (test_gateway_http.py, which also starts `tally serve` and runs
-# `tally verify`), and three gateways of one agent at once (test_multi.py).
+# `tally verify`), three gateways of one agent at once (test_multi.py), and
+# action tools' outcomes from their structured results (test_actions.py,
+# with a small server of its own, mail_server.py).
 # Run from anywhere: bash tests/e2e/gateway/run.sh [pytest args]
 set -euo pipefail
 here="$(cd "$(dirname "$0")" && pwd)"
@@ -23,4 +25,4 @@ fi
 export SERVER_EVERYTHING="$here/node_modules/@modelcontextprotocol/server-everything/dist/index.js"
 
 cd "$here"
-exec "$venv/bin/python" -m pytest -q -p no:cacheprovider "$@" test_gateway.py test_newcomer.py test_gateway_http.py test_multi.py
+exec "$venv/bin/python" -m pytest -q -p no:cacheprovider "$@" test_gateway.py test_newcomer.py test_gateway_http.py test_multi.py test_actions.py

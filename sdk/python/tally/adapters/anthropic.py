@@ -10,6 +10,11 @@ message of ``tool_result`` blocks to send back.
 
 Each call is recorded with the block's id as the call id; a tool that
 raises is recorded as ``error`` and answered with ``is_error``.
+
+Call it on every message, the final one (no ``tool_use``) too: the
+message's text blocks are checked against the agent's action tools, and a
+turn that claims one was done with no call to it is recorded as a claim
+(docs/protocol.md §5.6).
 """
 
 from __future__ import annotations
@@ -29,6 +34,12 @@ def _uses(message: Any) -> list[Any]:
     return [b for b in message.content if getattr(b, "type", None) == "tool_use"]
 
 
+def _check(agent: tally.Agent, message: Any) -> None:
+    text = "\n".join(b.text for b in message.content if getattr(b, "type", None) == "text")
+    uses = _uses(message)
+    agent.check_turn(text, [b.name for b in uses], final=not uses)
+
+
 def _result(block_id: str, content: str, is_error: bool) -> dict[str, Any]:
     return {"type": "tool_result", "tool_use_id": block_id, "content": content, "is_error": is_error}
 
@@ -38,6 +49,7 @@ def tool_results(agent: tally.Agent, message: Any, tools: Tools) -> dict[str, An
     holding their ``tool_result`` blocks, in order."""
     table = tool_table(tools)
     blocks = [_result(b.id, *run_call(agent, table, b.name, b.input, b.id)) for b in _uses(message)]
+    _check(agent, message)
     return {"role": "user", "content": blocks}
 
 
@@ -45,4 +57,5 @@ async def atool_results(agent: tally.Agent, message: Any, tools: Tools) -> dict[
     """:func:`tool_results` for async tools (with ``anthropic.AsyncAnthropic``)."""
     table = tool_table(tools)
     blocks = [_result(b.id, *(await arun_call(agent, table, b.name, b.input, b.id))) for b in _uses(message)]
+    _check(agent, message)
     return {"role": "user", "content": blocks}

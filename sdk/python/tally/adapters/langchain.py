@@ -16,6 +16,11 @@ argument schema whose runs go through ``agent.call``: a decision with the
 validated arguments (the tool call's id as call id, when invoked with a
 tool call) before the original tool runs, an outcome after; an exception
 records ``error`` and propagates as LangChain would raise it.
+
+``ClaimCallback(agent)``, a callback handler given to the chat model (or the
+run's ``config={"callbacks": [...]}``), checks each model turn's text
+against the agent's action tools (``agent.action``) and records a claim for
+one it says was done with no call to it (docs/protocol.md §5.6).
 """
 
 from __future__ import annotations
@@ -23,12 +28,14 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import Any
 
+from langchain_core.callbacks import BaseCallbackHandler
+from langchain_core.outputs import LLMResult
 from langchain_core.runnables import RunnableConfig
 from langchain_core.tools import BaseTool, StructuredTool
 
 import tally
 
-__all__ = ["record_tool", "record_tools"]
+__all__ = ["ClaimCallback", "record_tool", "record_tools"]
 
 
 def _result(value: Any) -> Any:
@@ -75,3 +82,31 @@ def record_tools(agent: tally.Agent, tools: Iterable[BaseTool], *, declare: bool
             recorded=[t.name for t in out],
         )
     return out
+
+
+def _turn_text(message: Any) -> str:
+    content = getattr(message, "content", "")
+    if isinstance(content, str):
+        return content
+    return "\n".join(
+        b if isinstance(b, str) else str(b.get("text", ""))
+        for b in content
+        if isinstance(b, str) or (isinstance(b, dict) and b.get("type") == "text")
+    )
+
+
+class ClaimCallback(BaseCallbackHandler):
+    """Checks every chat model turn for claims of the agent's action tools
+    (docs/protocol.md §5.6)."""
+
+    def __init__(self, agent: tally.Agent) -> None:
+        self.tally_agent = agent
+
+    def on_llm_end(self, response: LLMResult, **kwargs: Any) -> None:
+        for generations in response.generations:
+            for g in generations[:1]:
+                message = getattr(g, "message", None)
+                if message is None:
+                    continue
+                called = [tc["name"] for tc in getattr(message, "tool_calls", None) or []]
+                self.tally_agent.check_turn(_turn_text(message), called, final=not called)

@@ -11,6 +11,12 @@ Chat Completions (a ``ChatCompletion``: ``{"role": "tool", ...}`` messages)
 and the Responses API (a ``Response``: ``function_call_output`` items) both
 work. Each call is recorded with the model's tool-call id as the call id;
 a tool that raises is recorded as ``error`` and its error text is sent back.
+
+Call it on every response, the final one (no tool calls) too: the
+response's text is checked against the agent's action tools
+(``agent.action``, ``@agent.tool(action=True)``), and a turn that claims
+one was done with no call to it is recorded as a claim (docs/protocol.md
+§5.6).
 """
 
 from __future__ import annotations
@@ -39,6 +45,20 @@ def _calls(response: Any) -> list[tuple[str, str, str, bool]]:
     return out
 
 
+def _text(response: Any) -> str:
+    """The text the model wrote in ``response``: message content (Chat
+    Completions) or ``output_text`` parts (Responses)."""
+    parts = []
+    for choice in getattr(response, "choices", None) or []:
+        content = getattr(choice.message, "content", None)
+        if isinstance(content, str):
+            parts.append(content)
+    for item in getattr(response, "output", None) or []:
+        if getattr(item, "type", None) == "message":
+            parts += [c.text for c in item.content if getattr(c, "type", None) == "output_text"]
+    return "\n".join(parts)
+
+
 def _message(call_id: str, content: str, responses_api: bool) -> dict[str, Any]:
     if responses_api:
         return {"type": "function_call_output", "call_id": call_id, "output": content}
@@ -50,9 +70,11 @@ def tool_messages(agent: tally.Agent, response: Any, tools: Tools) -> list[dict[
     order; returns the tool messages (or ``function_call_output`` items)."""
     table = tool_table(tools)
     out = []
-    for call_id, name, arguments, responses_api in _calls(response):
+    calls = _calls(response)
+    for call_id, name, arguments, responses_api in calls:
         content, _ = run_call(agent, table, name, arguments, call_id)
         out.append(_message(call_id, content, responses_api))
+    agent.check_turn(_text(response), [c[1] for c in calls], final=not calls)
     return out
 
 
@@ -60,7 +82,9 @@ async def atool_messages(agent: tally.Agent, response: Any, tools: Tools) -> lis
     """:func:`tool_messages` for async tools (with ``openai.AsyncOpenAI``)."""
     table = tool_table(tools)
     out = []
-    for call_id, name, arguments, responses_api in _calls(response):
+    calls = _calls(response)
+    for call_id, name, arguments, responses_api in calls:
         content, _ = await arun_call(agent, table, name, arguments, call_id)
         out.append(_message(call_id, content, responses_api))
+    agent.check_turn(_text(response), [c[1] for c in calls], final=not calls)
     return out

@@ -9,6 +9,11 @@
 Each ``FunctionTool``'s ``on_invoke_tool`` is wrapped: a decision (with the
 model's tool-call id as the call id) before it runs, an outcome after.
 The tools are declared as the program's tool list, recorded.
+
+``ClaimHooks(agent)``, passed as ``Runner.run(..., hooks=...)``, checks each
+model response's text against the agent's action tools (``agent.action``)
+and records a claim for one it says was done with no call to it
+(docs/protocol.md §5.6).
 """
 
 from __future__ import annotations
@@ -18,12 +23,12 @@ import json
 from collections.abc import Iterable
 from typing import Any
 
-from agents import FunctionTool
+from agents import FunctionTool, ModelResponse, RunHooks
 from agents.tool_context import ToolContext
 
 import tally
 
-__all__ = ["record_tool", "record_tools"]
+__all__ = ["ClaimHooks", "record_tool", "record_tools"]
 
 
 def record_tool(agent: tally.Agent, tool: FunctionTool) -> FunctionTool:
@@ -54,3 +59,22 @@ def record_tools(agent: tally.Agent, tools: Iterable[FunctionTool], *, declare: 
             recorded=[t.name for t in out],
         )
     return out
+
+
+class ClaimHooks(RunHooks[Any]):
+    """Run hooks that check every model response of a run for claims of
+    the agent's action tools (docs/protocol.md §5.6)."""
+
+    def __init__(self, agent: tally.Agent) -> None:
+        super().__init__()
+        self.tally_agent = agent
+
+    async def on_llm_end(self, context: Any, agent: Any, response: ModelResponse) -> None:
+        text, called = [], []
+        for item in response.output:
+            kind = getattr(item, "type", None)
+            if kind == "message":
+                text += [c.text for c in item.content if getattr(c, "type", None) == "output_text"]
+            elif kind == "function_call":
+                called.append(item.name)
+        self.tally_agent.check_turn("\n".join(text), called, final=not called)

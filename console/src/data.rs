@@ -371,9 +371,9 @@ pub(crate) struct ToolListRow {
 pub(crate) struct OtherRow {
     /// Where it is.
     pub at: Placed,
-    /// `note` or `key_rotation`.
+    /// `note`, `key_rotation` or `tool_check`.
     pub kind: &'static str,
-    /// The note's text, or the new key id.
+    /// The note's text, the new key id, or what a tool check found.
     pub text: String,
 }
 
@@ -508,6 +508,11 @@ impl ChainView {
                 at,
                 kind: "key_rotation",
                 text: format!("new key {}", k.new_key_id),
+            }),
+            Body::ToolCheck(c) => self.push_other(OtherRow {
+                at,
+                kind: "tool_check",
+                text: check_text(c),
             }),
         }
     }
@@ -742,4 +747,33 @@ pub(crate) fn verify_export(
     let verification = result.map_err(|e| WitnessError::internal(&e))?;
     written?;
     Ok(verification)
+}
+
+/// One line for a `tool_check` record (docs/protocol.md §5.6): its effect,
+/// the source, each finding and the paused tools.
+fn check_text(c: &tally_schemas::record::ToolCheck) -> String {
+    let mut text = format!(
+        "{} at {}",
+        c.effect.as_str(),
+        c.source.as_deref().unwrap_or("(unnamed source)")
+    );
+    for f in &c.findings {
+        text.push_str("; ");
+        if let Some(t) = &f.tool {
+            text.push_str(t);
+            text.push(' ');
+        }
+        text.push_str(f.observation.as_str());
+        if !f.parts.is_empty() {
+            text.push_str(&format!(" ({})", f.parts.join(", ")));
+        }
+        text.push_str(&format!(" → {}", f.effect.as_str()));
+        if let Some(e) = &f.exception {
+            text.push_str(&format!(" by {} until {}", e.by, e.until));
+        }
+    }
+    if !c.paused.is_empty() {
+        text.push_str(&format!("; paused: {}", c.paused.join(", ")));
+    }
+    text
 }

@@ -23,6 +23,7 @@
 
 pub mod bench;
 mod checks;
+mod continuity;
 mod coverage;
 mod lines;
 pub mod monitor;

@@ -36,6 +36,7 @@ use crate::checks::schema::Schema;
 use crate::checks::timing::Timing;
 use crate::checks::witness_signatures::WitnessSignatures;
 use crate::checks::{Agent, Facts};
+use crate::continuity::Continuity;
 use crate::coverage::Coverage;
 use crate::lines::{read_line, Line};
 use crate::pool::{self, Batch, Context, JobQueue, Parsed, Pipeline, RawLine, RecordWork};
@@ -134,6 +135,7 @@ struct Run<'a> {
     head: HeadCheck,
     consistency: LogConsistency,
     coverage: Vec<Coverage>,
+    continuity: Vec<Continuity>,
 }
 
 fn record_ref(w: &RecordWork) -> RecordRef {
@@ -180,6 +182,7 @@ impl<'a> Run<'a> {
             head: HeadCheck::new(n),
             consistency,
             coverage: (0..n).map(|_| Coverage::default()).collect(),
+            continuity: (0..n).map(|_| Continuity::default()).collect(),
             agents,
         }
     }
@@ -239,6 +242,7 @@ impl<'a> Run<'a> {
             Body::Decision(d) => {
                 self.outcomes.decision(&f, d);
                 self.coverage[agent].called(&d.tool);
+                self.continuity[agent].called(&d.tool);
             }
             Body::Outcome(o) => {
                 let answer = self.outcomes.outcome(&f, o);
@@ -246,6 +250,7 @@ impl<'a> Run<'a> {
                 self.timing.outcome(&f, &answer);
             }
             Body::Tools(t) => self.coverage[agent].tools(f.seq(), t),
+            Body::ToolCheck(c) => self.continuity[agent].check(c),
             Body::Note(_) | Body::KeyRotation(_) => {}
         }
         self.head.record(&f);
@@ -289,8 +294,12 @@ impl<'a> Run<'a> {
         let coverage = self
             .agents
             .iter()
-            .zip(&self.coverage)
-            .flat_map(|(a, c)| c.lines(&a.name))
+            .zip(self.coverage.iter().zip(&self.continuity))
+            .flat_map(|(a, (c, t))| {
+                let mut lines = c.lines(&a.name);
+                lines.extend(t.lines(&a.name));
+                lines
+            })
             .collect();
         let checks = vec![
             self.schema.finish(),

@@ -26,7 +26,8 @@ mod fields;
 mod write;
 
 pub use body::{
-    Body, Decision, KeyRotation, NoteBody, Outcome, OutcomeStatus, RecordKind, ToolEntry, ToolList,
+    Body, CheckEffect, CheckException, CheckFinding, CheckObservation, CheckTrigger, Decision,
+    KeyRotation, NoteBody, Outcome, OutcomeStatus, RecordKind, ToolCheck, ToolEntry, ToolList,
     ToolPartDigests,
 };
 pub(crate) use fast::{Cursor, FastRecord};

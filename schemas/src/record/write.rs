@@ -212,6 +212,15 @@ fn write_body(out: &mut Vec<u8>, body: &Body) -> Result<(), RecordError> {
             out.extend_from_slice(b"{\"text\":");
             put_str(out, &n.text);
         }
+        Body::ToolCheck(c) => {
+            // Rare records: the general canonicaliser, without its closing
+            // brace (added below with the others').
+            let bytes = crate::canonical::canonicalize(c).map_err(|e| RecordError::Invalid {
+                field: "body",
+                reason: e.to_string(),
+            })?;
+            out.extend_from_slice(&bytes[..bytes.len() - 1]);
+        }
         Body::KeyRotation(k) => {
             out.extend_from_slice(b"{\"new_key_id\":");
             put_str(out, &k.new_key_id.to_hex());

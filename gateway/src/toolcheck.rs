@@ -1,5 +1,5 @@
-//! Tool-interface continuity, docs/protocol.md §5.6 and docs/api.md
-//! "Tool lockfile and policy": an approved baseline of a source's tool
+//! Tool-interface continuity, docs/protocol.md §5.6 and docs/operations.md
+//! "Approved tool definitions": an approved baseline of a source's tool
 //! definitions (the lockfile), a policy mapping each observation to an
 //! effect, and the session state that enforces it (which tools are paused,
 //! whether the session is paused or denied, whether the check is stale).
@@ -295,7 +295,7 @@ struct PolicyFile {
     exceptions: Vec<PolicyException>,
 }
 
-/// A policy: an effect per observation (docs/api.md "Tool lockfile and policy").
+/// A policy: an effect per observation (docs/operations.md "Approved tool definitions").
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Policy {
     effects: BTreeMap<CheckObservation, CheckEffect>,
@@ -308,7 +308,8 @@ pub struct Policy {
     exceptions: Vec<(Option<String>, CheckObservation, CheckException, UnixMillis)>,
 }
 
-/// The effect of `o` when the policy names none, docs/api.md.
+/// The effect of `o` when the policy names none, docs/operations.md
+/// "Approved tool definitions".
 #[must_use]
 pub const fn default_effect(o: CheckObservation) -> CheckEffect {
     use CheckObservation as O;

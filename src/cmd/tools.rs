@@ -1,5 +1,5 @@
 //! `tally tools`: approving a tool source's definitions as a baseline (a
-//! lockfile, docs/api.md "Tool lockfile and policy") that `tally gateway
+//! lockfile, docs/operations.md "Approved tool definitions") that `tally gateway
 //! --lock FILE --policy FILE` enforces (docs/protocol.md §5.6), and the
 //! approver's signing key.
 //!

@@ -808,6 +808,26 @@ impl Enforcer {
         }
     }
 
+    /// A new session's enforcer under the same baseline and policy: it
+    /// keeps this one's source-wide findings (those of the start check)
+    /// and awaits its first list.
+    #[must_use]
+    pub fn fork(&self) -> Self {
+        let st = self.lock();
+        Self {
+            guard: self.guard.clone(),
+            source: self.source.clone(),
+            prefix: self.prefix.clone(),
+            state: Mutex::new(SessionState {
+                standing: st.standing.clone(),
+                session: st.session.clone(),
+                stale: true,
+                ..SessionState::default()
+            }),
+            fresh: tokio::sync::Notify::new(),
+        }
+    }
+
     fn lock(&self) -> MutexGuard<'_, SessionState> {
         self.state.lock().unwrap_or_else(PoisonError::into_inner)
     }

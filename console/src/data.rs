@@ -777,3 +777,47 @@ fn check_text(c: &tally_schemas::record::ToolCheck) -> String {
     }
     text
 }
+
+#[cfg(test)]
+mod check_text_tests {
+    use tally_schemas::record::{
+        CheckEffect, CheckException, CheckFinding, CheckObservation, CheckTrigger, ToolCheck,
+    };
+    use tally_schemas::Hash;
+
+    #[test]
+    fn a_tool_check_row_names_each_finding_and_the_paused_tools() {
+        let c = ToolCheck {
+            source: Some("ev".into()),
+            trigger: CheckTrigger::ListChanged,
+            baseline: Hash::sha256(b"l"),
+            policy: Hash::sha256(b"p"),
+            offered: None,
+            findings: vec![
+                CheckFinding {
+                    observation: CheckObservation::DescriptionChanged,
+                    effect: CheckEffect::PauseTool,
+                    tool: Some("weather".into()),
+                    parts: vec!["description".into()],
+                    exception: None,
+                },
+                CheckFinding {
+                    observation: CheckObservation::SchemaChanged,
+                    effect: CheckEffect::Exception,
+                    tool: Some("add".into()),
+                    parts: vec!["input_schema".into()],
+                    exception: Some(CheckException {
+                        by: "alice".into(),
+                        until: "2030-01-01T00:00:00.000Z".into(),
+                    }),
+                },
+            ],
+            effect: CheckEffect::PauseTool,
+            paused: vec!["weather".into()],
+        };
+        assert_eq!(
+            super::check_text(&c),
+            "pause_tool at ev; weather description_changed (description) → pause_tool; add schema_changed (input_schema) → exception by alice until 2030-01-01T00:00:00.000Z; paused: weather"
+        );
+    }
+}

@@ -4,7 +4,8 @@
 //! approver's signing key.
 //!
 //! `tally tools approve` starts the MCP server once over stdio (the command
-//! after `--`), lists its tools, shows what differs from the baseline
+//! after `--`) or reads the agent's latest recorded tool list
+//! (`--from-agent`, digests only), lists its tools, shows what differs from the baseline
 //! already in `--out` per tool and part (the lines of a changed
 //! description), refuses definitions holding invisible or
 //! terminal-controlling characters unless `--accept-hidden` (they are
@@ -78,9 +79,28 @@ struct ApproveArgs {
     /// Show the differences and findings, write nothing.
     #[arg(long)]
     dry_run: bool,
+    /// Take the tools from this agent's latest recorded tool list of
+    /// --source (digests only) instead of starting the server; the command
+    /// after -- (or --url) then only names the server the lockfile is for.
+    #[arg(long, value_name = "AGENT", value_parser = super::agent::parse_agent, requires = "source")]
+    from_agent: Option<tally_schemas::AgentName>,
+    /// With --from-agent: the recorded names carry this --name-prefix,
+    /// which the lockfile leaves out (it holds the server's names).
+    #[arg(long, value_name = "P", requires = "from_agent")]
+    name_prefix: Option<String>,
+    /// With --from-agent: the server is a Streamable HTTP endpoint at this URL.
+    #[arg(
+        long,
+        value_name = "URL",
+        requires = "from_agent",
+        conflicts_with = "command"
+    )]
+    url: Option<String>,
+    #[command(flatten)]
+    state: super::agent::StateArgs,
     /// The MCP server command and its arguments (after --), exactly as the
     /// gateway will run it.
-    #[arg(last = true, required = true)]
+    #[arg(last = true, required_unless_present = "url")]
     command: Vec<OsString>,
 }
 
@@ -149,21 +169,41 @@ fn approve(args: &ApproveArgs) -> anyhow::Result<ExitCode> {
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => None,
         Err(e) => return Err(e).with_context(|| format!("--out {}", args.out.display())),
     };
-    let (tools, info) = list_server_tools(&args.command)?;
     let argv: Vec<String> = args
         .command
         .iter()
         .map(|a| a.to_string_lossy().into_owned())
         .collect();
-    let mut lock = Lockfile::from_definitions(
-        &tools,
-        args.source.clone(),
-        ServerId::Command(argv),
-        info,
-        args.by.clone(),
-        SystemClock.now(),
-    )
-    .map_err(|e| anyhow::anyhow!("the server's tool list cannot be approved: {e}"))?;
+    let server = match &args.url {
+        Some(u) => ServerId::Url(u.clone()),
+        None => ServerId::Command(argv),
+    };
+    let mut lock = match &args.from_agent {
+        Some(agent) => {
+            let tools = recorded_tools(args, agent)?;
+            outln!("from the recorded list: digests only, so no description lines and no check for hidden characters")?;
+            Lockfile::from_tools(
+                tools,
+                args.source.clone(),
+                server,
+                previous.as_ref().and_then(|p| p.server_info.clone()),
+                args.by.clone(),
+                SystemClock.now(),
+            )
+        }
+        None => {
+            let (tools, info) = list_server_tools(&args.command)?;
+            Lockfile::from_definitions(
+                &tools,
+                args.source.clone(),
+                server,
+                info,
+                args.by.clone(),
+                SystemClock.now(),
+            )
+            .map_err(|e| anyhow::anyhow!("the server's tool list cannot be approved: {e}"))?
+        }
+    };
 
     let hidden = hidden_characters(&lock.tools);
     for h in &hidden {
@@ -211,6 +251,72 @@ fn approve(args: &ApproveArgs) -> anyhow::Result<ExitCode> {
         if key.is_some() { ", signed" } else { "" }
     );
     Ok(ExitCode::SUCCESS)
+}
+
+/// The tools of `agent`'s latest complete recorded list of `--source`
+/// (protocol.md §5.3: all parts of one `list_id`), names without
+/// `--name-prefix`.
+fn recorded_tools(
+    args: &ApproveArgs,
+    agent: &tally_schemas::AgentName,
+) -> anyhow::Result<Vec<LockedTool>> {
+    use tally_schemas::record::ToolEntry;
+    use tally_schemas::Body;
+    let state = args.state.dir();
+    let path = state.agent(agent).store();
+    if !path.exists() {
+        anyhow::bail!("agent {agent} has no recorded chain");
+    }
+    let store = tally_gateway::store::ChainStore::open(&path).map_err(|e| {
+        anyhow::anyhow!("agent {agent}: {e} (a writer holds the chain: stop it, or approve by starting the server)")
+    })?;
+    let mut building: std::collections::BTreeMap<
+        String,
+        (u32, std::collections::BTreeMap<u32, Vec<ToolEntry>>),
+    > = std::collections::BTreeMap::new();
+    let mut latest: Option<Vec<ToolEntry>> = None;
+    let mut from = 0;
+    loop {
+        let batch = store.records(from, 1024)?;
+        if batch.is_empty() {
+            break;
+        }
+        from = batch.last().map_or(from, |r| r.seq.get() + 1);
+        for r in batch {
+            let Body::Tools(t) = &r.body else { continue };
+            if t.source != args.source {
+                continue;
+            }
+            let entry = building
+                .entry(t.list_id.clone())
+                .or_insert_with(|| (t.parts, std::collections::BTreeMap::new()));
+            entry.1.insert(t.part, t.tools.clone());
+            if entry.1.len() == entry.0 as usize {
+                let (_, parts) = building.remove(&t.list_id).unwrap_or_default();
+                latest = Some(parts.into_values().flatten().collect());
+            }
+        }
+    }
+    let entries = latest.ok_or_else(|| {
+        anyhow::anyhow!(
+            "agent {agent} has no complete tool list of source {:?}",
+            args.source.as_deref().unwrap_or("")
+        )
+    })?;
+    let prefix = args.name_prefix.as_deref().unwrap_or("");
+    let mut seen = std::collections::BTreeSet::new();
+    Ok(entries
+        .into_iter()
+        .filter_map(|e| {
+            let name = e.name.strip_prefix(prefix)?.to_owned();
+            seen.insert(name.clone()).then_some(LockedTool {
+                name,
+                digest: e.digest,
+                parts: e.parts,
+                definition: None,
+            })
+        })
+        .collect())
 }
 
 /// The differences of `new` from `old`, per tool and part, with the

@@ -180,6 +180,15 @@ def test_server_everything_approved_then_changed_another_server_expired_and_tamp
     anyio.run(list_and_call, gateway_params(state, server, *gw), seen)
     assert len(seen["tools"]) == 13 and seen["echo"] == "Echo: hi", seen
     assert checks(state)[-1]["effect"] == "proceed"
+    # Approving from the agent's latest recorded list gives the same tools
+    # (digests only: no definitions in the lockfile).
+    recorded = tmp_path / "recorded.lock"
+    tally(state, "tools", "approve", "--out", str(recorded), "--by", "alice", "--from-agent", AGENT, "--source", "ev",
+          "--", *server)
+    from_chain, from_server = json.loads(recorded.read_text()), json.loads(lock.read_text())
+    assert from_chain["list_digest"] == from_server["list_digest"]
+    assert [t["name"] for t in from_chain["tools"]] == [t["name"] for t in from_server["tools"]]
+    assert all("definition" not in t for t in from_chain["tools"])
 
     # The same server with echo's input schema changed: echo is paused.
     echo = everything / "dist/tools/echo.js"

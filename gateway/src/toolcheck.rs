@@ -907,7 +907,7 @@ impl Enforcer {
                 None,
             ),
         };
-        let body;
+        let mut body;
         {
             let mut st = self.lock();
             let mut all = st.standing.clone();
@@ -922,7 +922,12 @@ impl Enforcer {
             }
             st.stale = false;
             st.checks += 1;
+            let listed = offered.is_some();
             body = self.guard.body(self.source.clone(), trigger, offered, all);
+            if !listed {
+                // No list was read: the tools paused before stay paused.
+                body.paused = st.paused.keys().cloned().collect();
+            }
         }
         self.fresh.notify_waiters();
         body
@@ -1208,6 +1213,7 @@ mod tests {
             now,
         );
         assert_eq!(body.effect, CheckEffect::PauseSession);
+        assert_eq!(body.paused, vec!["b".to_owned()]);
         let Admission::Refuse(r) = e.admit("a") else {
             panic!()
         };

@@ -37,6 +37,9 @@ enum Command {
     /// run it over stdio behind a proxy, or stand in front of a remote one
     /// over Streamable HTTP (--upstream URL).
     Gateway(cmd::gateway::Args),
+    /// Approve an MCP server's tool definitions as a baseline (a lockfile)
+    /// that `tally gateway --lock FILE --policy FILE` enforces.
+    Tools(cmd::tools::Args),
     /// Record a decision, outcome or note in an agent's chain (for scripts).
     Record(cmd::record::Args),
     /// Show each agent's chain head, unreceipted records and sync errors.
@@ -84,6 +87,7 @@ fn main() -> ExitCode {
         Command::Canon(args) => cmd::canon::run(&args),
         Command::Agent(args) => cmd::agent::run(&args),
         Command::Gateway(args) => cmd::gateway::run(&args),
+        Command::Tools(args) => cmd::tools::run(&args),
         Command::Record(args) => cmd::record::run(&args),
         Command::Status(args) => cmd::status::run(&args),
         Command::Verify(args) => cmd::verify::run(&args),

@@ -373,9 +373,9 @@ pub(crate) struct ToolListRow {
 pub(crate) struct OtherRow {
     /// Where it is.
     pub at: Placed,
-    /// `note` or `key_rotation`.
+    /// `note`, `key_rotation` or `tool_check`.
     pub kind: &'static str,
-    /// The note's text, or the new key id.
+    /// The note's text, the new key id, or what a tool check found.
     pub text: String,
 }
 
@@ -543,6 +543,11 @@ impl ChainView {
                 });
                 self.claim_count += 1;
             }
+            Body::ToolCheck(c) => self.push_other(OtherRow {
+                at,
+                kind: "tool_check",
+                text: check_text(c),
+            }),
         }
     }
 
@@ -909,4 +914,76 @@ pub(crate) fn audit_export(
         agents: sections,
         statements,
     })
+}
+/// One line for a `tool_check` record (docs/protocol.md §5.7): its effect,
+/// the source, each finding and the paused tools.
+fn check_text(c: &tally_schemas::record::ToolCheck) -> String {
+    let mut text = format!(
+        "{} at {}",
+        c.effect.as_str(),
+        c.source.as_deref().unwrap_or("(unnamed source)")
+    );
+    for f in &c.findings {
+        text.push_str("; ");
+        if let Some(t) = &f.tool {
+            text.push_str(t);
+            text.push(' ');
+        }
+        text.push_str(f.observation.as_str());
+        if !f.parts.is_empty() {
+            text.push_str(&format!(" ({})", f.parts.join(", ")));
+        }
+        text.push_str(&format!(" → {}", f.effect.as_str()));
+        if let Some(e) = &f.exception {
+            text.push_str(&format!(" by {} until {}", e.by, e.until));
+        }
+    }
+    if !c.paused.is_empty() {
+        text.push_str(&format!("; paused: {}", c.paused.join(", ")));
+    }
+    text
+}
+
+#[cfg(test)]
+mod check_text_tests {
+    use tally_schemas::record::{
+        CheckEffect, CheckException, CheckFinding, CheckObservation, CheckTrigger, ToolCheck,
+    };
+    use tally_schemas::Hash;
+
+    #[test]
+    fn a_tool_check_row_names_each_finding_and_the_paused_tools() {
+        let c = ToolCheck {
+            source: Some("ev".into()),
+            trigger: CheckTrigger::ListChanged,
+            baseline: Hash::sha256(b"l"),
+            policy: Hash::sha256(b"p"),
+            offered: None,
+            findings: vec![
+                CheckFinding {
+                    observation: CheckObservation::DescriptionChanged,
+                    effect: CheckEffect::PauseTool,
+                    tool: Some("weather".into()),
+                    parts: vec!["description".into()],
+                    exception: None,
+                },
+                CheckFinding {
+                    observation: CheckObservation::SchemaChanged,
+                    effect: CheckEffect::Exception,
+                    tool: Some("add".into()),
+                    parts: vec!["input_schema".into()],
+                    exception: Some(CheckException {
+                        by: "alice".into(),
+                        until: "2030-01-01T00:00:00.000Z".into(),
+                    }),
+                },
+            ],
+            effect: CheckEffect::PauseTool,
+            paused: vec!["weather".into()],
+        };
+        assert_eq!(
+            super::check_text(&c),
+            "pause_tool at ev; weather description_changed (description) → pause_tool; add schema_changed (input_schema) → exception by alice until 2030-01-01T00:00:00.000Z; paused: weather"
+        );
+    }
 }

@@ -88,6 +88,9 @@ pub struct ProxyConfig {
     pub store_content: bool,
     /// How long a `--strict` call waits for its receipt.
     pub strict_timeout: Duration,
+    /// The approved tool baseline and policy this session enforces
+    /// (docs/protocol.md §5.7); none: tools are recorded, not checked.
+    pub tool_check: Option<std::sync::Arc<crate::toolcheck::Enforcer>>,
     /// The action tools (docs/protocol.md §5.2) and where their proofs are.
     pub actions: ActionConfig,
 }
@@ -464,6 +467,23 @@ impl CallRecorder {
                 eprintln!("tally: gateway: the tool list could not be recorded: {e}");
             }
         });
+    }
+}
+
+impl CallRecorder {
+    /// Queues a `tool_check` record now (so it precedes in the chain every
+    /// call that follows the check), through the agent's one chain writer.
+    pub fn record_check(&self, check: tally_schemas::record::ToolCheck) {
+        match self.chain.append_queued(Body::ToolCheck(check), None) {
+            Ok(done) => {
+                tokio::spawn(async move {
+                    if let Err(e) = done.await {
+                        eprintln!("tally: gateway: the tool check could not be recorded: {e}");
+                    }
+                });
+            }
+            Err(e) => eprintln!("tally: gateway: the tool check could not be recorded: {e}"),
+        }
     }
 }
 

@@ -60,7 +60,7 @@ use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
 use hyper_util::server::graceful::GracefulShutdown;
 use hyper_util::service::TowerToHyperService;
 use serde_json::{json, Value};
-use tally_schemas::record::OutcomeStatus;
+use tally_schemas::record::{CheckObservation, CheckTrigger, OutcomeStatus};
 use tokio::net::TcpListener;
 use tokio::sync::{mpsc, oneshot, Semaphore};
 
@@ -69,6 +69,7 @@ use crate::calls::{
     ERROR_NOT_FORWARDED, ERROR_UPSTREAM,
 };
 use crate::sse::SseReader;
+use crate::toolcheck::Admission;
 
 /// Request ids the gateway uses for its own `tools/list` requests.
 const OWN_ID_PREFIX: &str = "tally-gateway:tools/list:";
@@ -197,6 +198,8 @@ struct Session {
     /// list the tools again after `notifications/tools/list_changed`.
     headers: Option<HeaderMap>,
     own_list_running: bool,
+    /// The session's tool check (docs/protocol.md §5.7), made at its first use.
+    check: Option<Arc<crate::toolcheck::Enforcer>>,
 }
 
 #[derive(Debug, Default)]
@@ -407,6 +410,9 @@ impl Inner {
         match (method, msg.get("id")) {
             (None, Some(id)) => self.answer(watch, id, msg),
             (Some("notifications/tools/list_changed"), None) => {
+                if let Some(c) = self.check_of(watch.session.as_deref()) {
+                    c.list_changed();
+                }
                 self.list_tools_again(watch.session.clone());
             }
             _ => {}
@@ -429,6 +435,12 @@ impl Inner {
                 };
                 if let PageResult::Complete(all) = page {
                     self.core.record_tools(&all);
+                    if let Some(c) = self.check_of(watch.session.as_deref()) {
+                        let now =
+                            tally_schemas::time::Clock::now(&tally_schemas::time::SystemClock);
+                        self.core
+                            .record_check(c.list(CheckTrigger::ToolsList, Ok(&all), now));
+                    }
                 }
                 return;
             }
@@ -567,6 +579,14 @@ impl Inner {
             if let Some(s) = lock(&this.sessions).get(session.as_deref()) {
                 s.own_list_running = false;
             }
+            if let Some(c) = this.check_of(session.as_deref()) {
+                let now = tally_schemas::time::Clock::now(&tally_schemas::time::SystemClock);
+                let tools = all
+                    .as_deref()
+                    .map_err(|_| CheckObservation::ServerUnavailable);
+                this.core
+                    .record_check(c.list(CheckTrigger::ListChanged, tools, now));
+            }
             match all {
                 Ok(tools) => this.core.record_tools(&tools),
                 Err(e) => eprintln!(
@@ -574,6 +594,64 @@ impl Inner {
                 ),
             }
         });
+    }
+
+    /// The tool check of `session`, made from the gateway's on first use.
+    fn check_of(&self, session: Option<&str>) -> Option<Arc<crate::toolcheck::Enforcer>> {
+        let root = self.core.config().tool_check.as_ref()?;
+        let mut st = lock(&self.sessions);
+        let s = st.get(session)?;
+        Some(Arc::clone(
+            s.check.get_or_insert_with(|| Arc::new(root.fork())),
+        ))
+    }
+
+    /// The tool check's answer for a `tools/call` (docs/protocol.md §5.7):
+    /// `None` to go on. While the session's check is stale the gateway lists
+    /// the tools itself with the request's headers and checks them first.
+    async fn admit_call(
+        &self,
+        session: Option<&str>,
+        headers: &HeaderMap,
+        body: &[u8],
+    ) -> Option<Refusal> {
+        let check = self.check_of(session)?;
+        let tool = serde_json::from_slice::<Value>(body)
+            .ok()?
+            .pointer("/params/name")?
+            .as_str()?
+            .to_owned();
+        let tool = self.core.config().recorded_name(&tool);
+        for _ in 0..2 {
+            match check.admit(&tool) {
+                Admission::Forward => return None,
+                Admission::Refuse(r) => return Some(r),
+                Admission::Wait => {
+                    let trigger = if check.checks() == 0 {
+                        CheckTrigger::Initialize
+                    } else {
+                        CheckTrigger::Call
+                    };
+                    let all = self.own_list(headers).await;
+                    let tools = all
+                        .as_deref()
+                        .map_err(|_| CheckObservation::ServerUnavailable);
+                    let now = tally_schemas::time::Clock::now(&tally_schemas::time::SystemClock);
+                    self.core.record_check(check.list(trigger, tools, now));
+                }
+            }
+        }
+        None
+    }
+
+    /// A `tools/list` answer as the client sees it: without the session's
+    /// paused tools; `None` when nothing is left out.
+    fn shown_list(&self, watch: &Watch, msg: &Value) -> Option<Value> {
+        watch.list.as_ref()?;
+        let check = self.check_of(watch.session.as_deref())?;
+        let mut shown = msg.clone();
+        let now = tally_schemas::time::Clock::now(&tally_schemas::time::SystemClock);
+        check.filter_page(&mut shown, now).then_some(shown)
     }
 
     async fn own_list(&self, headers: &HeaderMap) -> Result<Vec<Value>, String> {
@@ -1089,6 +1167,10 @@ async fn exchange(
                     return;
                 }
             }
+            if let Some(r) = inner.admit_call(session.as_deref(), &headers, &body).await {
+                let _ = reply.send(json_response(StatusCode::OK, &r.to_answer(&id)));
+                return;
+            }
             let call = match inner.core.decide(&id, &body).await {
                 Ok(c) => c,
                 Err(r) => {
@@ -1408,6 +1490,15 @@ async fn relay(
             return StreamEnd::Broken;
         }
         let observed = json && inner.observe_json_body(&watch, &body);
+        if let Some(shown) = serde_json::from_slice::<Value>(&body)
+            .ok()
+            .and_then(|v| inner.shown_list(&watch, &v))
+        {
+            body = serde_json::to_vec(&shown).unwrap_or_default();
+            if let Some(h) = builder.headers_mut() {
+                h.remove(header::CONTENT_LENGTH);
+            }
+        }
         let _ = reply.send(
             builder
                 .body(Body::from(body))
@@ -1488,6 +1579,9 @@ async fn relay(
         // Observed (outcomes and tool lists queued to the chain writer)
         // before the client sees the chunk, so a record of an answer always
         // precedes the records of what the client does next.
+        // A tools/list answer leaving out paused tools is sent as events
+        // written again (id and data), instead of the chunk.
+        let mut rewritten: Option<Vec<u8>> = None;
         for ev in events {
             if let (Some(s), true) = (&slot, ev.has_id) {
                 ev.id.clone_into(&mut lock(&s.last_event_id));
@@ -1497,8 +1591,18 @@ async fn relay(
             }
             if let Ok(msg) = serde_json::from_str::<Value>(&ev.data) {
                 inner.observe(&watch, &msg);
+                if let Some(shown) = inner.shown_list(&watch, &msg) {
+                    let out = rewritten.get_or_insert_with(Vec::new);
+                    if let Some(id) = ev.id.as_deref().filter(|_| ev.has_id) {
+                        out.extend_from_slice(format!("id: {id}\n").as_bytes());
+                    }
+                    out.extend_from_slice(b"event: message\ndata: ");
+                    out.extend(serde_json::to_vec(&shown).unwrap_or_default());
+                    out.extend_from_slice(b"\n\n");
+                }
             }
         }
+        let chunk = rewritten.map_or(chunk, Bytes::from);
         if client_open && tx.send(Ok(chunk)).await.is_err() {
             client_open = false;
         }

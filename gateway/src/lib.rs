@@ -12,6 +12,8 @@
 //! - [`acceptance`]: receipt acceptance, docs/protocol.md §8, shared by the gateway and `tally record`.
 //! - [`witness`]: the witness HTTP client; [`sync`]: background sync with backoff and resync.
 //! - `toollist`: `tools` records from MCP tool lists (§5.3, §6.2).
+//! - [`toolcheck`]: approved tool baselines (lockfiles), the policy, and the session state
+//!   that enforces them; each check a `tool_check` body (§5.7).
 //! - [`chain`]: the agent's one chain, shared by every writer on the host (gateways,
 //!   `tally record`, the SDKs): one owner holds the store, the others hand it records.
 //! - [`sdk`]: the blocking in-process writer the language SDKs (sdk/python, sdk/typescript) wrap.
@@ -35,6 +37,7 @@ mod sse;
 pub mod state;
 pub mod store;
 pub mod sync;
+pub mod toolcheck;
 mod toollist;
 pub mod witness;
 

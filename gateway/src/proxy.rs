@@ -28,6 +28,15 @@
 //! `--strict` calls end at once with `not_run`, and later calls are refused
 //! without a decision.
 //!
+//! With a tool baseline and policy ([`ProxyConfig::tool_check`],
+//! docs/protocol.md §5.7) the proxy also checks the server's tools: it lists
+//! them itself after the client's `notifications/initialized` and after
+//! `notifications/tools/list_changed`, and checks every `tools/list` answer
+//! the client gets; each check is a `tool_check` record. A paused tool is
+//! left out of the lists the client sees and its calls are refused; a call
+//! while a check is awaited waits for it; a paused session refuses every
+//! call, a denied one every request.
+//!
 //! Messages other than held `--strict` calls keep their order. The proxy is
 //! written over plain async streams so tests drive it without processes;
 //! [`crate::process`] connects it to a child process. What is recorded is
@@ -38,7 +47,8 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex, MutexGuard};
 
 use serde_json::{json, Value};
-use tally_schemas::record::OutcomeStatus;
+use tally_schemas::record::{CheckObservation, CheckTrigger, OutcomeStatus};
+use tally_schemas::time::{Clock as _, SystemClock};
 use tokio::io::{AsyncBufReadExt as _, AsyncRead, AsyncWrite, AsyncWriteExt as _, BufReader};
 use tokio::sync::{mpsc, Notify};
 
@@ -50,6 +60,10 @@ use crate::calls::{
     error_answer, is_paged_list_request, CallRecorder, OpenCall, PageResult, Refusal, ToolPages,
 };
 use crate::chain::AgentChain;
+use crate::toolcheck::{Admission, Enforcer};
+
+/// How long a call to a tool whose check is stale waits for the list.
+const CHECK_WAIT: std::time::Duration = std::time::Duration::from_secs(10);
 
 /// Request ids the gateway uses for its own `tools/list` requests.
 const OWN_ID_PREFIX: &str = "tally-gateway:tools/list:";
@@ -84,6 +98,7 @@ enum Pending {
     List {
         paged: bool,
     },
+    Initialize,
 }
 
 #[derive(Default)]
@@ -92,6 +107,8 @@ struct State {
     pages: ToolPages,
     own_list_id: Option<String>,
     own_list_counter: u64,
+    /// What started the gateway's own list in flight.
+    own_trigger: Option<CheckTrigger>,
     server_gone: bool,
     client_closed: bool,
 }
@@ -108,6 +125,7 @@ enum ToClient {
 
 struct Proxy {
     core: CallRecorder,
+    check: Option<Arc<Enforcer>>,
     client_gone: Arc<Notify>,
     state: Mutex<State>,
     to_server: mpsc::UnboundedSender<ToServer>,
@@ -124,6 +142,13 @@ fn line_of(answer: &Value) -> Vec<u8> {
     let mut line = serde_json::to_vec(answer).unwrap_or_default();
     line.push(b'\n');
     line
+}
+
+fn denied(why: &str) -> Refusal {
+    Refusal::new(
+        "session_denied",
+        format!("the tool check denied this session: {why}"),
+    )
 }
 
 fn batch_refusal() -> Refusal {
@@ -156,6 +181,13 @@ impl Proxy {
             Some(Value::Object(ref m)) => {
                 let method = m.get("method").and_then(Value::as_str);
                 let id = m.get("id");
+                if let Some(why) = self.check.as_ref().and_then(|c| c.denied()) {
+                    // A denied session stops: no request reaches the server.
+                    if let (Some(_), Some(id)) = (method, id) {
+                        self.refuse(id, &denied(&why));
+                    }
+                    return;
+                }
                 match (method, id) {
                     (Some("tools/call"), Some(id)) => return self.call(id.clone(), line).await,
                     (Some("tools/list"), Some(id)) => {
@@ -163,6 +195,16 @@ impl Proxy {
                         self.lock()
                             .pending
                             .insert(id_key(id), Pending::List { paged });
+                    }
+                    (Some("initialize"), Some(id)) if self.check.is_some() => {
+                        self.lock().pending.insert(id_key(id), Pending::Initialize);
+                    }
+                    (Some("notifications/initialized"), None) if self.check.is_some() => {
+                        // Forwarded first: the server answers requests only
+                        // once initialised; then the session's first check.
+                        let _ = self.to_server.send(ToServer::Line(line));
+                        self.list_tools(None, CheckTrigger::Initialize);
+                        return;
                     }
                     (Some("notifications/cancelled"), None) => {
                         if let Some(rid) = m.get("params").and_then(|p| p.get("requestId")) {
@@ -215,6 +257,9 @@ impl Proxy {
                 drop(st);
                 return self.refuse(&id, &r);
             }
+        }
+        if let Some(r) = self.admit(&line).await {
+            return self.refuse(&id, &r);
         }
         let call = match self.core.decide(&id, &line).await {
             Ok(c) => c,
@@ -277,6 +322,35 @@ impl Proxy {
         });
     }
 
+    /// The tool check's answer for the `tools/call` `line`: `None` to go on.
+    /// A call while the check is stale waits for it (at most
+    /// [`CHECK_WAIT`]; then the server is taken as unavailable).
+    async fn admit(&self, line: &[u8]) -> Option<Refusal> {
+        let check = self.check.as_ref()?;
+        let tool = serde_json::from_slice::<Value>(line).ok().and_then(|v| {
+            v.pointer("/params/name")
+                .and_then(Value::as_str)
+                .map(str::to_owned)
+        })?;
+        let tool = self.core.config().recorded_name(&tool);
+        loop {
+            match check.admit(&tool) {
+                Admission::Forward => return None,
+                Admission::Refuse(r) => return Some(r),
+                Admission::Wait => {
+                    if !check.wait_fresh(CHECK_WAIT).await {
+                        let body = check.list(
+                            CheckTrigger::Call,
+                            Err(CheckObservation::ServerUnavailable),
+                            SystemClock.now(),
+                        );
+                        self.core.record_check(body);
+                    }
+                }
+            }
+        }
+    }
+
     fn cancelled(&self, request_id: &Value) {
         let removed = {
             let mut st = self.lock();
@@ -301,34 +375,47 @@ impl Proxy {
             .is_some_and(|s| s.starts_with(OWN_ID_PREFIX));
         // Observed first: the outcome or tool list is queued to the chain
         // writer before the client can see the answer and act on it.
+        let mut replaced = None;
         match &parsed {
             Some(Value::Array(items)) => {
                 for item in items {
                     self.observe_server(item);
                 }
             }
-            Some(v) => self.observe_server(v),
+            Some(v) => replaced = self.observe_server(v),
             None => {}
         }
         if !own_answer {
-            self.reply(line);
+            self.reply(replaced.map_or(line, |v| line_of(&v)));
         }
     }
 
-    fn observe_server(&self, msg: &Value) {
+    /// Observes one message from the server; `Some` when the client gets
+    /// another message instead (a tools list without paused tools, an
+    /// error for the `initialize` of a denied session).
+    fn observe_server(&self, msg: &Value) -> Option<Value> {
         let method = msg.get("method").and_then(Value::as_str);
         match (method, msg.get("id")) {
             (None, Some(id)) => self.answer(id, msg),
-            (Some("notifications/tools/list_changed"), None) => self.list_tools(None),
-            _ => {}
+            (Some("notifications/tools/list_changed"), None) => {
+                if let Some(c) = &self.check {
+                    c.list_changed();
+                }
+                self.list_tools(None, CheckTrigger::ListChanged);
+                None
+            }
+            _ => None,
         }
     }
 
     /// Sends the gateway's own `tools/list` request (page `cursor`).
-    fn list_tools(&self, cursor: Option<&Value>) {
+    fn list_tools(&self, cursor: Option<&Value>, trigger: CheckTrigger) {
         let mut st = self.lock();
         if st.server_gone || st.client_closed || (cursor.is_none() && st.own_list_id.is_some()) {
             return;
+        }
+        if cursor.is_none() {
+            st.own_trigger = Some(trigger);
         }
         st.own_list_counter += 1;
         let id = Value::String(format!("{OWN_ID_PREFIX}{}", st.own_list_counter));
@@ -346,31 +433,68 @@ impl Proxy {
         let _ = self.to_server.send(ToServer::Line(line_of(&req)));
     }
 
-    fn answer(&self, id: &Value, msg: &Value) {
+    fn answer(&self, id: &Value, msg: &Value) -> Option<Value> {
         let key = id_key(id);
-        let Some(pending) = self.lock().pending.remove(&key) else {
-            return;
-        };
+        let pending = self.lock().pending.remove(&key)?;
         match pending {
-            Pending::Call { call, .. } => self.core.end_with_answer(&call, msg),
+            Pending::Call { call, .. } => {
+                self.core.end_with_answer(&call, msg);
+                None
+            }
             Pending::List { paged } => self.list_answer(&key, paged, msg),
+            Pending::Initialize => {
+                let check = self.check.as_ref()?;
+                if let Some(body) = check.initialized(msg.get("result")?, SystemClock.now()) {
+                    self.core.record_check(body);
+                }
+                let why = check.denied()?;
+                // The session stops: the server's input is closed.
+                let _ = self.to_server.send(ToServer::Close);
+                Some(denied(&why).to_answer(id))
+            }
         }
     }
 
-    fn list_answer(&self, key: &str, paged: bool, msg: &Value) {
-        let (own, page) = {
+    /// A `tools/list` answer page; `Some` with the page the client sees
+    /// when paused tools were left out.
+    fn list_answer(&self, key: &str, paged: bool, msg: &Value) -> Option<Value> {
+        let (own, page, trigger) = {
             let mut st = self.lock();
             let own = st.own_list_id.as_deref() == Some(key);
             if own {
                 st.own_list_id = None;
             }
-            (own, st.pages.add(paged, msg))
+            let trigger = if own {
+                st.own_trigger.unwrap_or(CheckTrigger::ListChanged)
+            } else {
+                CheckTrigger::ToolsList
+            };
+            (own, st.pages.add(paged, msg), trigger)
         };
+        let now = SystemClock.now();
         match page {
-            PageResult::More(next) if own => self.list_tools(Some(&next)),
-            PageResult::More(_) | PageResult::NoList => {}
-            PageResult::Complete(all) => self.core.record_tools(&all),
+            PageResult::More(next) if own => self.list_tools(Some(&next), trigger),
+            PageResult::More(_) => {}
+            PageResult::NoList => {
+                if let (true, Some(c)) = (own, &self.check) {
+                    let why = if msg.get("error").is_some() {
+                        CheckObservation::ServerUnavailable
+                    } else {
+                        CheckObservation::ListMalformed
+                    };
+                    self.core.record_check(c.list(trigger, Err(why), now));
+                }
+            }
+            PageResult::Complete(all) => {
+                self.core.record_tools(&all);
+                if let Some(c) = &self.check {
+                    self.core.record_check(c.list(trigger, Ok(&all), now));
+                }
+            }
         }
+        let c = self.check.as_ref().filter(|_| !own)?;
+        let mut shown = msg.clone();
+        c.filter_page(&mut shown, now).then_some(shown)
     }
 
     /// The client went away: its input ended, or writing to it failed.
@@ -486,6 +610,7 @@ where
     let (to_server, mut server_rx) = mpsc::unbounded_channel::<ToServer>();
     let (to_client, mut client_rx) = mpsc::unbounded_channel::<ToClient>();
     let proxy = Arc::new(Proxy {
+        check: config.tool_check.clone(),
         core: CallRecorder::new(config, deps.chain),
         client_gone: deps.client_gone,
         state: Mutex::new(State::default()),

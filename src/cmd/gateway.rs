@@ -19,8 +19,9 @@ use tally_gateway::chain::{AgentChain, ChainOptions, WriterInfo};
 use tally_gateway::http::{HttpConfig, HttpGateway, HttpLimits, ProbeResult};
 use tally_gateway::process::run_gateway;
 use tally_gateway::proxy::{ProxyConfig, ProxyDeps, StrictPolicy};
-use tally_schemas::time::SystemClock;
-use tally_schemas::AgentName;
+use tally_gateway::toolcheck::{Enforcer, ServerId, ToolGuard};
+use tally_schemas::time::{Clock as _, SystemClock};
+use tally_schemas::{AgentName, Body, UnixMillis};
 use tokio::sync::Notify;
 
 use super::agent::{parse_agent, runtime, StateArgs};
@@ -63,6 +64,15 @@ to them are forwarded without records, so an auditor's coverage line names them.
 With a witness configured (tally agent init NAME --witness URL) records are synced in the \
 background; --strict makes each call wait for its decision's receipt and accept it \
 (pinned log key, inclusion, record hash and nonce, witness time) before forwarding.
+
+Tool checks: --lock FILE (a baseline made by `tally tools approve`) with --policy FILE \
+compares the server's tools with the approved definitions at start, after initialize, at \
+every tools/list and after notifications/tools/list_changed, and applies the policy: a \
+paused tool is left out of the tool list the client sees and its calls are refused with a \
+JSON-RPC error (code -32001, data.tally tool_paused) that says why; a paused session refuses \
+every call; a denied one stops (exit 3 when denied at start). Each check is a tool_check \
+record in the agent's chain. A lockfile or policy that cannot be read stops the gateway \
+before it starts (exit 2): it never runs unchecked.
 
 Remote servers (MCP Streamable HTTP): --upstream URL makes the gateway an HTTP endpoint \
 (--listen, default 127.0.0.1:7879, loopback only unless --allow-remote) that the MCP client \
@@ -128,6 +138,13 @@ pub(crate) struct Args {
     /// journal (survives the gateway's death; see below).
     #[arg(long)]
     pub sync_before_forward: bool,
+    /// An approved tool baseline (`tally tools approve`): check the
+    /// server's tools against it (with --policy; see below).
+    #[arg(long, value_name = "FILE", requires = "policy")]
+    pub lock: Option<PathBuf>,
+    /// The policy that says what each difference from --lock does.
+    #[arg(long, value_name = "FILE", requires = "lock")]
+    pub policy: Option<PathBuf>,
     #[command(flatten)]
     pub state: StateArgs,
     #[command(flatten)]
@@ -220,6 +237,28 @@ pub(crate) fn run(args: &Args) -> anyhow::Result<ExitCode> {
         (None, None) => default_source(args),
     };
     let clock = Arc::new(SystemClock);
+    // Read before anything starts: a gateway never runs unchecked when a
+    // check was asked for (docs/protocol.md §5.7).
+    let tool_check = match (&args.lock, &args.policy) {
+        (Some(lock), Some(policy)) => {
+            let guard = ToolGuard::load(lock, policy)?;
+            Some(Arc::new(Enforcer::new(
+                guard,
+                Some(source.clone()),
+                args.name_prefix.clone(),
+            )))
+        }
+        _ => None,
+    };
+    let server_id = match &args.http.upstream {
+        Some(u) => ServerId::Url(u.clone()),
+        None => ServerId::Command(
+            args.command
+                .iter()
+                .map(|a| a.to_string_lossy().into_owned())
+                .collect(),
+        ),
+    };
     let rt = runtime()?;
 
     let strict = if args.strict {
@@ -241,6 +280,7 @@ pub(crate) fn run(args: &Args) -> anyhow::Result<ExitCode> {
             tools: args.actions.iter().cloned().collect(),
             proof_in_clear: args.proof_in_clear,
         },
+        tool_check: tool_check.clone(),
     };
 
     let exit = rt.block_on(async {
@@ -264,6 +304,20 @@ pub(crate) fn run(args: &Args) -> anyhow::Result<ExitCode> {
                 AgentChain::unavailable(&e.to_string())
             }
         };
+        if let Some(check) = &tool_check {
+            if let Some(body) = check.start(&server_id, clock_now()) {
+                if let Err(e) = chain.append(Body::ToolCheck(body), None).await {
+                    errln!("tally: gateway: the tool check could not be recorded: {e}");
+                }
+            }
+            if let Some(why) = check.denied() {
+                errln!(
+                    "tally: gateway: the tool check denied this session: {why}; the server was not started (approve again with tally tools approve)"
+                );
+                chain.close().await;
+                return Ok(3);
+            }
+        }
         let deps = ProxyDeps {
             chain: chain.clone(),
             client_gone: Arc::new(Notify::new()),
@@ -406,4 +460,8 @@ fn parse_action(s: &str) -> Result<(String, Option<ProofPath>), String> {
     tally_gateway::calls::check_tool_name(tool)
         .map_err(|why| format!("{tool:?} is not a tool name: {why}"))?;
     Ok((tool.to_owned(), path))
+}
+
+fn clock_now() -> UnixMillis {
+    SystemClock.now()
 }

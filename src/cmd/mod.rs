@@ -21,6 +21,7 @@ pub(crate) mod report;
 pub(crate) mod serve;
 pub(crate) mod status;
 pub(crate) mod store;
+pub(crate) mod tools;
 pub(crate) mod verify;
 
 /// The log of `tally serve` and `tally cosigner serve` on stderr, filtered

@@ -26,6 +26,7 @@ mod activity;
 pub mod audit;
 pub mod bench;
 mod checks;
+mod continuity;
 mod coverage;
 mod lines;
 pub mod monitor;

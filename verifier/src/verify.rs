@@ -38,6 +38,7 @@ use crate::checks::schema::Schema;
 use crate::checks::timing::Timing;
 use crate::checks::witness_signatures::WitnessSignatures;
 use crate::checks::{Agent, Facts};
+use crate::continuity::Continuity;
 use crate::coverage::Coverage;
 use crate::lines::{read_line, Line};
 use crate::pool::{self, Batch, Context, JobQueue, Parsed, Pipeline, RawLine, RecordWork};
@@ -140,6 +141,7 @@ struct Run<'a> {
     /// when asked for.
     activity: Option<Activity>,
     actions: Vec<Actions>,
+    continuity: Vec<Continuity>,
 }
 
 fn record_ref(w: &RecordWork) -> RecordRef {
@@ -189,6 +191,7 @@ impl<'a> Run<'a> {
             coverage: (0..n).map(|_| Coverage::default()).collect(),
             activity: audit.map(|a| Activity::new(n, a)),
             actions: (0..n).map(|_| Actions::default()).collect(),
+            continuity: (0..n).map(|_| Continuity::default()).collect(),
             agents,
         }
     }
@@ -251,6 +254,7 @@ impl<'a> Run<'a> {
             Body::Decision(d) => {
                 self.outcomes.decision(&f, d);
                 self.coverage[agent].called(&d.tool);
+                self.continuity[agent].called(&d.tool);
             }
             Body::Outcome(o) => {
                 self.actions[agent].outcome(o);
@@ -260,6 +264,7 @@ impl<'a> Run<'a> {
             }
             Body::Tools(t) => self.coverage[agent].tools(f.seq(), t),
             Body::Claim(c) => self.actions[agent].claim(f.seq(), c),
+            Body::ToolCheck(c) => self.continuity[agent].check(c),
             Body::Note(_) | Body::KeyRotation(_) => {}
         }
         self.head.record(&f);
@@ -304,10 +309,15 @@ impl<'a> Run<'a> {
         let coverage = self
             .agents
             .iter()
-            .zip(self.coverage.iter().zip(&self.actions))
-            .flat_map(|(a, (c, x))| {
+            .zip(
+                self.coverage
+                    .iter()
+                    .zip(self.actions.iter().zip(&self.continuity)),
+            )
+            .flat_map(|(a, (c, (x, t)))| {
                 let mut lines = c.lines(&a.name);
                 lines.extend(x.lines(&a.name));
+                lines.extend(t.lines(&a.name));
                 lines
             })
             .collect();

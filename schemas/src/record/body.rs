@@ -29,6 +29,9 @@ pub enum RecordKind {
     /// A model's text turn claimed an action tool's work with no call to
     /// it in the turn (docs/protocol.md §5.6).
     Claim,
+    /// A comparison of a source's offered tools with their approved
+    /// baseline, and the effect a policy gave it (docs/protocol.md §5.7).
+    ToolCheck,
 }
 
 impl RecordKind {
@@ -42,6 +45,7 @@ impl RecordKind {
             Self::Note => "note",
             Self::KeyRotation => "key_rotation",
             Self::Claim => "claim",
+            Self::ToolCheck => "tool_check",
         }
     }
 }
@@ -279,6 +283,202 @@ pub struct KeyRotation {
     pub new_public_key: PublicKey,
 }
 
+/// What a tool check saw, docs/protocol.md §5.7.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum CheckObservation {
+    /// The tool is offered as approved (never listed in `findings`; a
+    /// policy may still name it).
+    Unchanged,
+    /// A tool the baseline does not hold.
+    ToolAdded,
+    /// A tool of the baseline that is no longer offered.
+    ToolRemoved,
+    /// `title` or `description` differs.
+    DescriptionChanged,
+    /// `inputSchema` or `outputSchema` differs.
+    SchemaChanged,
+    /// `annotations` or `_meta` differs.
+    AnnotationsChanged,
+    /// The server is not the one the baseline was approved for (its
+    /// command or URL, or the name it gives in `initialize`).
+    ServerIdentityChanged,
+    /// The server gives another version in `initialize` than at approval.
+    ServerVersionChanged,
+    /// The baseline is older than its maximum age.
+    BaselineExpired,
+    /// The baseline's signature does not verify.
+    SignatureInvalid,
+    /// The baseline is signed by a key the policy does not list.
+    KeyUnknown,
+    /// The policy requires a signature and the baseline has none.
+    SignatureMissing,
+    /// The tool list could not be read in full (more pages than allowed).
+    ListTruncated,
+    /// The tool list is not a valid MCP `tools/list` answer.
+    ListMalformed,
+    /// The server did not answer the check's `tools/list`.
+    ServerUnavailable,
+}
+
+impl CheckObservation {
+    /// Every observation, in wire order.
+    pub const ALL: [Self; 15] = [
+        Self::Unchanged,
+        Self::ToolAdded,
+        Self::ToolRemoved,
+        Self::DescriptionChanged,
+        Self::SchemaChanged,
+        Self::AnnotationsChanged,
+        Self::ServerIdentityChanged,
+        Self::ServerVersionChanged,
+        Self::BaselineExpired,
+        Self::SignatureInvalid,
+        Self::KeyUnknown,
+        Self::SignatureMissing,
+        Self::ListTruncated,
+        Self::ListMalformed,
+        Self::ServerUnavailable,
+    ];
+
+    /// The wire name.
+    #[must_use]
+    pub const fn as_str(self) -> &'static str {
+        match self {
+            Self::Unchanged => "unchanged",
+            Self::ToolAdded => "tool_added",
+            Self::ToolRemoved => "tool_removed",
+            Self::DescriptionChanged => "description_changed",
+            Self::SchemaChanged => "schema_changed",
+            Self::AnnotationsChanged => "annotations_changed",
+            Self::ServerIdentityChanged => "server_identity_changed",
+            Self::ServerVersionChanged => "server_version_changed",
+            Self::BaselineExpired => "baseline_expired",
+            Self::SignatureInvalid => "signature_invalid",
+            Self::KeyUnknown => "key_unknown",
+            Self::SignatureMissing => "signature_missing",
+            Self::ListTruncated => "list_truncated",
+            Self::ListMalformed => "list_malformed",
+            Self::ServerUnavailable => "server_unavailable",
+        }
+    }
+
+    /// Whether the observation is about one tool (else the whole source).
+    #[must_use]
+    pub const fn per_tool(self) -> bool {
+        matches!(
+            self,
+            Self::Unchanged
+                | Self::ToolAdded
+                | Self::ToolRemoved
+                | Self::DescriptionChanged
+                | Self::SchemaChanged
+                | Self::AnnotationsChanged
+        )
+    }
+}
+
+/// What a policy made of an observation, docs/protocol.md §5.7. Ordered
+/// from weakest to strongest.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum CheckEffect {
+    /// Go on.
+    Proceed,
+    /// Go on under an approved exception (recorded with who and until
+    /// when; never the same as `proceed`).
+    Exception,
+    /// Hide the tool from the client and refuse its calls.
+    PauseTool,
+    /// Refuse every call of the session.
+    PauseSession,
+    /// Stop the session.
+    Deny,
+}
+
+impl CheckEffect {
+    /// The wire name.
+    #[must_use]
+    pub const fn as_str(self) -> &'static str {
+        match self {
+            Self::Proceed => "proceed",
+            Self::Exception => "exception",
+            Self::PauseTool => "pause_tool",
+            Self::PauseSession => "pause_session",
+            Self::Deny => "deny",
+        }
+    }
+}
+
+/// Who approved an exception and until when.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct CheckException {
+    /// Who approved it.
+    pub by: String,
+    /// Until when it holds (RFC 3339, UTC).
+    pub until: String,
+}
+
+/// One observation of a tool check and its effect.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct CheckFinding {
+    /// What was seen.
+    pub observation: CheckObservation,
+    /// What the policy made of it.
+    pub effect: CheckEffect,
+    /// The tool, for an observation about one tool.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tool: Option<String>,
+    /// The parts that differ (`ToolPartDigests` wire names), for a changed tool.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub parts: Vec<String>,
+    /// The approved exception, exactly when `effect` is `exception`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub exception: Option<CheckException>,
+}
+
+/// What started a tool check.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum CheckTrigger {
+    /// The runtime started, before the server was used.
+    Start,
+    /// The session was initialised.
+    Initialize,
+    /// A `tools/list` answer.
+    ToolsList,
+    /// The server's `notifications/tools/list_changed`.
+    ListChanged,
+    /// A call to a tool whose check was stale.
+    Call,
+}
+
+/// Body of a `tool_check` record, docs/protocol.md §5.7.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ToolCheck {
+    /// The tool source checked (as in `tools` records); `None`: the unnamed source.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub source: Option<String>,
+    /// What started the check.
+    pub trigger: CheckTrigger,
+    /// SHA-256 of the baseline (lockfile) bytes.
+    pub baseline: Hash,
+    /// SHA-256 of the policy bytes.
+    pub policy: Hash,
+    /// The list digest (§5.7) of the tools offered, when a list was read.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub offered: Option<Hash>,
+    /// Every observation other than `unchanged`, in order.
+    pub findings: Vec<CheckFinding>,
+    /// The strongest effect of the findings (`proceed` when none).
+    pub effect: CheckEffect,
+    /// The tools paused after this check, by name, sorted.
+    pub paused: Vec<String>,
+}
+
 /// A record's body, by kind.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 #[serde(untagged)]
@@ -295,6 +495,8 @@ pub enum Body {
     KeyRotation(KeyRotation),
     /// `claim`.
     Claim(Claim),
+    /// `tool_check`.
+    ToolCheck(ToolCheck),
 }
 
 impl Body {
@@ -308,6 +510,7 @@ impl Body {
             Self::Note(_) => RecordKind::Note,
             Self::KeyRotation(_) => RecordKind::KeyRotation,
             Self::Claim(_) => RecordKind::Claim,
+            Self::ToolCheck(_) => RecordKind::ToolCheck,
         }
     }
 
@@ -319,6 +522,7 @@ impl Body {
             RecordKind::Note => Self::Note(serde_json::from_value(value)?),
             RecordKind::KeyRotation => Self::KeyRotation(serde_json::from_value(value)?),
             RecordKind::Claim => Self::Claim(serde_json::from_value(value)?),
+            RecordKind::ToolCheck => Self::ToolCheck(serde_json::from_value(value)?),
         })
     }
 
@@ -385,6 +589,7 @@ impl Body {
                 Ok(())
             }
             Self::Note(n) => check_text("body.text", &n.text, MAX_NOTE_TEXT_BYTES, true),
+            Self::ToolCheck(c) => validate_check(c),
             Self::KeyRotation(k) => {
                 if k.new_public_key.key_id() == k.new_key_id {
                     Ok(())
@@ -431,3 +636,113 @@ fn check_action(o: &Outcome) -> Result<(), RecordError> {
         Some(_) => Ok(()),
     }
 }
+fn invalid(field: &'static str, reason: impl Into<String>) -> RecordError {
+    RecordError::Invalid {
+        field,
+        reason: reason.into(),
+    }
+}
+
+/// The rules of docs/protocol.md §5.7 beyond the schema.
+fn validate_check(c: &ToolCheck) -> Result<(), RecordError> {
+    if let Some(source) = &c.source {
+        check_text("body.source", source, MAX_NAME_BYTES, false)?;
+    }
+    if c.findings.len() > crate::limits::MAX_TOOLS_PER_RECORD * 2 {
+        return Err(invalid(
+            "body.findings",
+            format!(
+                "{} findings, more than {}",
+                c.findings.len(),
+                crate::limits::MAX_TOOLS_PER_RECORD * 2
+            ),
+        ));
+    }
+    if c.paused.len() > crate::limits::MAX_TOOLS_PER_RECORD * 2 {
+        return Err(invalid("body.paused", "more names than findings can hold"));
+    }
+    let mut strongest = CheckEffect::Proceed;
+    for f in &c.findings {
+        if f.observation == CheckObservation::Unchanged {
+            return Err(invalid(
+                "body.findings.observation",
+                "unchanged is never a finding",
+            ));
+        }
+        if f.observation.per_tool() != f.tool.is_some() {
+            return Err(invalid(
+                "body.findings.tool",
+                format!(
+                    "{} {} a tool name",
+                    f.observation.as_str(),
+                    if f.observation.per_tool() {
+                        "needs"
+                    } else {
+                        "takes no"
+                    }
+                ),
+            ));
+        }
+        if let Some(tool) = &f.tool {
+            check_text("body.findings.tool", tool, MAX_NAME_BYTES, false)?;
+        }
+        if f.effect == CheckEffect::PauseTool && !f.observation.per_tool() {
+            return Err(invalid(
+                "body.findings.effect",
+                format!(
+                    "pause_tool for {}, which is about no one tool",
+                    f.observation.as_str()
+                ),
+            ));
+        }
+        if (f.effect == CheckEffect::Exception) != f.exception.is_some() {
+            return Err(invalid(
+                "body.findings.exception",
+                "is present exactly when the effect is exception",
+            ));
+        }
+        if let Some(e) = &f.exception {
+            check_text("body.findings.exception.by", &e.by, MAX_NAME_BYTES, false)?;
+            crate::time::UnixMillis::parse_rfc3339(&e.until)
+                .map_err(|err| invalid("body.findings.exception.until", err.to_string()))?;
+        }
+        for p in &f.parts {
+            if !PART_NAMES.contains(&p.as_str()) {
+                return Err(invalid(
+                    "body.findings.parts",
+                    format!("{p:?} is not a part name"),
+                ));
+            }
+        }
+        strongest = strongest.max(f.effect);
+    }
+    if c.effect != strongest {
+        return Err(invalid(
+            "body.effect",
+            format!(
+                "is {}, but the strongest finding's effect is {}",
+                c.effect.as_str(),
+                strongest.as_str()
+            ),
+        ));
+    }
+    let mut last: Option<&str> = None;
+    for name in &c.paused {
+        check_text("body.paused", name, MAX_NAME_BYTES, false)?;
+        if last.is_some_and(|l| l >= name.as_str()) {
+            return Err(invalid("body.paused", "is not sorted without repeats"));
+        }
+        last = Some(name);
+    }
+    Ok(())
+}
+
+/// The wire names of a tool definition's parts.
+pub(crate) const PART_NAMES: [&str; 6] = [
+    "title",
+    "description",
+    "input_schema",
+    "output_schema",
+    "annotations",
+    "meta",
+];

@@ -402,6 +402,8 @@ impl FastRecord {
                 new_key_id: b.new_key_id?,
                 new_public_key: b.new_public_key?,
             }),
+            // Its members are not read here: the strict road reads it.
+            RecordKind::ToolCheck => return None,
         };
         let unsigned = UnsignedRecord {
             agent: self.agent,

@@ -26,7 +26,8 @@ mod fields;
 mod write;
 
 pub use body::{
-    ActionState, Body, Claim, Decision, KeyRotation, NoteBody, Outcome, OutcomeStatus, RecordKind,
+    ActionState, Body, CheckEffect, CheckException, CheckFinding, CheckObservation, CheckTrigger,
+    Claim, Decision, KeyRotation, NoteBody, Outcome, OutcomeStatus, RecordKind, ToolCheck,
     ToolEntry, ToolList, ToolPartDigests,
 };
 pub(crate) use fast::{Cursor, FastRecord};

@@ -230,6 +230,15 @@ fn write_body(out: &mut Vec<u8>, body: &Body) -> Result<(), RecordError> {
             out.extend_from_slice(b",\"turn_hash\":");
             put_hex(out, c.turn_hash.as_bytes());
         }
+        Body::ToolCheck(c) => {
+            // Rare records: the general canonicaliser, without its closing
+            // brace (added below with the others').
+            let bytes = crate::canonical::canonicalize(c).map_err(|e| RecordError::Invalid {
+                field: "body",
+                reason: e.to_string(),
+            })?;
+            out.extend_from_slice(&bytes[..bytes.len() - 1]);
+        }
         Body::KeyRotation(k) => {
             out.extend_from_slice(b"{\"new_key_id\":");
             put_str(out, &k.new_key_id.to_hex());

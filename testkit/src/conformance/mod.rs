@@ -24,6 +24,7 @@ mod cases_outcomes;
 mod cases_pack;
 mod cases_receipts;
 mod cases_sources;
+mod cases_tool_checks;
 mod cases_trust;
 
 use std::fmt::Write as _;
@@ -372,6 +373,7 @@ pub fn corpus() -> Vec<Case> {
     cases.extend(cases_disclosure::cases());
     cases.extend(cases_sources::cases(&b));
     cases.extend(cases_actions::cases());
+    cases.extend(cases_tool_checks::cases());
     cases.push(golden_pack_case());
     cases.extend(cases_trust::cases(&b));
     cases.sort_by(|a, b| a.name.cmp(&b.name));

@@ -25,4 +25,4 @@ fi
 export SERVER_EVERYTHING="$here/node_modules/@modelcontextprotocol/server-everything/dist/index.js"
 
 cd "$here"
-exec "$venv/bin/python" -m pytest -q -p no:cacheprovider "$@" test_gateway.py test_newcomer.py test_gateway_http.py test_multi.py test_actions.py
+exec "$venv/bin/python" -m pytest -q -p no:cacheprovider "$@" test_gateway.py test_newcomer.py test_gateway_http.py test_multi.py test_actions.py test_toolcheck.py

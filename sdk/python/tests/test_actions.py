@@ -8,6 +8,8 @@ it against the real `tally serve`."""
 from __future__ import annotations
 
 import asyncio
+import hashlib
+import json
 from pathlib import Path
 
 import pytest
@@ -281,6 +283,12 @@ def test_the_pack_verifies_and_states_the_actions_and_the_claim(state: Path, tmp
     agent.sync(60)
     agent.close()
     [(seq, _)] = claims(state)
+    # The turn's text is kept (store_content) with its salt in the local
+    # store, so the claim can be disclosed: SHA-256(salt || JCS(text)).
+    [claim] = [e for e in chain(state) if e["record"]["kind"] == "claim"]
+    assert claim["secret"]["content"] == SENT
+    salted = bytes.fromhex(claim["secret"]["salt"]) + json.dumps(SENT).encode()
+    assert hashlib.sha256(salted).hexdigest() == claim["record"]["body"]["turn_hash"]
     out = witness.verify(state, tmp_path, vkey)
     assert f"coverage: {AGENT}: action calls: 1 posted, 1 unknown, 1 failed\n" in out
     assert f"coverage: {AGENT}: 1 claim without a call: send_email at seq {seq}\n" in out

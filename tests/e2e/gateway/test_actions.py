@@ -7,6 +7,8 @@ front of server-everything; a real `tally serve` witnesses the records and
 `tally verify` states the action calls of the exported pack. Over
 Streamable HTTP the same flags give the same states."""
 
+import hashlib
+import json
 import signal
 import subprocess
 import sys
@@ -88,8 +90,15 @@ def test_action_outcomes_resolve_from_the_structured_result_and_verify(state: Pa
             ("get-structured-content", "ok", "posted", False, "33"),
             ("echo", "ok", "unknown", False, None),
         ]
-        # The message id itself is only in the agent's local store, salted.
+        # The message id is not in the records; the proof's own salt is in
+        # the agent's local store beside the result's, so the id can be
+        # disclosed alone: SHA-256(salt || JCS(id)) is the proof_hash.
         assert "mail.example.com" not in str([e["record"] for e in entries])
+        posted = next(e for e in entries if e["record"]["body"].get("state") == "posted")
+        proof_salt = bytes.fromhex(posted["secret"]["proof"]["salt"])
+        assert posted["secret"]["salt"] != posted["secret"]["proof"]["salt"]
+        message_id = json.dumps("<5.ann@example.com@mail.example.com>").encode()
+        assert hashlib.sha256(proof_salt + message_id).hexdigest() == posted["record"]["body"]["proof_hash"]
 
         synced = tally(state, "agent", "sync", AGENT, check=False)
         assert synced.returncode == 0, synced.stdout + synced.stderr

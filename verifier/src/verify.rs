@@ -23,8 +23,8 @@ use tally_schemas::report::{CheckId, RecordRef, Report, ReportAgent, Verdict, RE
 use tally_schemas::tree::TreeSize;
 use tally_schemas::Hash;
 
-use crate::activity::{Activity, AuditOptions};
 use crate::actions::Actions;
+use crate::activity::{Activity, AuditOptions};
 use crate::checks::agent_keys::AgentKeys as AgentKeysCheck;
 use crate::checks::chain::Chain;
 use crate::checks::head::{HeadCheck, PackSide};

@@ -1490,8 +1490,11 @@ async fn relay(
             return StreamEnd::Broken;
         }
         let observed = json && inner.observe_json_body(&watch, &body);
-        if let Some(shown) = serde_json::from_slice::<Value>(&body)
-            .ok()
+        // Parsed again only for a tools/list answer under a tool check.
+        let listed = watch.list.is_some() && inner.core.config().tool_check.is_some();
+        if let Some(shown) = listed
+            .then(|| serde_json::from_slice::<Value>(&body).ok())
+            .flatten()
             .and_then(|v| inner.shown_list(&watch, &v))
         {
             body = serde_json::to_vec(&shown).unwrap_or_default();

@@ -32,6 +32,15 @@ use crate::state::StateDir;
 use crate::store::Secret;
 pub use tally_schemas::record::ActionState;
 
+/// A tool check of one MCP client session (docs/protocol.md §5.7) that an
+/// SDK's MCP client adapter runs: it lists the tools through
+/// [`SdkAgent::check_tools`] and asks [`SdkAgent::admit_tool`] before each
+/// call; the checks are recorded by the agent's chain like the gateway's.
+#[derive(Debug)]
+pub struct SdkToolCheck {
+    enforcer: crate::toolcheck::Enforcer,
+}
+
 /// Why an SDK call failed; [`SdkError::code`] is stable.
 #[derive(Debug, thiserror::Error)]
 pub enum SdkError {
@@ -581,6 +590,112 @@ impl SdkAgent {
         self.rt
             .block_on(chain.declare_tools(declared))
             .map_err(appended)
+    }
+
+    /// Loads an approved baseline and a policy for one MCP client session
+    /// with `server` (its command or URL, as approved), runs the start
+    /// check (identity, age, signature) and records it when anything
+    /// differs (docs/protocol.md §5.7).
+    ///
+    /// # Errors
+    /// [`SdkError::Invalid`] for a lockfile or policy that cannot be used
+    /// (the message starts with `bad_lockfile` or `bad_policy`);
+    /// [`SdkError::NotRecorded`] when the check could not be written.
+    pub fn tool_check(
+        &self,
+        lock: &std::path::Path,
+        policy: &std::path::Path,
+        server: crate::toolcheck::ServerId,
+    ) -> Result<SdkToolCheck, SdkError> {
+        use tally_schemas::time::Clock as _;
+        let guard = crate::toolcheck::ToolGuard::load(lock, policy)
+            .map_err(|e| SdkError::Invalid(e.to_string()))?;
+        let enforcer = crate::toolcheck::Enforcer::new(guard, Some(self.source.clone()), None);
+        if let Some(body) = enforcer.start(&server, SystemClock.now()) {
+            self.record_check(body)?;
+        }
+        Ok(SdkToolCheck { enforcer })
+    }
+
+    fn record_check(&self, body: tally_schemas::record::ToolCheck) -> Result<(), SdkError> {
+        let chain = self.chain()?;
+        let seq = self
+            .rt
+            .block_on(chain.append(Body::ToolCheck(body), None))
+            .map(|r| r.seq.get())
+            .map_err(appended)?;
+        self.wrote(seq);
+        Ok(())
+    }
+
+    /// Checks a complete tool list (`tools`: the JSON array of definitions,
+    /// `None` when the server gave none) and records the check; `initialize`
+    /// for the session's first. Returns the names of the tools the client
+    /// must not see (paused, or all of them in a paused or denied session).
+    ///
+    /// # Errors
+    /// [`SdkError::NotRecorded`] when the check could not be written.
+    pub fn check_tools(
+        &self,
+        check: &SdkToolCheck,
+        initialize: bool,
+        tools: Option<&[u8]>,
+    ) -> Result<Vec<String>, SdkError> {
+        use tally_schemas::record::{CheckObservation, CheckTrigger};
+        use tally_schemas::time::Clock as _;
+        let now = SystemClock.now();
+        let defs: Result<Vec<Value>, CheckObservation> = match tools {
+            Some(bytes) => {
+                serde_json::from_slice(bytes).map_err(|_| CheckObservation::ListMalformed)
+            }
+            None => Err(CheckObservation::ServerUnavailable),
+        };
+        let trigger = if initialize {
+            CheckTrigger::Initialize
+        } else {
+            CheckTrigger::ToolsList
+        };
+        let body = check
+            .enforcer
+            .list(trigger, defs.as_deref().map_err(|o| *o), now);
+        self.record_check(body)?;
+        let names: Vec<String> = defs
+            .unwrap_or_default()
+            .iter()
+            .filter_map(|d| {
+                let mut page = serde_json::json!({"result": {"tools": [d]}});
+                check
+                    .enforcer
+                    .filter_page(&mut page, now)
+                    .then(|| d.get("name").and_then(Value::as_str).map(str::to_owned))
+                    .flatten()
+            })
+            .collect();
+        Ok(names)
+    }
+
+    /// Marks the session's check stale (the server sent
+    /// `notifications/tools/list_changed`): [`Self::admit_tool`] answers
+    /// `tool_check_pending` until the tools are checked again.
+    pub fn tools_changed(&self, check: &SdkToolCheck) {
+        check.enforcer.list_changed();
+    }
+
+    /// Whether a call to `tool` may go on: `None`, or why not as a stable
+    /// reason (`tool_paused`, `session_paused`, `session_denied`,
+    /// `tool_check_pending`: list the tools first) and a message.
+    #[must_use]
+    pub fn admit_tool(&self, check: &SdkToolCheck, tool: &str) -> Option<(String, String)> {
+        use crate::toolcheck::Admission;
+        match check.enforcer.admit(tool) {
+            Admission::Forward => None,
+            Admission::Wait => Some((
+                "tool_check_pending".into(),
+                "the tools have not been checked since they may have changed: list them first"
+                    .into(),
+            )),
+            Admission::Refuse(r) => Some((r.reason.to_owned(), r.message)),
+        }
     }
 
     /// Waits up to `timeout` for every record so far to be receipted:

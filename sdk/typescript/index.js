@@ -309,6 +309,34 @@ class Agent {
     }
   }
 
+  /** @internal The MCP adapter's tool check (docs/protocol.md §5.7). */
+  _toolCheck(lock, policy, command, url) {
+    try {
+      return this.#native.toolCheck(lock, policy, command ?? null, url ?? null);
+    } catch (e) {
+      throw fromNative(e);
+    }
+  }
+
+  /** @internal Checks a tool list; the names to hide. */
+  _checkTools(check, initialize, tools) {
+    try {
+      return this.#native.checkToolsSync(check, initialize, tools == null ? null : JSON.stringify(tools));
+    } catch (e) {
+      throw fromNative(e);
+    }
+  }
+
+  /** @internal */
+  _toolsChanged(check) {
+    this.#native.toolsChanged(check);
+  }
+
+  /** @internal `null`, or `[reason, message]`. */
+  _admitTool(check, name) {
+    return this.#native.admitTool(check, name);
+  }
+
   /** @internal declareTools() declares `definition` recorded (the adapters' tools). */
   _recorded(definition) {
     this.#wrapped.set(definition.name, { ...definition });

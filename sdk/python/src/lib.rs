@@ -19,7 +19,9 @@ use pyo3::prelude::*;
 use pyo3::types::PyDict;
 use tally_gateway::sdk::{
     ActionState, ActionTool, Proof, ProofPath, SdkAgent, SdkCall, SdkError, SdkOptions, SdkTool,
+    SdkToolCheck,
 };
+use tally_gateway::toolcheck::ServerId;
 
 pyo3::create_exception!(
     _native,
@@ -110,6 +112,12 @@ impl Call {
             self.inner.tool, self.inner.call_id, self.inner.seq
         )
     }
+}
+
+/// A tool check of one MCP client session (docs/protocol.md §5.7).
+#[pyclass(frozen, module = "tally._native")]
+struct ToolCheck {
+    inner: Arc<SdkToolCheck>,
 }
 
 /// One writer of an agent's chain.
@@ -264,6 +272,64 @@ impl Agent {
         py.detach(|| agent.note(text)).map_err(|e| raise(&e))
     }
 
+    /// Loads a lockfile and policy for an MCP client session with the
+    /// server `command` (its argv) or `url`, and records the start check
+    /// when anything differs.
+    #[pyo3(signature = (lock, policy, command=None, url=None))]
+    fn tool_check(
+        &self,
+        py: Python<'_>,
+        lock: PathBuf,
+        policy: PathBuf,
+        command: Option<Vec<String>>,
+        url: Option<String>,
+    ) -> PyResult<ToolCheck> {
+        let agent = self.get()?;
+        let server = match (command, url) {
+            (Some(c), None) => ServerId::Command(c),
+            (None, Some(u)) => ServerId::Url(u),
+            _ => {
+                return Err(PyValueError::new_err(
+                    "give the server's command or its url, one of them",
+                ))
+            }
+        };
+        let check = py
+            .detach(|| agent.tool_check(&lock, &policy, server))
+            .map_err(|e| raise(&e))?;
+        Ok(ToolCheck {
+            inner: Arc::new(check),
+        })
+    }
+
+    /// Checks a complete tool list (JSON array of definitions, or `None`
+    /// when the server gave none) and records the check; returns the names
+    /// the client must not see.
+    #[pyo3(signature = (check, initialize, tools=None))]
+    fn check_tools(
+        &self,
+        py: Python<'_>,
+        check: &ToolCheck,
+        initialize: bool,
+        tools: Option<Vec<u8>>,
+    ) -> PyResult<Vec<String>> {
+        let agent = self.get()?;
+        let inner = Arc::clone(&check.inner);
+        py.detach(|| agent.check_tools(&inner, initialize, tools.as_deref()))
+            .map_err(|e| raise(&e))
+    }
+
+    /// The server's tools may have changed: calls wait for a new check.
+    fn tools_changed(&self, check: &ToolCheck) -> PyResult<()> {
+        self.get()?.tools_changed(&check.inner);
+        Ok(())
+    }
+
+    /// `None` when a call to `tool` may go on, else `(reason, message)`.
+    fn admit_tool(&self, check: &ToolCheck, tool: &str) -> PyResult<Option<(String, String)>> {
+        Ok(self.get()?.admit_tool(&check.inner, tool))
+    }
+
     /// Declares the full tool list: `(name, recorded, definition JSON)`
     /// each. Returns whether a declaration was recorded (false: the same
     /// list was declared recently).
@@ -341,6 +407,7 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     let py = m.py();
     m.add_class::<Agent>()?;
     m.add_class::<Call>()?;
+    m.add_class::<ToolCheck>()?;
     for (name, class, code) in [
         ("TallyError", py.get_type::<TallyError>(), None),
         (

@@ -4,6 +4,19 @@
 // `tools/call` (docs/protocol.md §5), and declares what `listTools` returns
 // as the program's recorded tools (§5.3). The Client is the
 // `@modelcontextprotocol/sdk` package's; its methods are wrapped in place.
+// With `lock` and `policy` it also enforces an approved tool baseline as
+// `tally gateway --lock --policy` does (docs/protocol.md §5.7), through
+// the same Rust core.
+
+/** A call the tool check refused: it did not run and was not recorded. */
+class ToolCheckRefused extends Error {
+  constructor(reason, message) {
+    super(message);
+    this.name = 'ToolCheckRefused';
+    this.code = 'tool_check_refused';
+    this.reason = reason;
+  }
+}
 
 /**
  * Records `client`'s `callTool` (a decision before the request, then `ok`,
@@ -11,10 +24,46 @@
  * is rethrown unchanged) and declares the tools each `listTools` returns,
  * with their full definitions, under the agent's source. Returns `client`.
  */
-function recordClient(agent, client, { strict } = {}) {
+function recordClient(agent, client, { strict, lock, policy, command, url } = {}) {
   const callTool = client.callTool.bind(client);
   const listTools = client.listTools.bind(client);
+  let check = null;
+  if (lock != null || policy != null) {
+    if (lock == null || policy == null) throw new TypeError('a tool check needs both lock and policy');
+    check = agent._toolCheck(String(lock), String(policy), command, url);
+    const connect = client.connect.bind(client);
+    // After initialize (connect), the tools are listed and checked.
+    client.connect = async (...args) => {
+      const done = await connect(...args);
+      await checkedList(true);
+      return done;
+    };
+    // Call from the client's notifications/tools/list_changed handler.
+    client.tallyToolsChanged = () => agent._toolsChanged(check);
+  }
+  const hide = (result, hidden) => {
+    const set = new Set(hidden);
+    return { ...result, tools: result.tools.filter((t) => !set.has(t.name)) };
+  };
+  const checkedList = async (initialize) => {
+    let result;
+    try {
+      result = await listTools();
+    } catch (err) {
+      agent._checkTools(check, initialize, null);
+      throw err;
+    }
+    return hide(result, agent._checkTools(check, initialize, result.tools));
+  };
   client.callTool = async (params, ...rest) => {
+    if (check) {
+      let refused = agent._admitTool(check, params.name);
+      if (refused && refused[0] === 'tool_check_pending') {
+        await checkedList(false);
+        refused = agent._admitTool(check, params.name);
+      }
+      if (refused) throw new ToolCheckRefused(refused[0], refused[1]);
+    }
     const handle = await agent.call(params.name, params.arguments ?? {}, { strict });
     let result;
     try {
@@ -31,9 +80,10 @@ function recordClient(agent, client, { strict } = {}) {
     const result = await listTools(...args);
     for (const tool of result.tools) agent._recorded(tool);
     await agent.declareTools();
+    if (check) return hide(result, agent._checkTools(check, false, result.tools));
     return result;
   };
   return client;
 }
 
-module.exports = { recordClient };
+module.exports = { recordClient, ToolCheckRefused };

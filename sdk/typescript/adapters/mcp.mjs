@@ -1,4 +1,4 @@
 // The ESM entry of tally-agent/adapters/mcp (adapters/mcp.js).
 import m from './mcp.js';
 
-export const { recordClient } = m;
+export const { recordClient, ToolCheckRefused } = m;

@@ -22,8 +22,9 @@ use napi::bindgen_prelude::{AsyncTask, ToNapiValue, TypeName};
 use napi::{Env, Status, Task};
 use napi_derive::napi;
 use tally_gateway::sdk::{
-    ActionTool, Proof, ProofPath, SdkAgent, SdkCall, SdkError, SdkOptions, SdkTool,
+    ActionTool, Proof, ProofPath, SdkAgent, SdkCall, SdkError, SdkOptions, SdkTool, SdkToolCheck,
 };
+use tally_gateway::toolcheck::ServerId;
 
 fn js_error(e: &SdkError) -> napi::Error {
     napi::Error::new(Status::GenericFailure, format!("[{}] {e}", e.code()))
@@ -171,6 +172,12 @@ impl NativeCall {
     }
 }
 
+/// A tool check of one MCP client session (docs/protocol.md §5.7).
+#[napi]
+pub struct NativeToolCheck {
+    inner: Arc<SdkToolCheck>,
+}
+
 fn to_call(call: SdkCall) -> NativeCall {
     NativeCall { call }
 }
@@ -240,6 +247,66 @@ impl NativeAgent {
             move || a.decide(&tool, call_id.as_deref(), arguments.as_bytes()),
             to_call,
         )
+    }
+
+    /// Loads a lockfile and policy for an MCP client session with the
+    /// server `command` (its argv) or `url`; records the start check when
+    /// anything differs (docs/protocol.md §5.7).
+    #[napi]
+    pub fn tool_check(
+        &self,
+        lock: String,
+        policy: String,
+        command: Option<Vec<String>>,
+        url: Option<String>,
+    ) -> napi::Result<NativeToolCheck> {
+        let server = match (command, url) {
+            (Some(c), None) => ServerId::Command(c),
+            (None, Some(u)) => ServerId::Url(u),
+            _ => {
+                return Err(js_error(&SdkError::Invalid(
+                    "give the server's command or its url, one of them".into(),
+                )))
+            }
+        };
+        guarded(|| {
+            self.inner
+                .tool_check(&PathBuf::from(&lock), &PathBuf::from(&policy), server)
+        })
+        .map(|c| NativeToolCheck { inner: Arc::new(c) })
+    }
+
+    /// Checks a complete tool list (JSON array of definitions; none when
+    /// the server gave none), records the check, returns the names the
+    /// client must not see.
+    #[napi]
+    pub fn check_tools_sync(
+        &self,
+        check: &NativeToolCheck,
+        initialize: bool,
+        tools: Option<String>,
+    ) -> napi::Result<Vec<String>> {
+        guarded(|| {
+            self.inner.check_tools(
+                &check.inner,
+                initialize,
+                tools.as_deref().map(str::as_bytes),
+            )
+        })
+    }
+
+    /// The server's tools may have changed: calls wait for a new check.
+    #[napi]
+    pub fn tools_changed(&self, check: &NativeToolCheck) {
+        self.inner.tools_changed(&check.inner);
+    }
+
+    /// `null` when a call to `tool` may go on, else `[reason, message]`.
+    #[napi]
+    pub fn admit_tool(&self, check: &NativeToolCheck, tool: String) -> Option<Vec<String>> {
+        self.inner
+            .admit_tool(&check.inner, &tool)
+            .map(|(r, m)| vec![r, m])
     }
 
     /// Records a decision on the calling thread.

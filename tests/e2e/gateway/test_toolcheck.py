@@ -337,7 +337,10 @@ def test_over_http_a_changed_tool_is_hidden_and_refused(tmp_path: Path, everythi
         assert "echo" not in seen["tools"] and len(seen["tools"]) == 12, seen
         assert "5" in seen["sum"], seen
         found = checks(state)
-        assert [c["trigger"] for c in found] == ["initialize", "tools_list"], found
+        # The first check: before the first call, or after a list_changed
+        # server-everything may send at the session's start.
+        triggers = [c["trigger"] for c in found]
+        assert triggers[0] in ("initialize", "list_changed") and "tools_list" in triggers, found
         assert all(c["paused"] == ["echo"] for c in found), found
         decided = [e["record"]["body"]["tool"] for e in chain(state) if e["record"]["kind"] == "decision"]
         assert decided == ["get-sum"], decided

@@ -14,30 +14,99 @@ when the result has ``isError`` or the request raises). ``list_tools``:
 the listed tools are declared as the agent's tool list under its source,
 recorded. Everything else is the session's own. Give the agent a source of
 its own (``source="mcp:<server>"``) when the program declares other tools.
+
+With ``lock=`` and ``policy=`` (a baseline from ``tally tools approve`` and
+a policy, docs/operations.md "Approved tool definitions") and the server's
+``command=`` (its argv, as approved) or ``url=``, the session enforces what
+``tally gateway --lock --policy`` enforces (docs/protocol.md §5.7), through
+the same core: after ``initialize`` it lists and checks the tools, every
+``list_tools`` is checked and answered without the paused tools, and a call
+to a paused tool (or any call of a paused or denied session) raises
+``ToolCheckRefused`` (its ``reason``: ``tool_paused``,
+``session_paused``, ``session_denied``) without running or being recorded.
+The MCP client delivers ``notifications/tools/list_changed`` to the
+session's ``message_handler``: call ``tools_changed()`` from there, and the
+next call checks the tools again first. Each check is a ``tool_check``
+record in the agent's chain.
 """
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 from mcp import ClientSession, types
 
 import tally
 
-__all__ = ["RecordedSession"]
+__all__ = ["RecordedSession", "ToolCheckRefused"]
+
+
+class ToolCheckRefused(tally.TallyError):
+    """A call the tool check refused: it did not run and was not recorded."""
+
+    code = "tool_check_refused"
+
+    def __init__(self, reason: str, message: str) -> None:
+        super().__init__(message)
+        self.reason = reason
 
 
 class RecordedSession:
-    """``session`` with ``call_tool`` and ``list_tools`` recorded by ``agent``."""
+    """``session`` with ``call_tool`` and ``list_tools`` recorded by ``agent``
+    (and checked against an approved baseline with ``lock`` and ``policy``)."""
 
-    def __init__(self, agent: tally.Agent, session: ClientSession) -> None:
+    def __init__(
+        self,
+        agent: tally.Agent,
+        session: ClientSession,
+        *,
+        lock: str | None = None,
+        policy: str | None = None,
+        command: list[str] | None = None,
+        url: str | None = None,
+    ) -> None:
         self.agent = agent
         self.session = session
+        self._check = None
+        if lock is not None or policy is not None:
+            if lock is None or policy is None:
+                raise ValueError("a tool check needs both lock= and policy=")
+            self._check = agent._writer().tool_check(str(lock), str(policy), command=command, url=url)
+
+    async def initialize(self, *args: Any, **kwargs: Any) -> Any:
+        result = await self.session.initialize(*args, **kwargs)
+        if self._check is not None:
+            await self._checked_list(initialize=True)
+        return result
+
+    def tools_changed(self) -> None:
+        """The server sent notifications/tools/list_changed."""
+        if self._check is not None:
+            self.agent._writer().tools_changed(self._check)
+
+    async def _checked_list(self, initialize: bool, *args: Any, **kwargs: Any) -> types.ListToolsResult | None:
+        try:
+            listed = await self.session.list_tools(*args, **kwargs)
+        except Exception:
+            self.agent._writer().check_tools(self._check, initialize, None)
+            raise
+        definitions = [t.model_dump(mode="json", by_alias=True, exclude_none=True) for t in listed.tools]
+        hidden = set(self.agent._writer().check_tools(self._check, initialize, json.dumps(definitions).encode()))
+        listed.tools = [t for t in listed.tools if t.name not in hidden]
+        return listed
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self.session, name)
 
     async def call_tool(self, name: str, arguments: dict[str, Any] | None = None, *args: Any, **kwargs: Any) -> Any:
+        if self._check is not None:
+            refused = self.agent._writer().admit_tool(self._check, name)
+            if refused is not None and refused[0] == "tool_check_pending":
+                await self._checked_list(False)
+                refused = self.agent._writer().admit_tool(self._check, name)
+            if refused is not None:
+                raise ToolCheckRefused(*refused)
         async with self.agent.call(name, arguments or {}) as call:
             result = await self.session.call_tool(name, arguments, *args, **kwargs)
             dumped = result.model_dump(mode="json", by_alias=True, exclude_none=True)
@@ -49,4 +118,7 @@ class RecordedSession:
         listed = await self.session.list_tools(*args, **kwargs)
         definitions = [t.model_dump(mode="json", by_alias=True, exclude_none=True) for t in listed.tools]
         self.agent.declare_tools(definitions, recorded=[d["name"] for d in definitions])
+        if self._check is not None:
+            hidden = set(self.agent._writer().check_tools(self._check, False, json.dumps(definitions).encode()))
+            listed.tools = [t for t in listed.tools if t.name not in hidden]
         return listed

@@ -53,7 +53,7 @@ use tally_schemas::{AgentName, PublicKey, Seq, UnixMillis};
 use tokio::sync::{Mutex, OwnedMutexGuard};
 
 use crate::error::WitnessError;
-use crate::registry::AgentRow;
+use crate::registry::{AgentRow, KeyChange};
 use crate::witness::Witness;
 
 /// What the witness knows of one agent's admitted record times.
@@ -109,15 +109,6 @@ impl KeyChanges {
         };
         lock.lock_owned().await
     }
-}
-
-/// A change of an agent's keys.
-#[derive(Debug, Clone, Copy)]
-pub(crate) enum KeyChange {
-    /// A new key from `at` on; every key valid at `at` ends there.
-    Rotate(PublicKey),
-    /// Every key valid at `at` ends there.
-    Retire,
 }
 
 /// The latest `time` among `agent`'s records in the log (blocking: reads

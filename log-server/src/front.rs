@@ -44,7 +44,7 @@ use tokio::sync::{mpsc, oneshot, Notify};
 
 use crate::checkpoint::{check_extends, recover, SignedCheckpoint};
 use crate::error::{AppendError, OpenError};
-use crate::log::{Appended, BatchItem};
+use crate::item::{Appended, BatchItem};
 use crate::receipt::{read_entry, stored_receipt};
 use crate::sequencer::{self, BatchAnswers, Job, Shared};
 use crate::store::{KeyVersion, LogStore, SharedStore, StoreError};

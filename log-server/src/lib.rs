@@ -29,6 +29,7 @@ mod checkpoint;
 mod error;
 mod front;
 pub mod http;
+mod item;
 mod log;
 mod receipt;
 mod rules;
@@ -39,8 +40,9 @@ pub mod tree;
 
 pub use error::{AppendError, OpenError, ProofRequestError, ReadError};
 pub use front::FrontOptions;
+pub use item::{Appended, BatchItem};
 pub use log::{
-    Appended, BatchItem, ChainEntries, ChainEntry, Log, LogConfig, LogStats, PendingAppend,
-    PendingBatch, SignedCheckpoint,
+    ChainEntries, ChainEntry, Log, LogConfig, LogStats, PendingAppend, PendingBatch,
+    SignedCheckpoint,
 };
 pub use store::{ChainHead, KeyVersion, LogStore, StoreError};

@@ -22,6 +22,7 @@ use tokio::sync::{mpsc, oneshot};
 use crate::checkpoint::recover;
 pub use crate::checkpoint::SignedCheckpoint;
 use crate::error::{AppendError, OpenError, ProofRequestError, ReadError};
+use crate::item::{Appended, BatchItem};
 use crate::receipt::{read_entry, stored_receipt};
 use crate::sequencer::{self, BatchAnswers, Job, Shared, Stats};
 use crate::store::redb::RedbStore;
@@ -44,29 +45,14 @@ pub struct LogConfig {
     pub cache_bytes: usize,
 }
 
-/// The default [`LogConfig::cache_bytes`]: 64 MiB.
-pub(crate) const DEFAULT_CACHE_BYTES: usize = 64 * 1024 * 1024;
-
 impl Default for LogConfig {
     fn default() -> Self {
         Self {
             queue_capacity: 8192,
             max_batch: 2048,
-            cache_bytes: DEFAULT_CACHE_BYTES,
+            cache_bytes: crate::store::redb::DEFAULT_CACHE_BYTES,
         }
     }
-}
-
-/// A resolved append.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Appended {
-    /// The entry (for a retry: the entry first committed).
-    pub entry: Entry,
-    /// The receipt (for a retry: byte-for-byte the receipt first issued).
-    pub receipt: Receipt,
-    /// Whether the record was already in the log (or earlier in the same
-    /// group commit).
-    pub duplicate: bool,
 }
 
 /// Counters of the sequencer, for benchmarks and metrics.
@@ -87,26 +73,6 @@ pub struct ChainEntry {
     pub entry: Entry,
     /// The size of the checkpoint its receipt was issued under.
     pub receipt_size: TreeSize,
-}
-
-/// One item of a batch ([`Log::enqueue_batch`]).
-// Nearly every item is a record; boxing it would cost an allocation each.
-#[allow(clippy::large_enum_variant)]
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum BatchItem {
-    /// A record the caller admitted (schema, signature, key, time): the log
-    /// classifies it.
-    Record(Record),
-    /// A record the caller refused itself. It holds its place in its
-    /// agent's seq order, so that the agent's later records in the batch
-    /// are refused with [`AppendError::PriorRecordRefused`]; its own answer
-    /// is [`AppendError::RefusedByCaller`].
-    Refused {
-        /// The record's agent.
-        agent: AgentName,
-        /// The record's seq.
-        seq: Seq,
-    },
 }
 
 /// A queued append ([`Log::enqueue`]): resolves once the record is durably

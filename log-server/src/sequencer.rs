@@ -38,7 +38,7 @@ use crate::checkpoint::{
     check_extends, open_error_to_store, recover, sign_and_store, SignedCheckpoint,
 };
 use crate::error::AppendError;
-use crate::log::{Appended, BatchItem};
+use crate::item::{Appended, BatchItem};
 use crate::receipt::{make_receipt, stored_receipt};
 use crate::rules::{admission_order, CommitRules, Decision};
 use crate::store::{BatchWrite, Found, KeyVersion, LogStore, Lookup, NewEntry, StoreError};

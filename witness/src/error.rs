@@ -14,6 +14,17 @@ use tally_schemas::entry::EntryError;
 use tally_schemas::record::RecordError;
 use tally_schemas::{AgentName, Hash, KeyId, LeafIndex, Nonce, Seq, UnixMillis, UnusableKey};
 
+/// What a 401 or 403 answer refused, set by the error mapping.
+#[derive(Debug, Clone)]
+pub struct Refusal {
+    /// The stable code.
+    pub code: &'static str,
+    /// The agent the error names.
+    pub agent: Option<String>,
+    /// The agent key id the error names.
+    pub key_id: Option<String>,
+}
+
 /// Why the witness refused a request. Variants carry the evidence a client
 /// needs to act (resync from a head, wait, fix its clock).
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -383,7 +394,7 @@ impl WitnessError {
     /// What the refusal log (crate::refusal_log) says of a refused
     /// credential (401, 403); `None` for other errors.
     #[must_use]
-    pub fn refusal(&self) -> Option<crate::refusal_log::Refusal> {
+    pub fn refusal(&self) -> Option<Refusal> {
         let (status, code) = self.status_and_code();
         if !matches!(status, StatusCode::UNAUTHORIZED | StatusCode::FORBIDDEN) {
             return None;
@@ -395,7 +406,7 @@ impl WitnessError {
             }
             _ => (None, None),
         };
-        Some(crate::refusal_log::Refusal {
+        Some(Refusal {
             code,
             agent,
             key_id,

@@ -34,7 +34,8 @@ use tally_schemas::{AgentName, KeyError, PublicKey, Seq, TreeSize, UnixMillis};
 use crate::config::LogRead;
 use crate::error::WitnessError;
 use crate::export::{self, ExportRange};
-use crate::key_changes::{self, KeyChange};
+use crate::key_changes;
+use crate::registry::KeyChange;
 use crate::registry::{Principal, READ_TOKEN_PREFIX};
 use crate::witness::Witness;
 

@@ -16,7 +16,7 @@
 //! the figure (read once per agent from its chain). Records queued but then
 //! refused by the log are counted too: that only makes a change wait longer.
 //!
-//! Admission and key changes meet at a per-agent fence ([`KeyChanges`]): an
+//! Admission and key changes meet at a per-agent fence (`agent_fence`): an
 //! admission holds it from its last look at the agent's keys until its
 //! record is in the log's queue and counted; a key change holds it from its
 //! check against the count until the registry has durably written the new
@@ -44,81 +44,16 @@
 //! the new ranges. Records queued but not committed are not counted there:
 //! they are checked again instead.
 
-use std::collections::HashMap;
-use std::sync::{Arc, RwLock};
+use std::sync::Arc;
 
 use tally_log::Log;
 use tally_schemas::time::MAX_TIME;
 use tally_schemas::{AgentName, PublicKey, Seq, UnixMillis};
-use tokio::sync::{Mutex, OwnedMutexGuard};
 
+use crate::agent_fence::Fence;
 use crate::error::WitnessError;
-use crate::registry::AgentRow;
+use crate::registry::{AgentRow, KeyChange};
 use crate::witness::Witness;
-
-/// What the witness knows of one agent's admitted record times.
-#[derive(Debug, Default)]
-pub struct AgentTimes {
-    /// The latest `time` of the agent's records queued since the start.
-    queued: Option<UnixMillis>,
-    /// The latest `time` among the records the log held when first read;
-    /// `None` until read.
-    stored: Option<Option<UnixMillis>>,
-}
-
-impl AgentTimes {
-    /// Counts a record of the agent handed to the log's queue.
-    pub fn queued(&mut self, time: UnixMillis) {
-        self.queued = self.queued.max(Some(time));
-    }
-
-    /// The latest admitted record time, once the stored records were read.
-    fn latest(&self) -> Option<Option<UnixMillis>> {
-        self.stored.map(|stored| stored.max(self.queued))
-    }
-}
-
-/// The fence of one agent, held by an admission or a key change.
-pub(crate) type Fence = OwnedMutexGuard<AgentTimes>;
-
-/// The per-agent fences. See the module docs.
-#[derive(Debug, Default)]
-pub struct KeyChanges {
-    agents: RwLock<HashMap<AgentName, Arc<Mutex<AgentTimes>>>>,
-}
-
-impl KeyChanges {
-    /// Waits for `agent`'s fence. The map grows by one entry per agent that
-    /// reaches this point, which only registered agents do.
-    pub async fn fence(&self, agent: &AgentName) -> Fence {
-        let existing = self
-            .agents
-            .read()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
-            .get(agent)
-            .cloned();
-        let lock = match existing {
-            Some(lock) => lock,
-            None => Arc::clone(
-                self.agents
-                    .write()
-                    .unwrap_or_else(std::sync::PoisonError::into_inner)
-                    .entry(agent.clone())
-                    .or_default(),
-            ),
-        };
-        lock.lock_owned().await
-    }
-}
-
-/// A change of an agent's keys.
-#[derive(Debug, Clone, Copy)]
-pub(crate) enum KeyChange {
-    /// A new key from `at` on; every key valid at `at` ends there.
-    Rotate(PublicKey),
-    /// Every key valid at `at` ends there.
-    Retire,
-}
 
 /// The latest `time` among `agent`'s records in the log (blocking: reads
 /// the whole chain, once per agent and process).

@@ -11,6 +11,7 @@
 //! - [`http`]: the routes; [`error`]: the one error → status/code table.
 //! - [`server`]: data folder, TLS, graceful drain; [`config`]: settings.
 //! - `key_changes`: key changes never reach back before admitted records.
+//! - `agent_fence`: the per-agent fence between admission and key changes.
 //! - `conn`: the connection cap and the timeouts that bound every
 //!   connection, head and body.
 //! - `keydir`, `metrics`, `ratelimit`, `quota`, [`refusal_log`],
@@ -19,6 +20,7 @@
 //! The console at `/console` is its own crate, tally-console, on top of this
 //! one; `tally serve` merges its routes into [`http::router`].
 
+mod agent_fence;
 pub mod config;
 mod conn;
 pub mod cosigning;
@@ -37,10 +39,10 @@ pub mod registry;
 pub mod server;
 pub mod witness;
 
+pub use agent_fence::{AgentTimes, KeyChanges};
 pub use config::{ServeConfig, WitnessConfig};
 pub use conn::{client_key, is_body_timeout, CloseReason, ConnTrust, ConnectionStats};
 pub use error::WitnessError;
-pub use key_changes::{AgentTimes, KeyChanges};
 pub use keydir::KeyDirectoryError;
 pub use metrics::Metrics;
 pub use quota::ProjectQuota;

@@ -32,16 +32,9 @@ pub const BURST: u32 = 20;
 /// The window of [`BURST`].
 pub const WINDOW: Duration = Duration::from_secs(60);
 
-/// What a 401 or 403 answer refused, set by the error mapping.
-#[derive(Debug, Clone)]
-pub struct Refusal {
-    /// The stable code.
-    pub code: &'static str,
-    /// The agent the error names.
-    pub agent: Option<String>,
-    /// The agent key id the error names.
-    pub key_id: Option<String>,
-}
+/// What a 401 or 403 answer refused (defined beside the error mapping
+/// that sets it).
+pub use crate::error::Refusal;
 
 /// The refused credentials of the records of a batch answer (`POST
 /// /v1/records/batch` answers 200 and refuses record by record): each

@@ -29,9 +29,9 @@ use tally_schemas::time::Clock;
 use tally_schemas::{AgentName, Hash, LeafIndex, Receipt, Record, UnixMillis};
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 
+use crate::agent_fence::KeyChanges;
 use crate::config::WitnessConfig;
 use crate::error::WitnessError;
-use crate::key_changes::KeyChanges;
 use crate::keydir::KeyDirectory;
 use crate::metrics::Metrics;
 use crate::ratelimit::RateLimiter;

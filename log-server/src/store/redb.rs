@@ -33,6 +33,9 @@ use super::{
     StoreError,
 };
 
+/// The default read cache of a redb log (`LogConfig::cache_bytes`): 64 MiB.
+pub(crate) const DEFAULT_CACHE_BYTES: usize = 64 * 1024 * 1024;
+
 /// `meta`: named counters. `tree_size` = number of committed entries;
 /// `layout` = the storage layout version; `ids_to` = `ids` and `chains`
 /// hold the rows of the entries before it (the rest are rebuilt from the
@@ -174,7 +177,7 @@ impl RedbStore {
     /// process, unreadable); [`StoreError::Corrupt`] for an unknown layout
     /// version or a layout 1 file that does not migrate.
     pub fn open(path: &Path) -> Result<Self, StoreError> {
-        Self::open_with_cache(path, crate::log::DEFAULT_CACHE_BYTES)
+        Self::open_with_cache(path, DEFAULT_CACHE_BYTES)
     }
 
     /// [`RedbStore::open`] with a page cache of at most `cache_bytes`.

@@ -46,7 +46,6 @@ use tally_schemas::{AgentName, PublicKey, UnixMillis};
 use tally_log::KeyVersion;
 
 use crate::error::{RegistryError, WitnessError};
-use crate::key_changes::KeyChange;
 use crate::kv::{Expect, KvError, KvOp, KvStore, Snapshot};
 
 /// `projects`: project name → JSON [`ProjectRow`].
@@ -132,6 +131,16 @@ impl AgentRow {
     pub fn key(&self, key_id: &tally_schemas::KeyId) -> Option<&AgentKey> {
         self.keys.iter().find(|k| &k.key_id == key_id)
     }
+}
+
+/// A change of an agent's keys (made through `key_changes`, which
+/// checks it against the log first).
+#[derive(Debug, Clone, Copy)]
+pub(crate) enum KeyChange {
+    /// A new key from `at` on; every key valid at `at` ends there.
+    Rotate(PublicKey),
+    /// Every key valid at `at` ends there.
+    Retire,
 }
 
 /// A freshly made secret (API key or admin token), shown once.

@@ -819,7 +819,8 @@ impl<R: Read> Read for Hashing<R> {
 
 /// The audit report (protocol.md §11.3) of a pack of `agents` over `range`
 /// as the witness exports it, verified with the project's agent keys and
-/// the witness's log key, the per-agent figures bounded by `period`: what
+/// the witness's log key, the per-agent figures bounded by `period`, with
+/// `disclosures` (named) checked against their records: what
 /// `tally report` writes for the same pack and anchors. `pack_name` is the
 /// file name the pack downloads as, which the reproducing command uses.
 ///
@@ -832,6 +833,7 @@ pub(crate) fn audit_export(
     range: ExportRange,
     period: tally_verifier::Period,
     pack_name: &str,
+    disclosures: Vec<(String, tally_schemas::disclosure::Disclosure)>,
 ) -> Result<tally_schemas::audit::AuditReport, WitnessError> {
     use sha2::Digest as _;
     let plan = export::plan_pack(w.log(), agents, range)?;
@@ -869,7 +871,7 @@ pub(crate) fn audit_export(
         },
         tally_verifier::AuditOptions {
             period,
-            disclosures: Vec::new(),
+            disclosures,
         },
     );
     let drained = std::io::copy(&mut reader, &mut std::io::sink());

@@ -608,6 +608,7 @@ pub fn router(console: Arc<Console>) -> Router {
         )
         .route("/console/links", get(h::links_page).post(h::links_create))
         .route("/console/links/{id}/revoke", post(h::links_revoke))
+        .route("/console/links/{id}/disclosures", post(h::links_disclose))
         .route("/console/a/{token}", get(h::auditor_home))
         .route("/console/a/{token}/agents/{agent}", get(h::auditor_agent))
         .route("/console/a/{token}/records/{index}", get(h::auditor_record))

@@ -42,6 +42,8 @@ pub(crate) struct AuditorScope {
     pub range: TimeRange,
     /// Expiry.
     pub expires: UnixMillis,
+    /// Disclosures the operator attached (protocol.md §6.3).
+    pub disclosures: usize,
 }
 
 /// A piece of hostile text: plain text, or one character that
@@ -368,6 +370,11 @@ pub(crate) fn auditor_home(
                 a.button href=(format!("{}/agent-keys.json", view.base)) download { "Download agent-keys.json" }
                 " "
                 a.button #download-report href=(format!("{}/report", view.base)) download { "Download the report" }
+            }
+            @if let Some(s) = scope {
+                @if s.disclosures > 0 {
+                    p #disclosures { (s.disclosures) " disclosed call(s) attached by the operator: the report checks each against its record's salted hash and shows its content." }
+                }
             }
             p.small { "Verify the pack offline with " code { "tally verify PACK --agent-keys agent-keys.json --witness-key VKEY" } ". Get the agent keys and the witness key from the operator out of band as well: a verification is only as good as its trust anchors." }
             h2 { "Agents" }
@@ -927,6 +934,16 @@ pub(crate) fn links(
                                     form.inline.revoke method="post" action=(format!("/console/links/{id}/revoke")) {
                                         input type="hidden" name="csrf" value=(csrf);
                                         button type="submit" { "Revoke" }
+                                    }
+                                }
+                                @for d in &l.disclosures {
+                                    div.small.disclosed { "disclosed: " (ext(&d.disclosure.agent)) " call " code { (ext(&d.disclosure.call_id)) } }
+                                }
+                                @if l.usable_at(now) {
+                                    form.disclose method="post" action=(format!("/console/links/{id}/disclosures")) {
+                                        input type="hidden" name="csrf" value=(csrf);
+                                        label { "attach a disclosure (" code { "tally disclose" } " output) " textarea name="disclosure" rows="2" cols="40" {} }
+                                        button type="submit" { "Attach" }
                                     }
                                 }
                             }

@@ -59,6 +59,10 @@ pub enum LinkStoreError {
     /// No such link in that project.
     #[error("no such auditor link")]
     NotFound,
+    /// A disclosure the link cannot take (another project's agent, too
+    /// many, too big, a link that has ended).
+    #[error("{0}")]
+    Disclosure(String),
 }
 
 fn storage<E: std::fmt::Display>(e: E) -> LinkStoreError {
@@ -87,7 +91,30 @@ pub struct AuditorLink {
     pub label: String,
     /// SHA-256 of the whole token, hex.
     pub token_sha256: String,
+    /// Disclosures (protocol.md §6.3) the operator attached for the
+    /// auditor: the link's report checks them against the pack and shows
+    /// the content. Absent from rows without any, so those are stored as
+    /// before.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub disclosures: Vec<AttachedDisclosure>,
 }
+
+/// A disclosure attached to a link, with the name it was given.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct AttachedDisclosure {
+    /// A name for it (shown to the auditor; the report's `file`).
+    pub name: String,
+    /// The disclosure.
+    pub disclosure: tally_schemas::disclosure::Disclosure,
+}
+
+/// Disclosures attached to one link, at most.
+pub const MAX_DISCLOSURES_PER_LINK: usize = 8;
+
+/// Bytes of one link's disclosures (as stored), at most: every link is
+/// held in memory.
+pub const MAX_DISCLOSURE_BYTES_PER_LINK: usize = 64 << 10;
 
 impl AuditorLink {
     /// Whether the link lets an auditor in at `now`.
@@ -400,6 +427,7 @@ impl LinkStore {
                 revoked: None,
                 label: new.label.clone(),
                 token_sha256: sha256_hex(&token),
+                disclosures: Vec::new(),
             };
             ops.push(KvOp {
                 table: LINKS,
@@ -437,6 +465,67 @@ impl LinkStore {
             .collect();
         out.sort_by(|a, b| b.1.created.cmp(&a.1.created).then(a.0.cmp(&b.0)));
         out
+    }
+
+    /// Attaches a disclosure to a live link of `project`; it must name one
+    /// of the link's agents.
+    ///
+    /// # Errors
+    /// [`LinkStoreError::NotFound`]; [`LinkStoreError::Disclosure`] for an
+    /// agent the link does not show, a link that has ended, or past
+    /// [`MAX_DISCLOSURES_PER_LINK`] or [`MAX_DISCLOSURE_BYTES_PER_LINK`];
+    /// storage failure.
+    pub fn attach_disclosure(
+        &self,
+        project: &str,
+        id: &str,
+        attached: AttachedDisclosure,
+        now: UnixMillis,
+    ) -> Result<(), LinkStoreError> {
+        self.write(|l| {
+            let mut link = match l.links.get(id) {
+                Some(x) if x.project == project => x.clone(),
+                _ => return Err(LinkStoreError::NotFound),
+            };
+            if !link.usable_at(now) {
+                return Err(LinkStoreError::Disclosure(
+                    "the link has been revoked or has expired".into(),
+                ));
+            }
+            let agent = &attached.disclosure.agent;
+            if !link.agents.iter().any(|a| a.as_str() == agent) {
+                return Err(LinkStoreError::Disclosure(format!(
+                    "the disclosure is of agent {:?}, which the link does not show",
+                    tally_schemas::display::escape(agent)
+                )));
+            }
+            if link.disclosures.len() >= MAX_DISCLOSURES_PER_LINK {
+                return Err(LinkStoreError::Disclosure(format!(
+                    "a link takes at most {MAX_DISCLOSURES_PER_LINK} disclosures"
+                )));
+            }
+            link.disclosures.push(attached.clone());
+            let bytes: usize = link
+                .disclosures
+                .iter()
+                .map(|d| serde_json::to_vec(d).map_or(usize::MAX, |v| v.len()))
+                .sum();
+            if bytes > MAX_DISCLOSURE_BYTES_PER_LINK {
+                return Err(LinkStoreError::Disclosure(format!(
+                    "a link's disclosures take at most {} KiB",
+                    MAX_DISCLOSURE_BYTES_PER_LINK >> 10
+                )));
+            }
+            Ok((
+                vec![KvOp {
+                    table: LINKS,
+                    key: id.to_owned(),
+                    value: Some(serde_json::to_vec(&link).map_err(storage)?),
+                    expect: l.expect(id),
+                }],
+                (),
+            ))
+        })
     }
 
     /// Revokes a link of `project` (idempotent: the first revocation time stays).

@@ -201,6 +201,35 @@ fn a_disclosed_call_checks_against_its_record_and_a_changed_byte_does_not() {
         "the text form keeps what is not spoofing: {out}"
     );
 
+    // The JSON report carries the disclosures and validates.
+    let mut cmd = std::process::Command::new(common::TALLY);
+    let o = cmd
+        .arg("verify")
+        .arg(s.dir.join("pack.jsonl"))
+        .arg("--agent-keys")
+        .arg(s.dir.join("agent-keys.json"))
+        .arg("--witness-key")
+        .arg(&s.vkey)
+        .arg("--disclosure")
+        .arg(&file)
+        .args(["--format", "json"])
+        .output()
+        .unwrap();
+    assert_eq!(o.status.code(), Some(0));
+    let report: Value = serde_json::from_slice(&o.stdout).unwrap();
+    let schema: Value = serde_json::from_slice(
+        &std::fs::read(
+            Path::new(env!("CARGO_MANIFEST_DIR")).join("schemas/json/report.schema.json"),
+        )
+        .unwrap(),
+    )
+    .unwrap();
+    let v = jsonschema::validator_for(&schema).unwrap();
+    let errors: Vec<String> = v.iter_errors(&report).map(|e| e.to_string()).collect();
+    assert!(errors.is_empty(), "{errors:#?}");
+    assert_eq!(report["disclosures"][0]["status"], "match");
+    assert_eq!(report["disclosures"][0]["input"]["amount"], 12);
+
     // Only the input.
     let only = s.dir.join("c1-input.json");
     let (ok, out) = disclose(

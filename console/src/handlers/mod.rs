@@ -271,6 +271,7 @@ fn auditor_scope(
             agents: agents.clone(),
             range,
             expires: link.expires,
+            disclosures: link.disclosures.len(),
         }),
     };
     Ok((
@@ -779,6 +780,7 @@ async fn report_common(
     range: ExportRange,
     query: Result<Query<ReportQuery>, QueryRejection>,
     pack_name: String,
+    disclosures: Vec<(String, tally_schemas::disclosure::Disclosure)>,
 ) -> Result<Response, PageError> {
     let Query(q) = query.map_err(|_| PageError::bad("The report's period could not be read."))?;
     let period = tally_verifier::Period {
@@ -796,8 +798,16 @@ async fn report_common(
         _ => return Err(PageError::bad("format must be html or json.")),
     };
     let report = blocking(move || {
-        data::audit_export(&c.witness, &project, &agents, range, period, &pack_name)
-            .map_err(PageError::from)
+        data::audit_export(
+            &c.witness,
+            &project,
+            &agents,
+            range,
+            period,
+            &pack_name,
+            disclosures,
+        )
+        .map_err(PageError::from)
     })
     .await?;
     let (body, kind, name) = if json {
@@ -850,6 +860,7 @@ pub(crate) async fn agent_report(
             ExportRange::All,
             query,
             name,
+            Vec::new(),
         )
         .await
     }
@@ -871,6 +882,11 @@ pub(crate) async fn auditor_report(
         [one] => format!("{one}.pack.jsonl"),
         _ => "pack.jsonl".to_owned(),
     };
+    let disclosures = link
+        .disclosures
+        .iter()
+        .map(|d| (d.name.clone(), d.disclosure.clone()))
+        .collect();
     report_common(
         Arc::clone(&c),
         link.project.clone(),
@@ -878,6 +894,7 @@ pub(crate) async fn auditor_report(
         scope.range.export_range(),
         query,
         name,
+        disclosures,
     )
     .await
     .unwrap_or_else(|e| e.with_view(&scope.view).into_response())
@@ -1001,6 +1018,52 @@ pub(crate) async fn links_revoke(
     match c.links.revoke(&op.project, &id, c.witness.now()) {
         Ok(()) => Redirect::to("/console/links").into_response(),
         Err(LinkStoreError::NotFound) => PageError::not_found().with_view(&view).into_response(),
+        Err(e) => PageError::from(WitnessError::internal(&e))
+            .with_view(&view)
+            .into_response(),
+    }
+}
+
+/// Attaches a disclosure (protocol.md §6.3, pasted as JSON) to a link:
+/// the auditor's report checks it against the pack and shows its content.
+pub(crate) async fn links_disclose(
+    State(c): S,
+    id: Result<Path<String>, PathRejection>,
+    request: Request,
+) -> Response {
+    let (op, view, pairs) = match checked_post(&c, request).await {
+        Ok(x) => x,
+        Err(r) => return r.into_response(),
+    };
+    let Ok(Path(id)) = id else {
+        return PageError::not_found().with_view(&view).into_response();
+    };
+    let refuse = |message: String| {
+        page(
+            StatusCode::BAD_REQUEST,
+            &links_markup(&c, &view, None, Some(&message)),
+        )
+    };
+    let text = field(&pairs, "disclosure").unwrap_or("");
+    let disclosure = match tally_schemas::disclosure::Disclosure::from_json(text.as_bytes()) {
+        Ok(d) => d,
+        Err(e) => return refuse(format!("disclosure: {e}")),
+    };
+    let name = match field(&pairs, "name").map(str::trim) {
+        Some(n) if !n.is_empty() => n.chars().take(100).collect(),
+        _ => format!("{}-{}.json", disclosure.agent, disclosure.call_id)
+            .chars()
+            .take(100)
+            .collect(),
+    };
+    let attached = crate::store::AttachedDisclosure { name, disclosure };
+    match c
+        .links
+        .attach_disclosure(&op.project, &id, attached, c.witness.now())
+    {
+        Ok(()) => Redirect::to("/console/links").into_response(),
+        Err(LinkStoreError::NotFound) => PageError::not_found().with_view(&view).into_response(),
+        Err(LinkStoreError::Disclosure(m)) => refuse(format!("disclosure: {m}")),
         Err(e) => PageError::from(WitnessError::internal(&e))
             .with_view(&view)
             .into_response(),

@@ -332,6 +332,41 @@ test("agent page coverage equals tally verify's", async () => {
   await page.screenshot({ path: join(shots, "02-agent.png"), fullPage: true });
 });
 
+test("agent page's report: the same verdict and checks as tally report, downloaded and rendered in the browser", async () => {
+  await page.goto(`${url}/console/agents/claims-bot`);
+  const href = await page.getAttribute("#download-report", "href");
+  const resp = await page.context().request.get(new URL(href, url).toString());
+  assert.equal(resp.status(), 200);
+  assert.match(resp.headers()["content-type"], /^text\/html/);
+  const html = await resp.text();
+  assert.ok(!html.includes("<script"), "no script in the report");
+  const file = join(work, "console-report.html");
+  writeFileSync(file, html);
+  const cli = verifyCli(join(work, "pack.jsonl"));
+  const report = await operator.newPage();
+  const requests = [];
+  report.on("request", (r) => requests.push(r.url()));
+  await report.goto(`file://${file}`);
+  // The verdict leads and is the CLI's; every check is named; nothing is fetched.
+  assert.equal(await report.textContent("#verdict h1"), cli.status === 0 ? "PASS" : "FAIL");
+  const text = await report.textContent("body");
+  assert.ok(text.includes("claims-bot"), "the agent");
+  for (const check of ["schema", "agent_keys", "record_signatures", "chain", "witness_signatures", "inclusion", "receipts", "timing", "outcomes", "head", "log_consistency"]) {
+    assert.ok(text.includes(check), `${check} in the report`);
+  }
+  assert.ok(text.includes(HOSTILE_TOOL), "the hostile tool name as text");
+  assert.deepEqual(requests.filter((u) => !u.startsWith("file://")), []);
+  noInjectedDialogs();
+  await report.screenshot({ path: join(shots, "02b-agent-report.png"), fullPage: false });
+  await report.close();
+  // JSON, for a period, from the period form's route.
+  const json = await page.context().request.get(`${url}/console/agents/claims-bot/report?format=json&from=2000-01-01T00:00:00.000Z`);
+  assert.equal(json.status(), 200);
+  const data = await json.json();
+  assert.equal(data.agents[0].agent, "claims-bot");
+  assert.equal(data.verification.checks.length, 12);
+});
+
 test("gateway agent page: the server's declared tools, the calls through the gateway, coverage equal to tally verify's", async () => {
   // What the client got through the gateway is what the server answers.
   assert.match(gatewayResults[0].content[0].text, /hello through tally/);

@@ -91,7 +91,20 @@ pub struct Syncer {
     progress: watch::Sender<SyncProgress>,
     /// Cuts a backoff wait short: someone waits for a receipt now.
     nudge: Notify,
+    /// Cuts the linger after a commit short: a writer waits for a receipt.
+    hurry: Notify,
+    /// How long the background task waits after a commit before it sends,
+    /// so records committed together go in one batch ([`SYNC_LINGER`]).
+    linger: Duration,
 }
+
+/// How long the background sync waits after a commit before sending, unless
+/// a writer waits for a receipt (docs/operations.md "Syncing"). Calls a few
+/// milliseconds apart then go to the witness in one batch instead of one
+/// batch each, which on a small machine takes the witness's and the
+/// receipts' work off the path of the next calls (docs/benchmarks.md,
+/// "Several writers").
+pub const SYNC_LINGER: Duration = Duration::from_millis(20);
 
 struct KeyCheck {
     interval: Duration,
@@ -144,7 +157,17 @@ impl Syncer {
             max_skew_ms,
             progress,
             nudge: Notify::new(),
+            hurry: Notify::new(),
+            linger: SYNC_LINGER,
         }
+    }
+
+    /// Waits `linger` (zero: none) after a commit before each background
+    /// send; [`SYNC_LINGER`] by default.
+    #[must_use]
+    pub fn with_linger(mut self, linger: Duration) -> Self {
+        self.linger = linger;
+        self
     }
 
     /// Writes retirements of pinned keys learned from the key directory
@@ -480,6 +503,12 @@ impl Syncer {
         self.nudge.notify_one();
     }
 
+    /// Makes the background task send now instead of lingering after a
+    /// commit (a writer waits for a receipt); leaves a backoff as it is.
+    pub fn hurry(&self) {
+        self.hurry.notify_one();
+    }
+
     fn record_outcome(&self, step: &Step) {
         self.progress.send_modify(|p| p.attempts += 1);
         match step {
@@ -558,11 +587,22 @@ impl Syncer {
                     return;
                 }
             };
-            tokio::select! {
-                () = wake.notified(), if wait.is_none() => {}
-                () = tokio::time::sleep(wait.unwrap_or_default()), if wait.is_some() => {}
-                () = self.nudge.notified() => backoff = Duration::from_millis(100),
+            let committed = tokio::select! {
+                () = wake.notified(), if wait.is_none() => true,
+                () = tokio::time::sleep(wait.unwrap_or_default()), if wait.is_some() => false,
+                () = self.nudge.notified() => {
+                    backoff = Duration::from_millis(100);
+                    false
+                }
                 _ = stop.changed() => return,
+            };
+            if committed && !self.linger.is_zero() {
+                tokio::select! {
+                    () = tokio::time::sleep(self.linger) => {}
+                    () = self.hurry.notified() => {}
+                    () = self.nudge.notified() => {}
+                    _ = stop.changed() => return,
+                }
             }
         }
     }

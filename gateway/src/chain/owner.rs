@@ -140,8 +140,11 @@ impl OwnerCore {
         // allows one try gets the attempt its record's commit starts, and
         // no other (`tally record` without --wait-receipt: docs/operations.md
         // "Syncing").
-        if !one_try {
-            if let Some(s) = &self.syncer {
+        if let Some(s) = &self.syncer {
+            // Every waiter cuts the linger after a commit short (a receipt
+            // is wanted now); only one that allows retries cuts a backoff.
+            s.hurry();
+            if !one_try {
                 s.nudge();
             }
         }

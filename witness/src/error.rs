@@ -617,3 +617,13 @@ impl From<RegistryError> for WitnessError {
         Self::internal(&e)
     }
 }
+
+/// Runs `f` (a storage or registry call that blocks) on tokio's blocking
+/// threads, off the async ones; a task that panicked is an internal error.
+pub(crate) async fn blocking<T: Send + 'static>(
+    f: impl FnOnce() -> Result<T, WitnessError> + Send + 'static,
+) -> Result<T, WitnessError> {
+    tokio::task::spawn_blocking(f)
+        .await
+        .map_err(|e| WitnessError::internal(&e))?
+}

@@ -32,7 +32,7 @@ use tally_schemas::batch::{BatchAnswer, BatchOutcome};
 use tally_schemas::{AgentName, KeyError, PublicKey, Seq, TreeSize, UnixMillis};
 
 use crate::config::LogRead;
-use crate::error::WitnessError;
+use crate::error::{blocking, WitnessError};
 use crate::export::{self, ExportRange};
 use crate::key_changes;
 use crate::registry::KeyChange;
@@ -382,14 +382,6 @@ fn agents_param(params: &[(&'static str, String)]) -> Result<Vec<AgentName>, Wit
         .filter(|(k, _)| *k == "agent")
         .map(|(_, v)| agent_name(v))
         .collect()
-}
-
-async fn blocking<T: Send + 'static>(
-    f: impl FnOnce() -> Result<T, WitnessError> + Send + 'static,
-) -> Result<T, WitnessError> {
-    tokio::task::spawn_blocking(f)
-        .await
-        .map_err(|e| WitnessError::internal(&e))?
 }
 
 // ---- admission -------------------------------------------------------------

@@ -51,7 +51,7 @@ use tally_schemas::time::MAX_TIME;
 use tally_schemas::{AgentName, PublicKey, Seq, UnixMillis};
 
 use crate::agent_fence::Fence;
-use crate::error::WitnessError;
+use crate::error::{blocking, WitnessError};
 use crate::registry::{AgentRow, KeyChange};
 use crate::witness::Witness;
 
@@ -64,14 +64,6 @@ fn latest_stored_time(log: &Log, agent: &AgentName) -> Result<Option<UnixMillis>
         latest = latest.max(Some(time));
     }
     Ok(latest)
-}
-
-async fn blocking<T: Send + 'static>(
-    f: impl FnOnce() -> Result<T, WitnessError> + Send + 'static,
-) -> Result<T, WitnessError> {
-    tokio::task::spawn_blocking(f)
-        .await
-        .map_err(|e| WitnessError::internal(&e))?
 }
 
 /// `agent`'s fence, with the stored record times read.

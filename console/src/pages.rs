@@ -714,7 +714,7 @@ pub(crate) fn agent(view: &View, p: &AgentPage<'_>) -> Markup {
             @if p.chain.not_scanned > 0 {
                 p.small { "The " (p.chain.not_scanned) " oldest records are not read on this page; export a pack to see them all." }
             }
-            h2 { "Notes and key rotations" }
+            h2 { "Notes, key rotations and tool checks" }
             @if p.chain.others().len() == 0 {
                 p.small { "None." }
             } @else {

@@ -119,10 +119,10 @@ async function startServer() {
  * initialize, notifications/initialized, tools/list, tools/call echo and
  * get-sum; then stdin is closed and the gateway must exit 0.
  */
-async function gatewaySession(agent) {
+async function gatewaySession(agent, extra = []) {
   // echo is marked an action tool with no proof to read: its outcome is
   // "unknown" (docs/protocol.md §5.2), which the agent page states.
-  const gw = spawn(bin, ["gateway", "--agent", agent, "--action", "echo", "--", process.execPath, serverEverything, "stdio"], {
+  const gw = spawn(bin, ["gateway", "--agent", agent, "--action", "echo", ...extra, "--", process.execPath, serverEverything, "stdio"], {
     env: { ...process.env, TALLY_STATE_DIR: state, TALLY_WITNESS_URL: url, TALLY_API_KEY: apiKey },
     stdio: ["pipe", "pipe", "pipe"],
   });
@@ -752,4 +752,42 @@ test("auditor link expiry: an hour at least, shown to the auditor; an expired li
   assert.equal(await page.locator("#new-link-url").count(), 0);
   assert.equal(await page.locator("#links tbody tr").count(), links);
   await page.screenshot({ path: join(shots, "18-links-expiry-refused.png"), fullPage: true });
+});
+
+test("tool checks on the agent page and in the auditor view: the check records and the verifier's statement", async () => {
+  // The server's tools approved with `tally tools approve`, then a session
+  // through `tally gateway --lock --policy` (docs/operations.md "Approved
+  // tool definitions"): the tools are as approved, so each check proceeds.
+  initAgent("checked-bot");
+  const lock = join(work, "tools.lock.json");
+  const policy = join(work, "tools.policy.json");
+  writeFileSync(policy, JSON.stringify({ tally_tools_policy: 1 }));
+  tally(["tools", "approve", "--out", lock, "--by", "alice", "--source", "ev", "--", process.execPath, serverEverything, "stdio"]);
+  await gatewaySession("checked-bot", ["--source", "ev", "--lock", lock, "--policy", policy]);
+  tally(["agent", "sync", "checked-bot"]);
+  tally(["export", "--agent", "checked-bot", "-o", join(work, "checked.pack.jsonl")]);
+  tally(["keys", "export", "-o", join(work, "checked-keys.json")]);
+  const cli = tally(["verify", join(work, "checked.pack.jsonl"), "--agent-keys", join(work, "checked-keys.json"), "--witness-key", vkey]);
+  const statement = cli.stdout.split("\n").filter((l) => l.startsWith("coverage: checked-bot: tool checks"));
+  assert.equal(statement.length, 1, cli.stdout);
+  assert.match(statement[0], /tool checks: \d+ run, 0 paused or stopped the session; 0 calls to a tool not as approved/);
+
+  await page.goto(`${url}/console/agents/checked-bot`);
+  const kinds = await page.$$eval("#notes tbody tr", (trs) => trs.map((tr) => [tr.cells[2].textContent, tr.cells[3].textContent]));
+  const checks = kinds.filter(([k]) => k === "tool_check");
+  assert.ok(checks.length >= 1, JSON.stringify(kinds));
+  assert.ok(checks.every(([, text]) => text.startsWith("proceed at ev")), JSON.stringify(checks));
+  const shown = await page.$$eval("ul.coverage li", (lis) => lis.map((li) => li.textContent));
+  assert.ok(shown.includes(statement[0]), JSON.stringify(shown));
+  await page.screenshot({ path: join(shots, "19-agent-tool-checks.png"), fullPage: true });
+
+  // The auditor view shows the same statement for a link to this agent.
+  await page.goto(`${url}/console/links`);
+  await page.check("input[name=agent][value=checked-bot]");
+  await Promise.all([page.waitForURL(`${url}/console/links`), page.click("#link-form button[type=submit]")]);
+  const href = await page.getAttribute("#new-link-url", "href");
+  const ap = auditor.pages()[0];
+  await ap.goto(`${url}${href}/agents/checked-bot`);
+  const audited = await ap.$$eval("ul.coverage li", (lis) => lis.map((li) => li.textContent));
+  assert.ok(audited.includes(statement[0]), JSON.stringify(audited));
 });

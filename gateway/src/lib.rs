@@ -27,6 +27,7 @@ pub mod acceptance;
 pub mod action;
 pub mod calls;
 pub mod chain;
+pub mod disclose;
 pub mod http;
 pub mod journal;
 pub mod process;

@@ -6,6 +6,7 @@ use std::collections::BTreeMap;
 use std::path::Path;
 use std::time::Duration;
 
+use tally_schemas::disclosure::Disclosure;
 use tally_schemas::{Hash, Record};
 use tokio::net::UnixStream;
 use tokio::sync::{mpsc, oneshot};
@@ -35,6 +36,10 @@ pub(super) enum Pending {
         request: Request,
         reply: oneshot::Sender<Result<Option<Hash>, String>>,
     },
+    Disclose {
+        request: Request,
+        reply: oneshot::Sender<Result<Disclosure, String>>,
+    },
 }
 
 impl Pending {
@@ -44,7 +49,8 @@ impl Pending {
             | Self::Wait { request, .. }
             | Self::Status { request, .. }
             | Self::Declare { request, .. }
-            | Self::OpenDecision { request, .. } => request,
+            | Self::OpenDecision { request, .. }
+            | Self::Disclose { request, .. } => request,
         }
     }
 }
@@ -168,6 +174,20 @@ pub(super) fn send_to_owner(
             request: Request::OpenDecision { id, call_id },
             reply,
         },
+        Cmd::Disclose {
+            agent,
+            call_id,
+            parts,
+            reply,
+        } => Pending::Disclose {
+            request: Request::Disclose {
+                id,
+                agent,
+                call_id,
+                parts,
+            },
+            reply,
+        },
         Cmd::Close { reply } => {
             let _ = reply.send(());
             return;
@@ -185,7 +205,8 @@ pub(super) fn on_answer(pending: &mut BTreeMap<u64, Pending>, a: Answer) {
         | Answer::Waited { id, .. }
         | Answer::Status { id, .. }
         | Answer::Declared { id, .. }
-        | Answer::Found { id, .. } => *id,
+        | Answer::Found { id, .. }
+        | Answer::Disclosed { id, .. } => *id,
     };
     let Some(p) = pending.remove(&id) else {
         return;
@@ -225,6 +246,12 @@ pub(super) fn on_answer(pending: &mut BTreeMap<u64, Pending>, a: Answer) {
         (Pending::OpenDecision { reply, .. }, Answer::Refused { message, .. }) => {
             let _ = reply.send(Err(message));
         }
+        (Pending::Disclose { reply, .. }, Answer::Disclosed { disclosure, .. }) => {
+            let _ = reply.send(Ok(*disclosure));
+        }
+        (Pending::Disclose { reply, .. }, Answer::Refused { message, .. }) => {
+            let _ = reply.send(Err(message));
+        }
         (p, a) => fail_pending(p, &format!("the chain owner answered out of turn: {a:?}")),
     }
 }
@@ -236,6 +263,7 @@ pub(super) fn fail_pending(p: Pending, why: &str) {
         Pending::Status { reply, .. } => Reply::Status(reply),
         Pending::Declare { reply, .. } => Reply::Declare(reply),
         Pending::OpenDecision { reply, .. } => Reply::OpenDecision(reply),
+        Pending::Disclose { reply, .. } => Reply::Disclose(reply),
     };
     reply.fail(why);
 }

@@ -46,6 +46,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
+use tally_schemas::disclosure::Disclosure;
 use tally_schemas::record::ToolEntry;
 use tally_schemas::time::Clock;
 use tally_schemas::{AgentName, Body, Hash, Record, SecretKey};
@@ -55,6 +56,7 @@ use member::{connect, fail_pending, on_answer, send_to_owner, Member, Pending};
 use owner::{become_owner, Owner, OwnerCore};
 pub use wire::{Answer, Request};
 
+use crate::disclose::Parts;
 use crate::recorder::{answer, AppendError, RecorderHandle};
 use crate::state::StateDir;
 use crate::store::{ChainStore, Secret, StoreError, StoreStatus, SyncErrorNote};
@@ -226,6 +228,12 @@ enum Cmd {
         call_id: String,
         reply: oneshot::Sender<Result<Option<Hash>, String>>,
     },
+    Disclose {
+        agent: AgentName,
+        call_id: String,
+        parts: Parts,
+        reply: oneshot::Sender<Result<Disclosure, String>>,
+    },
     Close {
         reply: oneshot::Sender<()>,
     },
@@ -292,6 +300,7 @@ enum Reply {
     Status(oneshot::Sender<Result<ChainStatus, String>>),
     Declare(oneshot::Sender<Result<bool, AppendError>>),
     OpenDecision(oneshot::Sender<Result<Option<Hash>, String>>),
+    Disclose(oneshot::Sender<Result<Disclosure, String>>),
     Close(oneshot::Sender<()>),
 }
 
@@ -319,6 +328,9 @@ impl Reply {
             Self::OpenDecision(reply) => {
                 let _ = reply.send(Err(why.into()));
             }
+            Self::Disclose(reply) => {
+                let _ = reply.send(Err(why.into()));
+            }
             Self::Close(reply) => {
                 let _ = reply.send(());
             }
@@ -333,6 +345,7 @@ fn fail_cmd(cmd: Cmd, why: &str) {
         Cmd::Status { reply } => Reply::Status(reply),
         Cmd::Declare { reply, .. } => Reply::Declare(reply),
         Cmd::OpenDecision { reply, .. } => Reply::OpenDecision(reply),
+        Cmd::Disclose { reply, .. } => Reply::Disclose(reply),
         Cmd::Close { reply } => Reply::Close(reply),
     };
     reply.fail(why);
@@ -405,6 +418,24 @@ fn resend(role: &Role, pending: &mut BTreeMap<u64, Pending>) {
                         request: Request::OpenDecision { call_id, .. },
                         reply,
                     } => o.core.dispatch(0, Cmd::OpenDecision { call_id, reply }),
+                    Pending::Disclose {
+                        request:
+                            Request::Disclose {
+                                agent,
+                                call_id,
+                                parts,
+                                ..
+                            },
+                        reply,
+                    } => o.core.dispatch(
+                        0,
+                        Cmd::Disclose {
+                            agent,
+                            call_id,
+                            parts,
+                            reply,
+                        },
+                    ),
                     p => fail_pending(p, "internal: a pending request of another kind"),
                 }
             }
@@ -830,27 +861,85 @@ pub async fn peek_status(
             sync_failure: None,
         })),
         Err(StoreError::Locked(_)) => {
-            let m = connect(&paths.socket(), &WriterInfo::new("status"))
+            ask_owner(state, agent, "status", |reply| Cmd::Status { reply })
                 .await
-                .map_err(|e| {
-                    format!(
-                        "another writer holds {} but does not answer on {}: {e}",
-                        path.display(),
-                        paths.socket().display()
-                    )
-                })?;
-            let mut pending = BTreeMap::new();
-            let mut next = 1;
-            let (reply, rx) = oneshot::channel();
-            let mut m = m;
-            send_to_owner(&m, &mut pending, &mut next, Cmd::Status { reply });
-            while !pending.is_empty() {
-                match m.from_owner.recv().await {
-                    Some(a) => on_answer(&mut pending, a),
-                    None => return Err("the chain's owner went away before answering".into()),
-                }
-            }
-            rx.await.map_err(|e| e.to_string())?.map(Some)
+                .map(Some)
+        }
+        Err(e) => Err(e.to_string()),
+    }
+}
+
+/// Asks the writer that holds `agent`'s chain store, over its socket and
+/// as a passing client (`kind`), the command `make` builds.
+async fn ask_owner<T>(
+    state: &StateDir,
+    agent: &AgentName,
+    kind: &str,
+    make: impl FnOnce(oneshot::Sender<Result<T, String>>) -> Cmd,
+) -> Result<T, String> {
+    let paths = state.agent(agent);
+    let mut m = connect(&paths.socket(), &WriterInfo::new(kind))
+        .await
+        .map_err(|e| {
+            format!(
+                "another writer holds {} but does not answer on {}: {e}",
+                paths.store().display(),
+                paths.socket().display()
+            )
+        })?;
+    let mut pending = BTreeMap::new();
+    let mut next = 1;
+    let (reply, rx) = oneshot::channel();
+    send_to_owner(&m, &mut pending, &mut next, make(reply));
+    while !pending.is_empty() {
+        match m.from_owner.recv().await {
+            Some(a) => on_answer(&mut pending, a),
+            None => return Err("the chain's owner went away before answering".into()),
+        }
+    }
+    rx.await.map_err(|e| e.to_string())?
+}
+
+/// The disclosure of `agent`'s call `call_id` (docs/protocol.md §6.3)
+/// without becoming one of its writers: read from the chain store, or
+/// asked of the writer that holds it when one runs (a gateway, say).
+///
+/// # Errors
+/// A message for the user: no chain store yet, no such call, content not
+/// kept, a holder that does not answer.
+pub async fn peek_disclosure(
+    state: &StateDir,
+    agent: &AgentName,
+    call_id: &str,
+    parts: Parts,
+) -> Result<Disclosure, String> {
+    let path = state.agent(agent).store();
+    if !path.exists() {
+        return Err(format!(
+            "agent {agent} has no local chain store yet ({})",
+            path.display()
+        ));
+    }
+    let local = {
+        let (agent, call_id) = (agent.clone(), call_id.to_owned());
+        tokio::task::spawn_blocking(move || {
+            ChainStore::open(&path)
+                .map(|store| crate::disclose::disclose(&store, &agent, &call_id, parts))
+        })
+        .await
+        .map_err(|e| e.to_string())?
+    };
+    match local {
+        Ok(disclosed) => disclosed,
+        Err(StoreError::Locked(_)) => {
+            let (who, call_id) = (agent.clone(), call_id.to_owned());
+            ask_owner(state, agent, "disclose", move |reply| Cmd::Disclose {
+                agent: who,
+                call_id,
+                parts,
+                reply,
+            })
+            .await
         }
         Err(e) => Err(e.to_string()),
     }

@@ -8,7 +8,8 @@ use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use tally_schemas::{canonical, Body, Hash, Record};
+use tally_schemas::disclosure::Disclosure;
+use tally_schemas::{canonical, AgentName, Body, Hash, Record};
 use tokio::net::{UnixListener, UnixStream};
 use tokio::sync::{mpsc, watch};
 
@@ -17,6 +18,7 @@ use super::{
     lock, source_label, AppendFuture, ChainStatus, Cmd, Ctx, DeclareFuture, DeclaredTools, Waited,
     WriterStatus, CLOSE_WAIT, DEFAULT_SOURCE_LEASE_MS, RETRY_LOOKBACK,
 };
+use crate::disclose::Parts;
 use crate::journal::Journal;
 use crate::recorder::{answer, AppendError, Recorder, RecorderHandle};
 use crate::store::{ChainStore, Secret};
@@ -37,6 +39,9 @@ pub(super) struct OwnerCore {
     declared: Mutex<HashMap<Option<String>, Declared>>,
     /// Set when the owner closes: waits end, so nothing holds the store.
     closing: watch::Sender<bool>,
+    /// One past the highest seq this owner has answered an append with:
+    /// a read of the store waits until it is committed that far.
+    appended_to: std::sync::atomic::AtomicU64,
 }
 
 /// A tool source's last declaration, as its owner remembers it.
@@ -70,6 +75,7 @@ impl OwnerCore {
             recent: Mutex::new(None),
             declared: Mutex::new(HashMap::new()),
             closing: watch::channel(false).0,
+            appended_to: std::sync::atomic::AtomicU64::new(0),
         }
     }
 
@@ -91,6 +97,8 @@ impl OwnerCore {
         let core = Arc::clone(self);
         Ok(Box::pin(async move {
             let record = queued.await?;
+            core.appended_to
+                .fetch_max(record.seq.get() + 1, std::sync::atomic::Ordering::SeqCst);
             if durable {
                 core.handle.wait_committed(record.seq.get()).await?;
             }
@@ -201,6 +209,33 @@ impl OwnerCore {
             .record(seq)
             .map_err(|e| e.to_string())?
             .map(|r| r.hash()))
+    }
+
+    /// A call's content and salts (docs/protocol.md §6.3), read from the
+    /// store this writer holds once every record it has answered is
+    /// committed there (a call made a moment ago is in the journal first).
+    pub(super) async fn disclose(
+        self: Arc<Self>,
+        agent: AgentName,
+        call_id: String,
+        parts: Parts,
+    ) -> Result<Disclosure, String> {
+        let store = self
+            .store
+            .clone()
+            .ok_or_else(|| "no chain store".to_owned())?;
+        let end = self.appended_to.load(std::sync::atomic::Ordering::SeqCst);
+        if end > 0 {
+            self.handle
+                .wait_committed(end - 1)
+                .await
+                .map_err(|e| e.to_string())?;
+        }
+        tokio::task::spawn_blocking(move || {
+            crate::disclose::disclose(&store, &agent, &call_id, parts)
+        })
+        .await
+        .map_err(|e| e.to_string())?
     }
 
     pub(super) fn status(&self) -> Result<ChainStatus, String> {
@@ -338,6 +373,17 @@ impl OwnerCore {
             },
             Cmd::OpenDecision { call_id, reply } => {
                 let _ = reply.send(self.open_decision(&call_id));
+            }
+            Cmd::Disclose {
+                agent,
+                call_id,
+                parts,
+                reply,
+            } => {
+                let core = Arc::clone(self);
+                tokio::spawn(async move {
+                    let _ = reply.send(core.disclose(agent, call_id, parts).await);
+                });
             }
             Cmd::Close { reply } => {
                 let _ = reply.send(());
@@ -525,6 +571,27 @@ async fn serve_member(
                         code: "status".into(),
                         message,
                     },
+                });
+            }
+            Request::Disclose {
+                agent,
+                call_id,
+                parts,
+                ..
+            } => {
+                let (core, tx) = (Arc::clone(&core), out_tx.clone());
+                tokio::spawn(async move {
+                    let _ = tx.send(match core.disclose(agent, call_id, parts).await {
+                        Ok(d) => Answer::Disclosed {
+                            id,
+                            disclosure: Box::new(d),
+                        },
+                        Err(message) => Answer::Refused {
+                            id,
+                            code: "disclose".into(),
+                            message,
+                        },
+                    });
                 });
             }
             Request::OpenDecision { call_id, .. } => {

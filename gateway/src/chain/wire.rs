@@ -5,10 +5,12 @@
 
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
-use tally_schemas::{Record, RecordKind};
+use tally_schemas::disclosure::Disclosure;
+use tally_schemas::{AgentName, Record, RecordKind};
 use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
 
 use super::{ChainStatus, DeclaredTools, Waited, WriterInfo, MAX_FRAME};
+use crate::disclose::Parts;
 use crate::recorder::AppendError;
 use crate::store::Secret;
 
@@ -71,6 +73,17 @@ pub enum Request {
         /// The call id.
         call_id: String,
     },
+    /// A call's content and salts from the store (docs/protocol.md §6.3).
+    Disclose {
+        /// Echoed.
+        id: u64,
+        /// The agent the call must be of.
+        agent: AgentName,
+        /// The call id.
+        call_id: String,
+        /// Which parts.
+        parts: Parts,
+    },
 }
 
 impl Request {
@@ -81,7 +94,8 @@ impl Request {
             | Self::Wait { id, .. }
             | Self::Status { id }
             | Self::Declare { id, .. }
-            | Self::OpenDecision { id, .. } => Some(*id),
+            | Self::OpenDecision { id, .. }
+            | Self::Disclose { id, .. } => Some(*id),
         }
     }
 }
@@ -138,6 +152,13 @@ pub enum Answer {
         id: u64,
         /// The decision's record hash, hex; none when there is none.
         hash: Option<String>,
+    },
+    /// To `disclose`.
+    Disclosed {
+        /// Echoed.
+        id: u64,
+        /// The disclosure.
+        disclosure: Box<Disclosure>,
     },
 }
 

@@ -285,3 +285,56 @@ async fn sources_declare_their_own_lists_and_may_not_share_a_name() {
         [vec!["fs.read".to_owned()], vec!["web.get".to_owned()]]
     );
 }
+
+/// A disclosure (docs/protocol.md §6.3) asked for while a writer holds the
+/// store: `peek_disclosure` cannot open the store (its lock is held), asks
+/// the holder over its socket, and gets the call's content with the salt
+/// the decision's hash was made with; a call the chain does not hold is
+/// named in the holder's refusal. Once the holder is gone, the same comes
+/// from the store directly.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_disclosure_is_read_by_the_writer_that_holds_the_store() {
+    use tally_gateway::chain::peek_disclosure;
+    use tally_gateway::disclose::Parts;
+    use tally_gateway::store::Secret;
+    use tally_schemas::hash::salted_hash;
+    use tally_schemas::record::Decision;
+
+    let (_dir, state, agent) = setup();
+    let holder = open(&state, &agent, "gateway").await;
+    let input = serde_json::json!({"message": "hello <b>there</b>"});
+    let salt = [7u8; 16];
+    let canonical = tally_schemas::canonical::canonicalize(&input).unwrap();
+    holder
+        .append(
+            Body::Decision(Decision {
+                call_id: "c1".into(),
+                tool: "echo".into(),
+                input_hash: salted_hash(&salt, &canonical),
+            }),
+            Some(Secret {
+                salt: hex::encode(salt),
+                content: Some(input.clone()),
+                proof: None,
+            }),
+        )
+        .await
+        .unwrap();
+    let parts = Parts {
+        input: true,
+        output: false,
+    };
+    let d = peek_disclosure(&state, &agent, "c1", parts).await.unwrap();
+    let part = d.input.expect("the input");
+    assert_eq!(part.content, input);
+    assert_eq!(part.salt, hex::encode(salt));
+    assert_eq!((d.agent.as_str(), d.call_id.as_str()), ("multi", "c1"));
+    let missing = peek_disclosure(&state, &agent, "c9", parts)
+        .await
+        .unwrap_err();
+    assert!(missing.contains("holds no call \"c9\""), "{missing}");
+
+    holder.close().await;
+    let again = peek_disclosure(&state, &agent, "c1", parts).await.unwrap();
+    assert_eq!(again.input.unwrap().content, input);
+}

@@ -347,3 +347,76 @@ def test_over_http_a_changed_tool_is_hidden_and_refused(tmp_path: Path, everythi
     finally:
         upstream.kill()
         upstream.wait(timeout=30)
+
+
+def test_over_http_the_first_check_follows_initialize_and_server_info_is_compared(
+    tmp_path: Path, everything: Path
+) -> None:
+    """Over Streamable HTTP the session's first check runs right after the
+    handshake, with no call or list from the client, and the upstream's
+    serverInfo is compared: a new version proceeds, another name denies the
+    session at its `initialize`."""
+    from test_gateway_http import Gateway, free_port, wait_port
+    from mcp.client.streamable_http import streamable_http_client
+    import os
+
+    state = tmp_path / "state"
+    tally(state, "agent", "init", AGENT)
+    entry = str(everything / "dist/index.js")
+    lock = tmp_path / "ev.lock"
+    approve(state, lock, ["node", entry, "stdio"], "--source", "ev")
+    assert json.loads(lock.read_text())["server_info"] == {"name": "mcp-servers/everything", "version": "2.0.0"}
+    port = free_port()
+    url = f"http://127.0.0.1:{port}/mcp"
+    locked = json.loads(lock.read_text())
+    locked["server"] = {"url": url}
+    write_json(lock, locked)
+    policy = write_json(tmp_path / "policy.json", POLICY)
+    server_js = everything / "dist/server/index.js"
+    plain = server_js.read_text()
+
+    def run(upstream_js: str, seen_before: bool) -> dict:
+        server_js.write_text(upstream_js)
+        upstream = subprocess.Popen(["node", entry, "streamableHttp"], env=dict(os.environ, PORT=str(port)),
+                                    stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        seen: dict = {}
+        try:
+            wait_port(port)
+            before = len(checks(state)) if seen_before else 0
+            gw = Gateway(state, url, "--source", "ev", "--lock", str(lock), "--policy", str(policy))
+
+            async def session() -> None:
+                async with streamable_http_client(gw.url) as (r, w):
+                    async with ClientSession(r, w) as s:
+                        try:
+                            init = await s.initialize()
+                            seen["server"] = init.server_info.name
+                        except McpError as e:
+                            seen["server"] = str(e)
+                            return
+                        # No list and no call: the gateway checks on its own
+                        # (the check is read once the gateway has stopped).
+                        await anyio.sleep(3)
+
+            anyio.run(session)
+            assert gw.stop() == 0, "".join(gw.stderr)
+            seen["checks"] = checks(state)[before:]
+        finally:
+            upstream.kill()
+            upstream.wait(timeout=30)
+        return seen
+
+    # A new version: recorded, proceeds; the first check lists the tools.
+    seen = run(plain.replace('version: "2.0.0"', 'version: "2.1.0"', 1), False)
+    assert seen["server"] == "mcp-servers/everything", seen
+    first = seen["checks"][0]
+    assert first["trigger"] == "initialize", seen
+    assert {"effect": "proceed", "observation": "server_version_changed"} in first["findings"], seen
+    assert first["paused"] == [] and first.get("offered"), seen
+
+    # Another name: the session is denied at its initialize.
+    seen = run(plain.replace('name: "mcp-servers/everything"', 'name: "someone-else"', 1), True)
+    assert "tool check denied this session: server_identity_changed" in seen["server"], seen
+    denied = seen["checks"]
+    assert [c["trigger"] for c in denied] == ["initialize"], seen
+    assert {"effect": "deny", "observation": "server_identity_changed"} in denied[0]["findings"], seen

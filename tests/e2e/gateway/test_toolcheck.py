@@ -420,3 +420,40 @@ def test_over_http_the_first_check_follows_initialize_and_server_info_is_compare
     denied = seen["checks"]
     assert [c["trigger"] for c in denied] == ["initialize"], seen
     assert {"effect": "deny", "observation": "server_identity_changed"} in denied[0]["findings"], seen
+
+
+def test_approve_lists_a_streamable_http_server_by_url(tmp_path: Path) -> None:
+    """`tally tools approve --url` lists server-everything's tools once over
+    Streamable HTTP: the same definitions as over stdio, its serverInfo, and
+    the URL as the server's identity; an unreachable URL is a clear error."""
+    from test_gateway_http import free_port, wait_port
+    import os
+
+    state = tmp_path / "state"
+    over_stdio = tmp_path / "stdio.lock"
+    approve(state, over_stdio, ["node", SERVER, "stdio"], "--source", "ev")
+    port = free_port()
+    url = f"http://127.0.0.1:{port}/mcp"
+    upstream = subprocess.Popen(["node", SERVER, "streamableHttp"], env=dict(os.environ, PORT=str(port)),
+                                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        wait_port(port)
+        over_http = tmp_path / "http.lock"
+        r = tally(state, "tools", "approve", "--out", str(over_http), "--by", "alice", "--source", "ev", "--url", url)
+        assert "tool echo: new" in r.stdout, r.stdout
+        # Again: nothing differs.
+        r = tally(state, "tools", "approve", "--out", str(over_http), "--by", "alice", "--source", "ev", "--url", url)
+        assert "unchanged:" in r.stdout, r.stdout
+    finally:
+        upstream.kill()
+        upstream.wait(timeout=30)
+    h, s = json.loads(over_http.read_text()), json.loads(over_stdio.read_text())
+    assert h["server"] == {"url": url}, h["server"]
+    assert h["server_info"] == s["server_info"] == {"name": "mcp-servers/everything", "version": "2.0.0"}
+    assert h["tools"] == s["tools"] and h["list_digest"] == s["list_digest"] and len(h["tools"]) >= 10
+    # The server is gone now: a clear error, nothing written.
+    gone = tmp_path / "gone.lock"
+    r = tally(state, "tools", "approve", "--out", str(gone), "--by", "alice", "--url", url, check=False)
+    assert r.returncode != 0 and f"reaching {url}" in r.stderr and not gone.exists(), r.stderr
+    r = tally(state, "tools", "approve", "--out", str(gone), "--by", "alice", "--url", "ftp://x/mcp", check=False)
+    assert r.returncode != 0 and "not an http or https URL" in r.stderr, r.stderr

@@ -457,3 +457,83 @@ def test_approve_lists_a_streamable_http_server_by_url(tmp_path: Path) -> None:
     assert r.returncode != 0 and f"reaching {url}" in r.stderr and not gone.exists(), r.stderr
     r = tally(state, "tools", "approve", "--out", str(gone), "--by", "alice", "--url", "ftp://x/mcp", check=False)
     assert r.returncode != 0 and "not an http or https URL" in r.stderr, r.stderr
+
+
+def test_a_tool_list_cut_after_its_first_page_is_list_truncated(tmp_path: Path) -> None:
+    """The gateway follows every nextCursor of its own list; when a later
+    page fails, the check records list_truncated and the session pauses
+    (the policy's default), so no call goes on unchecked."""
+    import os
+
+    state = tmp_path / "state"
+    tally(state, "agent", "init", AGENT)
+    lock = tmp_path / "rug.lock"
+    approve(state, lock, RUGPULL, "--source", "rug")
+    policy = write_json(tmp_path / "policy.json", POLICY)
+    seen: dict = {}
+
+    async def session() -> None:
+        params = gateway_params(state, RUGPULL, "--source", "rug", "--lock", str(lock), "--policy", str(policy))
+        params.env = dict(params.env or os.environ, RUGPULL_PAGES="broken")
+        async with stdio_client(params) as (r, w):
+            async with ClientSession(r, w) as s:
+                await s.initialize()
+                try:
+                    await s.call_tool("add", {"a": 2, "b": 3})
+                    seen["add"] = "forwarded"
+                except McpError as e:
+                    seen["add"] = str(e)
+
+    anyio.run(session)
+    assert "tool check paused this session: list_truncated" in seen["add"], seen
+    found = checks(state)
+    assert [c["trigger"] for c in found] == ["initialize"], found
+    assert found[0]["findings"] == [{"effect": "pause_session", "observation": "list_truncated"}], found
+    assert "offered" not in found[0] and found[0]["effect"] == "pause_session", found
+    assert not [e for e in chain(state) if e["record"]["kind"] == "decision"]
+
+
+def test_over_http_a_tool_list_cut_after_its_first_page_is_list_truncated(tmp_path: Path) -> None:
+    """The same over Streamable HTTP: the gateway's own list after the
+    handshake follows nextCursor, the second page fails, the session pauses."""
+    from test_gateway_http import Gateway, free_port, wait_port
+    from mcp.client.streamable_http import streamable_http_client
+    import os
+
+    state = tmp_path / "state"
+    tally(state, "agent", "init", AGENT)
+    lock = tmp_path / "rug.lock"
+    approve(state, lock, RUGPULL, "--source", "rug")
+    port = free_port()
+    url = f"http://127.0.0.1:{port}/mcp"
+    locked = json.loads(lock.read_text())
+    locked["server"] = {"url": url}
+    write_json(lock, locked)
+    policy = write_json(tmp_path / "policy.json", POLICY)
+    upstream = subprocess.Popen([*RUGPULL, "--http", str(port)], env=dict(os.environ, RUGPULL_PAGES="broken"),
+                                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    seen: dict = {}
+    try:
+        wait_port(port)
+        gw = Gateway(state, url, "--source", "rug", "--lock", str(lock), "--policy", str(policy))
+
+        async def session() -> None:
+            async with streamable_http_client(gw.url) as (r, w):
+                async with ClientSession(r, w) as s:
+                    await s.initialize()
+                    try:
+                        await s.call_tool("add", {"a": 2, "b": 3})
+                        seen["add"] = "forwarded"
+                    except McpError as e:
+                        seen["add"] = str(e)
+
+        anyio.run(session)
+        assert gw.stop() == 0, "".join(gw.stderr)
+    finally:
+        upstream.kill()
+        upstream.wait(timeout=30)
+    assert "tool check paused this session: list_truncated" in seen["add"], seen
+    found = checks(state)
+    assert found and all(c["trigger"] == "initialize" for c in found), found
+    assert {"effect": "pause_session", "observation": "list_truncated"} in found[0]["findings"], found
+    assert not [e for e in chain(state) if e["record"]["kind"] == "decision"]

@@ -363,6 +363,9 @@ struct Watch {
     call: Option<Arc<CallSlot>>,
     /// The `tools/list` request this exchange carries: its id and whether paged.
     list: Option<(Value, bool)>,
+    /// The `initialize` request this exchange carries: its id (its answer's
+    /// `serverInfo` is checked, docs/protocol.md §5.7).
+    init: Option<Value>,
 }
 
 impl Inner {
@@ -413,13 +416,25 @@ impl Inner {
                 if let Some(c) = self.check_of(watch.session.as_deref()) {
                     c.list_changed();
                 }
-                self.list_tools_again(watch.session.clone());
+                self.list_tools_own(watch.session.clone(), CheckTrigger::ListChanged, None);
             }
             _ => {}
         }
     }
 
     fn answer(self: &Arc<Self>, watch: &Watch, id: &Value, msg: &Value) {
+        if watch.init.as_ref() == Some(id) {
+            // The upstream's `serverInfo` against the approved one.
+            if let (Some(c), Some(result)) =
+                (self.check_of(watch.session.as_deref()), msg.get("result"))
+            {
+                let now = tally_schemas::time::Clock::now(&tally_schemas::time::SystemClock);
+                if let Some(body) = c.initialized(result, now) {
+                    self.core.record_check(body);
+                }
+            }
+            return;
+        }
         if let Some(slot) = &watch.call {
             if &slot.id == id {
                 let (status, _) = crate::calls::answer_status(msg);
@@ -554,17 +569,26 @@ impl Inner {
         req
     }
 
-    /// After `notifications/tools/list_changed`, lists the tools with the
-    /// session's last request headers and records the list (up to
-    /// 2025-11-25; later versions deliver the change on the client's own
-    /// subscription, and the client lists again itself).
-    fn list_tools_again(self: &Arc<Self>, session: Option<String>) {
+    /// After `notifications/initialized` (`trigger` `initialize`, with that
+    /// request's `headers`) and after `notifications/tools/list_changed`
+    /// (with the session's last request headers), lists the tools and
+    /// records the list (up to 2025-11-25; later versions deliver the change
+    /// on the client's own subscription, and the client lists again itself).
+    fn list_tools_own(
+        self: &Arc<Self>,
+        session: Option<String>,
+        trigger: CheckTrigger,
+        headers: Option<&HeaderMap>,
+    ) {
+        if trigger == CheckTrigger::Initialize && self.core.config().tool_check.is_none() {
+            return;
+        }
         let headers = {
             let mut st = lock(&self.sessions);
             let Some(s) = st.get(session.as_deref()) else {
                 return;
             };
-            let Some(h) = s.headers.clone() else {
+            let Some(h) = headers.map(copy_headers).or_else(|| s.headers.clone()) else {
                 return;
             };
             if s.own_list_running || is_modern(&h) {
@@ -581,17 +605,12 @@ impl Inner {
             }
             if let Some(c) = this.check_of(session.as_deref()) {
                 let now = tally_schemas::time::Clock::now(&tally_schemas::time::SystemClock);
-                let tools = all
-                    .as_deref()
-                    .map_err(|_| CheckObservation::ServerUnavailable);
-                this.core
-                    .record_check(c.list(CheckTrigger::ListChanged, tools, now));
+                let tools = all.as_deref().map_err(|(o, _)| *o);
+                this.core.record_check(c.list(trigger, tools, now));
             }
             match all {
                 Ok(tools) => this.core.record_tools(&tools),
-                Err(e) => eprintln!(
-                    "tally: gateway: could not list the tools again after list_changed: {e}"
-                ),
+                Err((_, e)) => eprintln!("tally: gateway: could not list the tools: {e}"),
             }
         });
     }
@@ -622,20 +641,26 @@ impl Inner {
             .as_str()?
             .to_owned();
         let tool = self.core.config().recorded_name(&tool);
-        for _ in 0..2 {
+        for _ in 0..3 {
             match check.admit(&tool) {
                 Admission::Forward => return None,
                 Admission::Refuse(r) => return Some(r),
                 Admission::Wait => {
+                    let listing = lock(&self.sessions)
+                        .get(session)
+                        .is_some_and(|s| s.own_list_running);
+                    if listing && check.wait_fresh(Duration::from_secs(10)).await {
+                        // The list the gateway is reading (the session's
+                        // first, or after list_changed) decides.
+                        continue;
+                    }
                     let trigger = if check.checks() == 0 {
                         CheckTrigger::Initialize
                     } else {
                         CheckTrigger::Call
                     };
                     let all = self.own_list(headers).await;
-                    let tools = all
-                        .as_deref()
-                        .map_err(|_| CheckObservation::ServerUnavailable);
+                    let tools = all.as_deref().map_err(|(o, _)| *o);
                     let now = tally_schemas::time::Clock::now(&tally_schemas::time::SystemClock);
                     self.core.record_check(check.list(trigger, tools, now));
                 }
@@ -645,8 +670,18 @@ impl Inner {
     }
 
     /// A `tools/list` answer as the client sees it: without the session's
-    /// paused tools; `None` when nothing is left out.
+    /// paused tools; `None` when nothing is left out. An `initialize`
+    /// answer in a session the check denied is that refusal instead (the
+    /// session stops, as over stdio).
     fn shown_list(&self, watch: &Watch, msg: &Value) -> Option<Value> {
+        if let Some(id) = watch.init.as_ref().filter(|i| msg.get("id") == Some(*i)) {
+            let why = self.check_of(watch.session.as_deref())?.denied()?;
+            let r = Refusal::new(
+                "session_denied",
+                format!("the tool check denied this session: {why}"),
+            );
+            return Some(r.to_answer(id));
+        }
         watch.list.as_ref()?;
         let check = self.check_of(watch.session.as_deref())?;
         let mut shown = msg.clone();
@@ -654,9 +689,23 @@ impl Inner {
         check.filter_page(&mut shown, now).then_some(shown)
     }
 
-    async fn own_list(&self, headers: &HeaderMap) -> Result<Vec<Value>, String> {
-        let mut pages = ToolPages::default();
+    /// Lists the tools itself, following every `nextCursor`. On failure,
+    /// the observation for the check: `list_truncated` when a page after
+    /// the first could not be read or the list has more than
+    /// `MAX_LIST_PAGES` pages, else `server_unavailable`.
+    async fn own_list(
+        &self,
+        headers: &HeaderMap,
+    ) -> Result<Vec<Value>, (CheckObservation, String)> {
         let mut cursor: Option<Value> = None;
+        let fail = |cursor: &Option<Value>, e: String| {
+            if cursor.is_some() {
+                (CheckObservation::ListTruncated, e)
+            } else {
+                (CheckObservation::ServerUnavailable, e)
+            }
+        };
+        let mut pages = ToolPages::default();
         for _ in 0..crate::calls::MAX_LIST_PAGES {
             let n = self.own_list_counter.fetch_add(1, Ordering::Relaxed) + 1;
             let id = Value::String(format!("{OWN_ID_PREFIX}{n}"));
@@ -682,15 +731,22 @@ impl Inner {
                 )
                 .send()
                 .await
-                .map_err(|e| e.to_string())?;
-            let answer = read_answer(resp, &id, self.config.limits.max_answer_bytes).await?;
+                .map_err(|e| fail(&cursor, e.to_string()))?;
+            let answer = read_answer(resp, &id, self.config.limits.max_answer_bytes)
+                .await
+                .map_err(|e| fail(&cursor, e))?;
             match pages.add(cursor.is_some(), &answer) {
                 PageResult::Complete(all) => return Ok(all),
                 PageResult::More(next) => cursor = Some(next),
-                PageResult::NoList => return Err(format!("the upstream answered {answer}")),
+                PageResult::NoList => {
+                    return Err(fail(&cursor, format!("the upstream answered {answer}")))
+                }
             }
         }
-        Err("too many pages".into())
+        Err((
+            CheckObservation::ListTruncated,
+            format!("more than {} pages of tools", crate::calls::MAX_LIST_PAGES),
+        ))
     }
 }
 
@@ -1015,7 +1071,9 @@ enum Carried {
     Call(Value),
     List(Value, bool),
     Cancel(Value),
-    Initialize,
+    Initialize(Value),
+    /// The client's `notifications/initialized`.
+    Initialized,
     /// A batch with a `tools/call`: refused, with these request ids.
     CallBatch(Vec<Value>),
     Other,
@@ -1033,7 +1091,8 @@ fn carried(method: &Method, body: &[u8]) -> Carried {
                 (Some("tools/list"), Some(id)) => {
                     Carried::List(id, is_paged_list_request(&Value::Object(m)))
                 }
-                (Some("initialize"), Some(_)) => Carried::Initialize,
+                (Some("initialize"), Some(id)) => Carried::Initialize(id),
+                (Some("notifications/initialized"), None) => Carried::Initialized,
                 (Some("notifications/cancelled"), None) => {
                     match m.get("params").and_then(|p| p.get("requestId")) {
                         Some(rid) => Carried::Cancel(rid.clone()),
@@ -1082,6 +1141,7 @@ async fn exchange(
             session: None,
             call: None,
             list: None,
+            init: None,
         };
         let _ = relay(&inner, sent, watch, reply, false, None).await;
         return;
@@ -1107,7 +1167,7 @@ async fn exchange(
             }
             st.by_id.insert(sid.clone(), Session::default());
         }
-    } else if matches!(what, Carried::Initialize) {
+    } else if matches!(what, Carried::Initialize(_)) {
         inner.expire_sessions();
         if lock(&inner.sessions).by_id.len() >= inner.config.limits.max_sessions {
             let _ = reply.send(too_many_sessions(&inner));
@@ -1119,11 +1179,13 @@ async fn exchange(
         (method == Method::POST).then_some(&headers),
     );
 
-    let is_initialize = matches!(what, Carried::Initialize);
+    let is_initialize = matches!(what, Carried::Initialize(_));
+    let is_initialized = matches!(what, Carried::Initialized);
     let mut watch = Watch {
         session: session.clone(),
         call: None,
         list: None,
+        init: None,
     };
     match what {
         Carried::CallBatch(ids) => {
@@ -1221,7 +1283,8 @@ async fn exchange(
             let w = watch_with(&watch, &slot);
             return forward_call(inner, method, url, headers, body, w, reply, modern).await;
         }
-        Carried::Initialize | Carried::Other => {}
+        Carried::Initialize(id) => watch.init = Some(id),
+        Carried::Initialized | Carried::Other => {}
     }
 
     let last_event_id = headers
@@ -1268,10 +1331,19 @@ async fn exchange(
             if let Some(sid) = session_of(r.headers()) {
                 lock(&inner.sessions)
                     .by_id
-                    .entry(sid)
+                    .entry(sid.clone())
                     .or_default()
                     .last_used = Some(Instant::now());
+                // The answer belongs to the session it opens: its
+                // `serverInfo` is checked in that session.
+                watch.session = Some(sid);
             }
+        }
+        if is_initialized && r.status().is_success() {
+            // The session's first check, as soon as the server may be
+            // asked (docs/protocol.md §5.7): the client's
+            // `notifications/initialized` follows the `initialize` answer.
+            inner.list_tools_own(session.clone(), CheckTrigger::Initialize, Some(&headers));
         }
         if r.status() == StatusCode::NOT_FOUND {
             if let Some(sid) = &session {
@@ -1304,6 +1376,7 @@ fn watch_with(watch: &Watch, slot: &Arc<CallSlot>) -> Watch {
         session: watch.session.clone(),
         call: Some(Arc::clone(slot)),
         list: None,
+        init: None,
     }
 }
 
@@ -1491,7 +1564,8 @@ async fn relay(
         }
         let observed = json && inner.observe_json_body(&watch, &body);
         // Parsed again only for a tools/list answer under a tool check.
-        let listed = watch.list.is_some() && inner.core.config().tool_check.is_some();
+        let listed = (watch.list.is_some() || watch.init.is_some())
+            && inner.core.config().tool_check.is_some();
         if let Some(shown) = listed
             .then(|| serde_json::from_slice::<Value>(&body).ok())
             .flatten()

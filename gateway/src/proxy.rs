@@ -109,6 +109,8 @@ struct State {
     own_list_counter: u64,
     /// What started the gateway's own list in flight.
     own_trigger: Option<CheckTrigger>,
+    /// Pages of the gateway's own list read so far.
+    own_pages: usize,
     server_gone: bool,
     client_closed: bool,
 }
@@ -339,11 +341,18 @@ impl Proxy {
                 Admission::Refuse(r) => return Some(r),
                 Admission::Wait => {
                     if !check.wait_fresh(CHECK_WAIT).await {
-                        let body = check.list(
-                            CheckTrigger::Call,
-                            Err(CheckObservation::ServerUnavailable),
-                            SystemClock.now(),
-                        );
+                        // A later page of the gateway's own list that did
+                        // not come: the list was cut.
+                        let cut = {
+                            let st = self.lock();
+                            st.own_list_id.is_some() && st.own_pages > 1
+                        };
+                        let why = if cut {
+                            CheckObservation::ListTruncated
+                        } else {
+                            CheckObservation::ServerUnavailable
+                        };
+                        let body = check.list(CheckTrigger::Call, Err(why), SystemClock.now());
                         self.core.record_check(body);
                     }
                 }
@@ -416,7 +425,9 @@ impl Proxy {
         }
         if cursor.is_none() {
             st.own_trigger = Some(trigger);
+            st.own_pages = 0;
         }
+        st.own_pages += 1;
         st.own_list_counter += 1;
         let id = Value::String(format!("{OWN_ID_PREFIX}{}", st.own_list_counter));
         st.own_list_id = Some(id_key(&id));
@@ -458,7 +469,7 @@ impl Proxy {
     /// A `tools/list` answer page; `Some` with the page the client sees
     /// when paused tools were left out.
     fn list_answer(&self, key: &str, paged: bool, msg: &Value) -> Option<Value> {
-        let (own, page, trigger) = {
+        let (own, page, trigger, own_pages) = {
             let mut st = self.lock();
             let own = st.own_list_id.as_deref() == Some(key);
             if own {
@@ -469,15 +480,26 @@ impl Proxy {
             } else {
                 CheckTrigger::ToolsList
             };
-            (own, st.pages.add(paged, msg), trigger)
+            (own, st.pages.add(paged, msg), trigger, st.own_pages)
         };
         let now = SystemClock.now();
         match page {
+            PageResult::More(_) if own && own_pages >= crate::calls::MAX_LIST_PAGES => {
+                // The gateway's own list does not end: truncated.
+                if let Some(c) = &self.check {
+                    let why = CheckObservation::ListTruncated;
+                    self.core.record_check(c.list(trigger, Err(why), now));
+                }
+            }
             PageResult::More(next) if own => self.list_tools(Some(&next), trigger),
             PageResult::More(_) => {}
             PageResult::NoList => {
                 if let (true, Some(c)) = (own, &self.check) {
-                    let why = if msg.get("error").is_some() {
+                    // A page after the first that did not come: the list
+                    // was cut (docs/protocol.md §5.7 `list_truncated`).
+                    let why = if paged {
+                        CheckObservation::ListTruncated
+                    } else if msg.get("error").is_some() {
                         CheckObservation::ServerUnavailable
                     } else {
                         CheckObservation::ListMalformed

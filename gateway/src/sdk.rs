@@ -674,6 +674,22 @@ impl SdkAgent {
         Ok(names)
     }
 
+    /// Compares the server's `initialize` result (`result`: its JSON) with
+    /// the baseline's `serverInfo` (docs/protocol.md §5.7): the findings
+    /// hold for the session and are repeated in its later checks; a denied
+    /// session is recorded at once. Returns whether the session is denied.
+    ///
+    /// # Errors
+    /// [`SdkError::NotRecorded`] when the check could not be written.
+    pub fn server_info(&self, check: &SdkToolCheck, result: &[u8]) -> Result<bool, SdkError> {
+        use tally_schemas::time::Clock as _;
+        let result: Value = serde_json::from_slice(result).unwrap_or(Value::Null);
+        if let Some(body) = check.enforcer.initialized(&result, SystemClock.now()) {
+            self.record_check(body)?;
+        }
+        Ok(check.enforcer.denied().is_some())
+    }
+
     /// Marks the session's check stale (the server sent
     /// `notifications/tools/list_changed`): [`Self::admit_tool`] answers
     /// `tool_check_pending` until the tools are checked again.

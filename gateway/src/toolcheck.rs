@@ -112,7 +112,7 @@ pub struct Lockfile {
     pub source: Option<String>,
     /// The server it was approved for.
     pub server: ServerId,
-    /// The server's `serverInfo` at approval, when it was started.
+    /// The server's `serverInfo` at approval, when it was listed (over stdio or HTTP).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub server_info: Option<ServerInfo>,
     /// When (RFC 3339, UTC).

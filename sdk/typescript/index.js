@@ -327,6 +327,15 @@ class Agent {
     }
   }
 
+  /** @internal Compares an initialize result's serverInfo; whether the session is denied. */
+  _serverInfo(check, result) {
+    try {
+      return this.#native.serverInfoSync(check, JSON.stringify(result));
+    } catch (e) {
+      throw fromNative(e);
+    }
+  }
+
   /** @internal */
   _toolsChanged(check) {
     this.#native.toolsChanged(check);

@@ -4,7 +4,7 @@
 //! approver's signing key.
 //!
 //! `tally tools approve` starts the MCP server once over stdio (the command
-//! after `--`) or reads the agent's latest recorded tool list
+//! after `--`), reaches it over Streamable HTTP (`--url`), or reads the agent's latest recorded tool list
 //! (`--from-agent`, digests only), lists its tools, shows what differs from the baseline
 //! already in `--out` per tool and part (the lines of a changed
 //! description), refuses definitions holding invisible or
@@ -30,6 +30,10 @@ use super::out::{errln, outln};
 const ANSWER_TIMEOUT: Duration = Duration::from_secs(60);
 /// Pages of `tools/list` read at most (docs/protocol.md §5.3 allows 64 records).
 const MAX_PAGES: usize = 64;
+/// The MCP protocol version `tally tools approve` speaks.
+const PROTOCOL_VERSION: &str = "2025-06-18";
+/// Largest HTTP answer read while approving.
+const MAX_ANSWER_BYTES: usize = 16 << 20;
 
 /// Arguments of `tally tools`.
 #[derive(Debug, clap::Args)]
@@ -41,8 +45,9 @@ pub(crate) struct Args {
 #[derive(Debug, clap::Subcommand)]
 enum Sub {
     /// Approve an MCP server's tool definitions: start it once over stdio
-    /// (the command after --), list its tools, show the difference from the
-    /// baseline in --out, and write the lockfile.
+    /// (the command after --) or reach it over Streamable HTTP (--url), list
+    /// its tools, show the difference from the baseline in --out, and write
+    /// the lockfile.
     Approve(ApproveArgs),
     /// Make an approver's signing key (prints its public key, for a
     /// policy's approver_keys).
@@ -88,13 +93,9 @@ struct ApproveArgs {
     /// which the lockfile leaves out (it holds the server's names).
     #[arg(long, value_name = "P", requires = "from_agent")]
     name_prefix: Option<String>,
-    /// With --from-agent: the server is a Streamable HTTP endpoint at this URL.
-    #[arg(
-        long,
-        value_name = "URL",
-        requires = "from_agent",
-        conflicts_with = "command"
-    )]
+    /// The server is a Streamable HTTP endpoint at this URL: its tools are
+    /// listed once over HTTP (or, with --from-agent, read from the records).
+    #[arg(long, value_name = "URL", conflicts_with = "command")]
     url: Option<String>,
     #[command(flatten)]
     state: super::agent::StateArgs,
@@ -192,7 +193,10 @@ fn approve(args: &ApproveArgs) -> anyhow::Result<ExitCode> {
             )
         }
         None => {
-            let (tools, info) = list_server_tools(&args.command)?;
+            let (tools, info) = match &args.url {
+                Some(u) => list_http_tools(u)?,
+                None => list_server_tools(&args.command)?,
+            };
             Lockfile::from_definitions(
                 &tools,
                 args.source.clone(),
@@ -473,8 +477,49 @@ fn list_server_tools(command: &[OsString]) -> anyhow::Result<(Vec<Value>, Option
     result
 }
 
+/// One MCP connection while approving: messages go out with `send`; the
+/// answer to a request is read with `answer`.
+trait Peer {
+    fn send(&mut self, msg: &Value) -> anyhow::Result<()>;
+    /// The whole JSON-RPC answer to the request `id`.
+    fn answer(&mut self, id: &str) -> anyhow::Result<Value>;
+}
+
+/// A server started over stdio: one JSON message a line.
+struct StdioPeer {
+    stdin: std::process::ChildStdin,
+    rx: mpsc::Receiver<Value>,
+}
+
+impl Peer for StdioPeer {
+    fn send(&mut self, msg: &Value) -> anyhow::Result<()> {
+        let mut line = serde_json::to_vec(msg)?;
+        line.push(b'\n');
+        self.stdin
+            .write_all(&line)
+            .context("writing to the server")?;
+        self.stdin.flush().context("writing to the server")
+    }
+
+    fn answer(&mut self, id: &str) -> anyhow::Result<Value> {
+        let deadline = Instant::now() + ANSWER_TIMEOUT;
+        loop {
+            let left = deadline.saturating_duration_since(Instant::now());
+            let msg = self.rx.recv_timeout(left).map_err(|_| {
+                anyhow::anyhow!(
+                    "the server did not answer {id} (it exited, or took over {} s)",
+                    ANSWER_TIMEOUT.as_secs()
+                )
+            })?;
+            if msg.get("id").and_then(Value::as_str) == Some(id) && msg.get("method").is_none() {
+                return Ok(msg);
+            }
+        }
+    }
+}
+
 fn session(child: &mut std::process::Child) -> anyhow::Result<(Vec<Value>, Option<ServerInfo>)> {
-    let mut stdin = child.stdin.take().context("the server's input")?;
+    let stdin = child.stdin.take().context("the server's input")?;
     let stdout = child.stdout.take().context("the server's output")?;
     let (tx, rx) = mpsc::channel::<Value>();
     std::thread::spawn(move || {
@@ -487,48 +532,35 @@ fn session(child: &mut std::process::Child) -> anyhow::Result<(Vec<Value>, Optio
             }
         }
     });
-    let mut send = |v: &Value| -> anyhow::Result<()> {
-        let mut line = serde_json::to_vec(v)?;
-        line.push(b'\n');
-        stdin.write_all(&line).context("writing to the server")?;
-        stdin.flush().context("writing to the server")
-    };
-    let await_answer = |id: &str| -> anyhow::Result<Value> {
-        let deadline = Instant::now() + ANSWER_TIMEOUT;
-        loop {
-            let left = deadline.saturating_duration_since(Instant::now());
-            let msg = rx.recv_timeout(left).map_err(|_| {
-                anyhow::anyhow!(
-                    "the server did not answer {id} (it exited, or took over {} s)",
-                    ANSWER_TIMEOUT.as_secs()
-                )
-            })?;
-            if msg.get("id").and_then(Value::as_str) == Some(id) && msg.get("method").is_none() {
-                if let Some(e) = msg.get("error") {
-                    anyhow::bail!("the server answered {id} with an error: {e}");
-                }
-                return msg
-                    .get("result")
-                    .cloned()
-                    .ok_or_else(|| anyhow::anyhow!("the server's answer to {id} has no result"));
-            }
+    list_tools(&mut StdioPeer { stdin, rx })
+}
+
+/// Initialises an MCP session with `peer` and lists its tools (every page).
+fn list_tools(peer: &mut impl Peer) -> anyhow::Result<(Vec<Value>, Option<ServerInfo>)> {
+    fn result(peer: &mut impl Peer, id: &str) -> anyhow::Result<Value> {
+        let msg = peer.answer(id)?;
+        if let Some(e) = msg.get("error") {
+            anyhow::bail!("the server answered {id} with an error: {e}");
         }
-    };
-    send(
+        msg.get("result")
+            .cloned()
+            .ok_or_else(|| anyhow::anyhow!("the server's answer to {id} has no result"))
+    }
+    peer.send(
         &json!({"jsonrpc": "2.0", "id": "approve:initialize", "method": "initialize", "params": {
-            "protocolVersion": "2025-06-18",
+            "protocolVersion": PROTOCOL_VERSION,
             "capabilities": {},
             "clientInfo": {"name": "tally tools approve", "version": env!("CARGO_PKG_VERSION")},
         }}),
     )?;
-    let init = await_answer("approve:initialize")?;
+    let init = result(peer, "approve:initialize")?;
     let info = init.get("serverInfo").and_then(|i| {
         Some(ServerInfo {
             name: i.get("name")?.as_str()?.to_owned(),
             version: i.get("version").and_then(Value::as_str).map(str::to_owned),
         })
     });
-    send(&json!({"jsonrpc": "2.0", "method": "notifications/initialized"}))?;
+    peer.send(&json!({"jsonrpc": "2.0", "method": "notifications/initialized"}))?;
     let mut tools = Vec::new();
     let mut cursor: Option<Value> = None;
     for page in 0.. {
@@ -540,8 +572,8 @@ fn session(child: &mut std::process::Child) -> anyhow::Result<(Vec<Value>, Optio
         if let Some(c) = &cursor {
             req["params"] = json!({"cursor": c});
         }
-        send(&req)?;
-        let result = await_answer(&id)?;
+        peer.send(&req)?;
+        let result = result(peer, &id)?;
         let Some(items) = result.get("tools").and_then(Value::as_array) else {
             anyhow::bail!("the server's tools/list answer has no tools array");
         };
@@ -552,6 +584,164 @@ fn session(child: &mut std::process::Child) -> anyhow::Result<(Vec<Value>, Optio
         }
     }
     Ok((tools, info))
+}
+
+/// A Streamable HTTP server (MCP's transport, 2025-06-18): each message is
+/// a POST; a request's answer is a JSON body or an event of an SSE stream;
+/// the session id the server gives with its `initialize` answer goes with
+/// every later message, and the session is ended (DELETE) afterwards.
+struct HttpPeer {
+    rt: tokio::runtime::Runtime,
+    client: reqwest::Client,
+    url: reqwest::Url,
+    session: Option<String>,
+    /// Answers read, by request id.
+    answers: std::collections::HashMap<String, Value>,
+}
+
+impl HttpPeer {
+    fn read(&mut self, resp: reqwest::Response, id: &str) -> anyhow::Result<()> {
+        let status = resp.status();
+        if !status.is_success() {
+            let text = self.rt.block_on(resp.text()).unwrap_or_default();
+            anyhow::bail!(
+                "the server answered {id} with HTTP {status}: {}",
+                text.trim()
+            );
+        }
+        if let Some(sid) = resp
+            .headers()
+            .get("mcp-session-id")
+            .and_then(|v| v.to_str().ok())
+        {
+            self.session = Some(sid.to_owned());
+        }
+        let sse = resp
+            .headers()
+            .get(reqwest::header::CONTENT_TYPE)
+            .and_then(|v| v.to_str().ok())
+            .is_some_and(|c| c.starts_with("text/event-stream"));
+        let wanted = Value::String(id.to_owned());
+        let found = self.rt.block_on(async {
+            let mut resp = resp;
+            let mut body: Vec<u8> = Vec::new();
+            let mut scanned = 0;
+            loop {
+                let chunk = tokio::time::timeout(ANSWER_TIMEOUT, resp.chunk())
+                    .await
+                    .map_err(|_| {
+                        anyhow::anyhow!(
+                            "the server did not answer {id} in {} s",
+                            ANSWER_TIMEOUT.as_secs()
+                        )
+                    })?
+                    .with_context(|| format!("reading the answer to {id}"))?;
+                let Some(chunk) = chunk else { break };
+                body.extend_from_slice(&chunk);
+                anyhow::ensure!(
+                    body.len() <= MAX_ANSWER_BYTES,
+                    "the answer to {id} is larger than {MAX_ANSWER_BYTES} bytes"
+                );
+                if sse {
+                    // Whole events only: each ends with a blank line (the
+                    // bytes before `scanned` are complete and never change).
+                    let text = String::from_utf8_lossy(&body).replace("\r\n", "\n");
+                    while let Some(end) = text[scanned..].find("\n\n") {
+                        let event = &text[scanned..scanned + end];
+                        scanned += end + 2;
+                        let data: Vec<&str> = event
+                            .lines()
+                            .filter_map(|l| l.strip_prefix("data:"))
+                            .map(|d| d.strip_prefix(' ').unwrap_or(d))
+                            .collect();
+                        if let Ok(msg) = serde_json::from_str::<Value>(&data.join("\n")) {
+                            if msg.get("id") == Some(&wanted) && msg.get("method").is_none() {
+                                return Ok(Some(msg));
+                            }
+                        }
+                    }
+                }
+            }
+            if sse {
+                return Ok(None);
+            }
+            Ok(serde_json::from_slice::<Value>(&body).ok())
+        })?;
+        let msg = found.ok_or_else(|| {
+            anyhow::anyhow!("the server's HTTP answer to {id} holds no JSON-RPC answer")
+        })?;
+        self.answers.insert(id.to_owned(), msg);
+        Ok(())
+    }
+}
+
+impl Peer for HttpPeer {
+    fn send(&mut self, msg: &Value) -> anyhow::Result<()> {
+        let mut req = self
+            .client
+            .post(self.url.clone())
+            .header(
+                reqwest::header::ACCEPT,
+                "application/json, text/event-stream",
+            )
+            .json(msg);
+        if let Some(sid) = &self.session {
+            req = req
+                .header("mcp-session-id", sid)
+                .header("mcp-protocol-version", PROTOCOL_VERSION);
+        }
+        let resp = self
+            .rt
+            .block_on(req.send())
+            .with_context(|| format!("reaching {}", self.url))?;
+        match msg.get("id").and_then(Value::as_str) {
+            Some(id) => self.read(resp, id),
+            None if resp.status().is_success() => Ok(()),
+            None => anyhow::bail!("the server refused a notification: HTTP {}", resp.status()),
+        }
+    }
+
+    fn answer(&mut self, id: &str) -> anyhow::Result<Value> {
+        self.answers
+            .remove(id)
+            .ok_or_else(|| anyhow::anyhow!("the server did not answer {id}"))
+    }
+}
+
+/// Lists the tools of the Streamable HTTP server at `url` once.
+fn list_http_tools(url: &str) -> anyhow::Result<(Vec<Value>, Option<ServerInfo>)> {
+    let parsed = reqwest::Url::parse(url)
+        .ok()
+        .filter(|u| matches!(u.scheme(), "http" | "https"))
+        .ok_or_else(|| anyhow::anyhow!("--url {url}: not an http or https URL"))?;
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .context("starting the HTTP client")?;
+    let client = reqwest::Client::builder()
+        .connect_timeout(Duration::from_secs(10))
+        .build()
+        .context("the HTTP client")?;
+    let mut peer = HttpPeer {
+        rt,
+        client,
+        url: parsed,
+        session: None,
+        answers: std::collections::HashMap::new(),
+    };
+    let listed = list_tools(&mut peer);
+    if let Some(sid) = peer.session.clone() {
+        // The session is ended; a server that does not allow it says 405.
+        let end = peer
+            .client
+            .delete(peer.url.clone())
+            .header("mcp-session-id", sid)
+            .send();
+        let _ = peer
+            .rt
+            .block_on(async { tokio::time::timeout(Duration::from_secs(5), end).await });
+    }
+    listed
 }
 
 #[cfg(test)]

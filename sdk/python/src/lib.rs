@@ -319,6 +319,15 @@ impl Agent {
             .map_err(|e| raise(&e))
     }
 
+    /// The server's `initialize` result (JSON) against the approved
+    /// `serverInfo`; returns whether the session is denied.
+    fn server_info(&self, py: Python<'_>, check: &ToolCheck, result: Vec<u8>) -> PyResult<bool> {
+        let agent = self.get()?;
+        let inner = Arc::clone(&check.inner);
+        py.detach(|| agent.server_info(&inner, &result))
+            .map_err(|e| raise(&e))
+    }
+
     /// The server's tools may have changed: calls wait for a new check.
     fn tools_changed(&self, check: &ToolCheck) -> PyResult<()> {
         self.get()?.tools_changed(&check.inner);

@@ -13,7 +13,7 @@ export declare function recordClient<C extends { callTool: (...a: any[]) => Prom
     command?: string[];
     url?: string;
   },
-): C & { tallyToolsChanged?: () => void };
+): C & { /** The same as the list_changed the client takes itself. */ tallyToolsChanged?: () => void };
 
 /** A call the tool check refused (`reason`: tool_paused, session_paused, session_denied); it did not run. */
 export declare class ToolCheckRefused extends Error {

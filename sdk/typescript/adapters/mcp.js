@@ -18,6 +18,27 @@ class ToolCheckRefused extends Error {
   }
 }
 
+const LIST_CHANGED = 'notifications/tools/list_changed';
+
+/**
+ * Takes the server's notifications/tools/list_changed on `client` (the
+ * Protocol's setNotificationHandler with the SDK's
+ * ToolListChangedNotificationSchema): `onChanged` runs first, then the
+ * handler the program set before or sets after (or the Client's own
+ * `listChanged` option), which still gets every notification.
+ */
+function hookListChanged(client, onChanged) {
+  const { ToolListChangedNotificationSchema: schema } = require('@modelcontextprotocol/sdk/types.js');
+  const set = client.setNotificationHandler.bind(client);
+  const isListChanged = (s) => s === schema || s?.shape?.method?.value === LIST_CHANGED;
+  const chained = (handler) => async (notification) => {
+    onChanged();
+    if (handler) await handler(notification);
+  };
+  client.setNotificationHandler = (s, handler) => set(s, isListChanged(s) ? chained(handler) : handler);
+  set(schema, chained(client._notificationHandlers?.get(LIST_CHANGED)));
+}
+
 /**
  * Records `client`'s `callTool` (a decision before the request, then `ok`,
  * or `error` for a result with `isError` or a request that throws, which
@@ -32,14 +53,16 @@ function recordClient(agent, client, { strict, lock, policy, command, url } = {}
     if (lock == null || policy == null) throw new TypeError('a tool check needs both lock and policy');
     check = agent._toolCheck(String(lock), String(policy), command, url);
     const connect = client.connect.bind(client);
-    // After initialize (connect), the tools are listed and checked.
+    // After initialize (connect): serverInfo is compared with the approved
+    // one; unless that denied the session, the tools are listed and checked.
     client.connect = async (...args) => {
       const done = await connect(...args);
-      await checkedList(true);
+      const denied = agent._serverInfo(check, { serverInfo: client.getServerVersion() ?? null });
+      if (!denied) await checkedList(true);
       return done;
     };
-    // Call from the client's notifications/tools/list_changed handler.
     client.tallyToolsChanged = () => agent._toolsChanged(check);
+    hookListChanged(client, client.tallyToolsChanged);
   }
   const hide = (result, hidden) => {
     const set = new Set(hidden);

@@ -295,6 +295,13 @@ impl NativeAgent {
         })
     }
 
+    /// The server's `initialize` result (JSON) against the approved
+    /// `serverInfo`; returns whether the session is denied.
+    #[napi]
+    pub fn server_info_sync(&self, check: &NativeToolCheck, result: String) -> napi::Result<bool> {
+        guarded(|| self.inner.server_info(&check.inner, result.as_bytes()))
+    }
+
     /// The server's tools may have changed: calls wait for a new check.
     #[napi]
     pub fn tools_changed(&self, check: &NativeToolCheck) {

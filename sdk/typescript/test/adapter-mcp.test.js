@@ -107,3 +107,65 @@ test('an MCP client with an approved baseline: a changed tool is hidden and its 
   assert.ok(checks.every((c) => c.paused.length === 1 && c.paused[0] === 'echo'));
   assert.deepEqual(records.filter((r) => r.kind === 'decision').map((r) => r.body.tool), ['get-sum']);
 });
+
+test('an MCP client with an approved baseline takes list_changed itself and compares serverInfo', async (t) => {
+  const fs = require('node:fs');
+  const { tally } = require('./helpers');
+  const { ToolCheckRefused } = require('../adapters/mcp');
+  const { ToolListChangedNotificationSchema } = require('@modelcontextprotocol/sdk/types.js');
+  const command = [process.execPath, path.join(__dirname, 'rugpull-server.js')];
+  const { state } = makeAgent(t, 'mcp-bot', null);
+  const lock = path.join(state, '..', 'rugpull.lock');
+  tally(['tools', 'approve', '--out', lock, '--by', 'alice', '--source', 'rp', '--', ...command], { state });
+  assert.deepEqual(JSON.parse(fs.readFileSync(lock, 'utf8')).server_info, { name: 'rugpull', version: '1.0.0' });
+  const policy = path.join(state, '..', 'policy.json');
+  fs.writeFileSync(policy, JSON.stringify({ tally_tools_policy: 1 }));
+
+  const session = async (env) => {
+    const agent = new Agent('mcp-bot', { stateDir: state, source: 'rp' });
+    const client = recordClient(agent, new Client({ name: 'tally-sdk-test', version: '1.0.0' }), { lock, policy, command });
+    // The program's own handler, set after recordClient: it still runs.
+    let heard = 0;
+    client.setNotificationHandler(ToolListChangedNotificationSchema, () => { heard += 1; });
+    const seen = {};
+    try {
+      await client.connect(new StdioClientTransport({ command: command[0], args: command.slice(1), env: { ...process.env, ...env }, stderr: 'ignore' }));
+      for (const name of ['add', 'weather']) {
+        try {
+          await client.callTool({ name, arguments: {} });
+          seen[name] = 'ran';
+        } catch (e) {
+          seen[name] = e instanceof ToolCheckRefused ? [e.reason, e.message] : String(e);
+        }
+        // The notification sent during add reaches the client.
+        for (let i = 0; seen[name] === 'ran' && heard === 0 && i < 500; i += 1) await new Promise((r) => setTimeout(r, 10));
+      }
+    } finally {
+      await client.close();
+      await agent.close();
+    }
+    seen.heard = heard;
+    return seen;
+  };
+  const checks = () => chain(state, 'mcp-bot').filter((r) => r.kind === 'tool_check').map((r) => r.body);
+
+  // A new version (recorded, proceeds); weather changes after the first
+  // call and the server sends list_changed: the next call to weather is
+  // checked first and refused, though the program never said so.
+  let seen = await session({ RUGPULL_VERSION: '1.1.0' });
+  assert.equal(seen.add, 'ran', JSON.stringify(seen));
+  assert.equal(seen.heard, 1, JSON.stringify(seen));
+  assert.ok(Array.isArray(seen.weather) && seen.weather[0] === 'tool_paused' && /description_changed/.test(seen.weather[1]), JSON.stringify(seen));
+  let found = checks();
+  assert.deepEqual(found.map((c) => c.trigger), ['initialize', 'tools_list']);
+  assert.ok(found[0].findings.some((f) => f.observation === 'server_version_changed' && f.effect === 'proceed'), JSON.stringify(found));
+  assert.deepEqual(found.map((c) => c.paused), [[], ['weather']]);
+
+  // Another serverInfo.name: the session is denied at connect.
+  seen = await session({ RUGPULL_NAME: 'someone-else' });
+  assert.ok(Array.isArray(seen.add) && seen.add[0] === 'session_denied' && /server_identity_changed/.test(seen.add[1]), JSON.stringify(seen));
+  found = checks();
+  assert.equal(found.at(-1).trigger, 'initialize');
+  assert.equal(found.at(-1).effect, 'deny');
+  assert.deepEqual(chain(state, 'mcp-bot').filter((r) => r.kind === 'decision').map((r) => r.body.tool), ['add']);
+});

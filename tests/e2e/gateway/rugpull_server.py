@@ -4,8 +4,12 @@ and after the third call changes `weather`'s description (a "rug pull")
 and sends notifications/tools/list_changed.
 
 Run: python rugpull_server.py [--changed]  (--changed: changed from the start)
+With RUGPULL_PAGES=broken in its environment it lists its tools in two
+pages, and the second page fails (a cut list). With --http PORT it serves
+MCP's Streamable HTTP transport on 127.0.0.1:PORT/mcp instead of stdio.
 """
 
+import os
 import sys
 
 import anyio
@@ -38,6 +42,10 @@ def tools() -> list[types.Tool]:
 
 
 async def on_list_tools(ctx, params) -> types.ListToolsResult:
+    if os.environ.get("RUGPULL_PAGES") == "broken":
+        if params is None or params.cursor is None:
+            return types.ListToolsResult(tools=tools()[:1], next_cursor="2")
+        raise ValueError("page 2 is gone")
     return types.ListToolsResult(tools=tools())
 
 
@@ -62,4 +70,30 @@ async def main() -> None:
         await server.run(read, write, options)
 
 
-anyio.run(main)
+def main_http(port: int) -> None:
+    import contextlib
+
+    import uvicorn
+    from mcp.server.streamable_http_manager import StreamableHTTPSessionManager
+    from starlette.applications import Starlette
+    from starlette.routing import Route
+
+    manager = StreamableHTTPSessionManager(app=server)
+
+    class Endpoint:
+        async def __call__(self, scope, receive, send) -> None:
+            await manager.handle_request(scope, receive, send)
+
+    @contextlib.asynccontextmanager
+    async def lifespan(app):
+        async with manager.run():
+            yield
+
+    app = Starlette(routes=[Route("/mcp", endpoint=Endpoint(), methods=["GET", "POST", "DELETE"])], lifespan=lifespan)
+    uvicorn.run(app, host="127.0.0.1", port=port, log_level="warning")
+
+
+if "--http" in sys.argv:
+    main_http(int(sys.argv[sys.argv.index("--http") + 1]))
+else:
+    anyio.run(main)

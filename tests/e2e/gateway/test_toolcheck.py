@@ -347,3 +347,193 @@ def test_over_http_a_changed_tool_is_hidden_and_refused(tmp_path: Path, everythi
     finally:
         upstream.kill()
         upstream.wait(timeout=30)
+
+
+def test_over_http_the_first_check_follows_initialize_and_server_info_is_compared(
+    tmp_path: Path, everything: Path
+) -> None:
+    """Over Streamable HTTP the session's first check runs right after the
+    handshake, with no call or list from the client, and the upstream's
+    serverInfo is compared: a new version proceeds, another name denies the
+    session at its `initialize`."""
+    from test_gateway_http import Gateway, free_port, wait_port
+    from mcp.client.streamable_http import streamable_http_client
+    import os
+
+    state = tmp_path / "state"
+    tally(state, "agent", "init", AGENT)
+    entry = str(everything / "dist/index.js")
+    lock = tmp_path / "ev.lock"
+    approve(state, lock, ["node", entry, "stdio"], "--source", "ev")
+    assert json.loads(lock.read_text())["server_info"] == {"name": "mcp-servers/everything", "version": "2.0.0"}
+    port = free_port()
+    url = f"http://127.0.0.1:{port}/mcp"
+    locked = json.loads(lock.read_text())
+    locked["server"] = {"url": url}
+    write_json(lock, locked)
+    policy = write_json(tmp_path / "policy.json", POLICY)
+    server_js = everything / "dist/server/index.js"
+    plain = server_js.read_text()
+
+    def run(upstream_js: str, seen_before: bool) -> dict:
+        server_js.write_text(upstream_js)
+        upstream = subprocess.Popen(["node", entry, "streamableHttp"], env=dict(os.environ, PORT=str(port)),
+                                    stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        seen: dict = {}
+        try:
+            wait_port(port)
+            before = len(checks(state)) if seen_before else 0
+            gw = Gateway(state, url, "--source", "ev", "--lock", str(lock), "--policy", str(policy))
+
+            async def session() -> None:
+                async with streamable_http_client(gw.url) as (r, w):
+                    async with ClientSession(r, w) as s:
+                        try:
+                            init = await s.initialize()
+                            seen["server"] = init.server_info.name
+                        except McpError as e:
+                            seen["server"] = str(e)
+                            return
+                        # No list and no call: the gateway checks on its own
+                        # (the check is read once the gateway has stopped).
+                        await anyio.sleep(3)
+
+            anyio.run(session)
+            assert gw.stop() == 0, "".join(gw.stderr)
+            seen["checks"] = checks(state)[before:]
+        finally:
+            upstream.kill()
+            upstream.wait(timeout=30)
+        return seen
+
+    # A new version: recorded, proceeds; the first check lists the tools.
+    seen = run(plain.replace('version: "2.0.0"', 'version: "2.1.0"', 1), False)
+    assert seen["server"] == "mcp-servers/everything", seen
+    first = seen["checks"][0]
+    assert first["trigger"] == "initialize", seen
+    assert {"effect": "proceed", "observation": "server_version_changed"} in first["findings"], seen
+    assert first["paused"] == [] and first.get("offered"), seen
+
+    # Another name: the session is denied at its initialize.
+    seen = run(plain.replace('name: "mcp-servers/everything"', 'name: "someone-else"', 1), True)
+    assert "tool check denied this session: server_identity_changed" in seen["server"], seen
+    denied = seen["checks"]
+    assert [c["trigger"] for c in denied] == ["initialize"], seen
+    assert {"effect": "deny", "observation": "server_identity_changed"} in denied[0]["findings"], seen
+
+
+def test_approve_lists_a_streamable_http_server_by_url(tmp_path: Path) -> None:
+    """`tally tools approve --url` lists server-everything's tools once over
+    Streamable HTTP: the same definitions as over stdio, its serverInfo, and
+    the URL as the server's identity; an unreachable URL is a clear error."""
+    from test_gateway_http import free_port, wait_port
+    import os
+
+    state = tmp_path / "state"
+    over_stdio = tmp_path / "stdio.lock"
+    approve(state, over_stdio, ["node", SERVER, "stdio"], "--source", "ev")
+    port = free_port()
+    url = f"http://127.0.0.1:{port}/mcp"
+    upstream = subprocess.Popen(["node", SERVER, "streamableHttp"], env=dict(os.environ, PORT=str(port)),
+                                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        wait_port(port)
+        over_http = tmp_path / "http.lock"
+        r = tally(state, "tools", "approve", "--out", str(over_http), "--by", "alice", "--source", "ev", "--url", url)
+        assert "tool echo: new" in r.stdout, r.stdout
+        # Again: nothing differs.
+        r = tally(state, "tools", "approve", "--out", str(over_http), "--by", "alice", "--source", "ev", "--url", url)
+        assert "unchanged:" in r.stdout, r.stdout
+    finally:
+        upstream.kill()
+        upstream.wait(timeout=30)
+    h, s = json.loads(over_http.read_text()), json.loads(over_stdio.read_text())
+    assert h["server"] == {"url": url}, h["server"]
+    assert h["server_info"] == s["server_info"] == {"name": "mcp-servers/everything", "version": "2.0.0"}
+    assert h["tools"] == s["tools"] and h["list_digest"] == s["list_digest"] and len(h["tools"]) >= 10
+    # The server is gone now: a clear error, nothing written.
+    gone = tmp_path / "gone.lock"
+    r = tally(state, "tools", "approve", "--out", str(gone), "--by", "alice", "--url", url, check=False)
+    assert r.returncode != 0 and f"reaching {url}" in r.stderr and not gone.exists(), r.stderr
+    r = tally(state, "tools", "approve", "--out", str(gone), "--by", "alice", "--url", "ftp://x/mcp", check=False)
+    assert r.returncode != 0 and "not an http or https URL" in r.stderr, r.stderr
+
+
+def test_a_tool_list_cut_after_its_first_page_is_list_truncated(tmp_path: Path) -> None:
+    """The gateway follows every nextCursor of its own list; when a later
+    page fails, the check records list_truncated and the session pauses
+    (the policy's default), so no call goes on unchecked."""
+    import os
+
+    state = tmp_path / "state"
+    tally(state, "agent", "init", AGENT)
+    lock = tmp_path / "rug.lock"
+    approve(state, lock, RUGPULL, "--source", "rug")
+    policy = write_json(tmp_path / "policy.json", POLICY)
+    seen: dict = {}
+
+    async def session() -> None:
+        params = gateway_params(state, RUGPULL, "--source", "rug", "--lock", str(lock), "--policy", str(policy))
+        params.env = dict(params.env or os.environ, RUGPULL_PAGES="broken")
+        async with stdio_client(params) as (r, w):
+            async with ClientSession(r, w) as s:
+                await s.initialize()
+                try:
+                    await s.call_tool("add", {"a": 2, "b": 3})
+                    seen["add"] = "forwarded"
+                except McpError as e:
+                    seen["add"] = str(e)
+
+    anyio.run(session)
+    assert "tool check paused this session: list_truncated" in seen["add"], seen
+    found = checks(state)
+    assert [c["trigger"] for c in found] == ["initialize"], found
+    assert found[0]["findings"] == [{"effect": "pause_session", "observation": "list_truncated"}], found
+    assert "offered" not in found[0] and found[0]["effect"] == "pause_session", found
+    assert not [e for e in chain(state) if e["record"]["kind"] == "decision"]
+
+
+def test_over_http_a_tool_list_cut_after_its_first_page_is_list_truncated(tmp_path: Path) -> None:
+    """The same over Streamable HTTP: the gateway's own list after the
+    handshake follows nextCursor, the second page fails, the session pauses."""
+    from test_gateway_http import Gateway, free_port, wait_port
+    from mcp.client.streamable_http import streamable_http_client
+    import os
+
+    state = tmp_path / "state"
+    tally(state, "agent", "init", AGENT)
+    lock = tmp_path / "rug.lock"
+    approve(state, lock, RUGPULL, "--source", "rug")
+    port = free_port()
+    url = f"http://127.0.0.1:{port}/mcp"
+    locked = json.loads(lock.read_text())
+    locked["server"] = {"url": url}
+    write_json(lock, locked)
+    policy = write_json(tmp_path / "policy.json", POLICY)
+    upstream = subprocess.Popen([*RUGPULL, "--http", str(port)], env=dict(os.environ, RUGPULL_PAGES="broken"),
+                                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    seen: dict = {}
+    try:
+        wait_port(port)
+        gw = Gateway(state, url, "--source", "rug", "--lock", str(lock), "--policy", str(policy))
+
+        async def session() -> None:
+            async with streamable_http_client(gw.url) as (r, w):
+                async with ClientSession(r, w) as s:
+                    await s.initialize()
+                    try:
+                        await s.call_tool("add", {"a": 2, "b": 3})
+                        seen["add"] = "forwarded"
+                    except McpError as e:
+                        seen["add"] = str(e)
+
+        anyio.run(session)
+        assert gw.stop() == 0, "".join(gw.stderr)
+    finally:
+        upstream.kill()
+        upstream.wait(timeout=30)
+    assert "tool check paused this session: list_truncated" in seen["add"], seen
+    found = checks(state)
+    assert found and all(c["trigger"] == "initialize" for c in found), found
+    assert {"effect": "pause_session", "observation": "list_truncated"} in found[0]["findings"], found
+    assert not [e for e in chain(state) if e["record"]["kind"] == "decision"]

@@ -19,15 +19,18 @@ With ``lock=`` and ``policy=`` (a baseline from ``tally tools approve`` and
 a policy, docs/operations.md "Approved tool definitions") and the server's
 ``command=`` (its argv, as approved) or ``url=``, the session enforces what
 ``tally gateway --lock --policy`` enforces (docs/protocol.md §5.7), through
-the same core: after ``initialize`` it lists and checks the tools, every
+the same core: ``initialize``'s ``serverInfo`` is compared with the
+approved one (another name denies the session, another version is
+recorded), then it lists and checks the tools, every
 ``list_tools`` is checked and answered without the paused tools, and a call
 to a paused tool (or any call of a paused or denied session) raises
 ``ToolCheckRefused`` (its ``reason``: ``tool_paused``,
 ``session_paused``, ``session_denied``) without running or being recorded.
-The MCP client delivers ``notifications/tools/list_changed`` to the
-session's ``message_handler``: call ``tools_changed()`` from there, and the
-next call checks the tools again first. Each check is a ``tool_check``
-record in the agent's chain.
+The session's ``notifications/tools/list_changed`` is taken from the
+``ClientSession``'s ``message_handler`` (the one given to it still gets
+every message): the next call checks the tools again first (``tools_changed()``
+does the same by hand). Each check is a ``tool_check`` record in the agent's
+chain.
 """
 
 from __future__ import annotations
@@ -73,10 +76,27 @@ class RecordedSession:
             if lock is None or policy is None:
                 raise ValueError("a tool check needs both lock= and policy=")
             self._check = agent._writer().tool_check(str(lock), str(policy), command=command, url=url)
+            self._hook_list_changed()
+
+    def _hook_list_changed(self) -> None:
+        # ClientSession hands every server notification to its
+        # message_handler, read at each one: wrapped here, passed on.
+        handler = self.session._message_handler
+
+        async def on_message(message: Any) -> None:
+            if isinstance(getattr(message, "root", message), types.ToolListChangedNotification):
+                self.tools_changed()
+            await handler(message)
+
+        self.session._message_handler = on_message
 
     async def initialize(self, *args: Any, **kwargs: Any) -> Any:
         result = await self.session.initialize(*args, **kwargs)
         if self._check is not None:
+            info = result.model_dump(mode="json", by_alias=True, exclude_none=True)
+            if self.agent._writer().server_info(self._check, json.dumps(info).encode()):
+                # Denied: recorded; every call is refused, no list is read.
+                return result
             await self._checked_list(initialize=True)
         return result
 

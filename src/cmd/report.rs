@@ -15,7 +15,7 @@ use tally_schemas::report::Verdict;
 use tally_schemas::UnixMillis;
 use tally_verifier::{AuditOptions, VerifyOptions};
 
-use super::verify::{anchors, read_disclosures, Anchors};
+use super::verify::{anchors, read_disclosures, Anchors, Checked};
 
 /// Output format of `tally report`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
@@ -29,26 +29,10 @@ pub(crate) enum ReportFormat {
 /// Arguments of `tally report`.
 #[derive(Debug, clap::Args)]
 pub(crate) struct Args {
-    /// The pack (JSON Lines).
-    pub pack: PathBuf,
-    /// The agents' public keys (agent-keys.json), as for `tally verify`.
-    #[arg(long, value_name = "FILE")]
-    pub agent_keys: PathBuf,
-    /// The log's checkpoint key (the witness key) as a vkey, or a file
-    /// holding it.
-    #[arg(
-        long,
-        value_name = "VKEY",
-        required_unless_present = "trust",
-        conflicts_with = "trust"
-    )]
-    pub witness_key: Option<String>,
-    /// A pinned trust file (docs/protocol.md §11.1).
-    #[arg(long, value_name = "FILE")]
-    pub trust: Option<PathBuf>,
-    /// head.json, as for `tally verify`.
-    #[arg(long, value_name = "FILE")]
-    pub head: Option<PathBuf>,
+    /// The pack, its trust anchors, head.json, windows and disclosures, as
+    /// for `tally verify`.
+    #[command(flatten)]
+    pub check: Checked,
     /// The per-agent figures cover records made at or after this time
     /// (RFC 3339, e.g. 2026-12-01T00:00:00Z); the checks cover the whole
     /// pack.
@@ -57,41 +41,12 @@ pub(crate) struct Args {
     /// ... and before this time (RFC 3339).
     #[arg(long, value_name = "TIME")]
     pub to: Option<String>,
-    /// Disclosure files (`tally disclose`) to check and show. Repeatable.
-    #[arg(long, value_name = "FILE")]
-    pub disclosure: Vec<PathBuf>,
     /// Output format.
     #[arg(long, value_enum, default_value_t = ReportFormat::Html)]
     pub format: ReportFormat,
     /// Write the report here (default: standard output).
     #[arg(short, long, value_name = "FILE")]
     pub output: Option<PathBuf>,
-    /// Skew bound between agent and witness time, in seconds.
-    #[arg(long, value_name = "SECS", default_value_t = 300)]
-    pub max_skew: u64,
-    /// Grace window for decisions without an outcome, in seconds.
-    #[arg(long, value_name = "SECS", default_value_t = 300)]
-    pub grace: u64,
-    /// Worker threads (0: one per core).
-    #[arg(long, default_value_t = 0)]
-    pub threads: usize,
-}
-
-impl Args {
-    fn as_verify(&self) -> super::verify::Args {
-        super::verify::Args {
-            pack: self.pack.clone(),
-            agent_keys: self.agent_keys.clone(),
-            witness_key: self.witness_key.clone(),
-            trust: self.trust.clone(),
-            head: self.head.clone(),
-            format: super::verify::Format::Text,
-            max_skew: self.max_skew,
-            grace: self.grace,
-            threads: self.threads,
-            disclosure: self.disclosure.clone(),
-        }
-    }
 }
 
 /// A shell word: as it is when it is plain, else in single quotes.
@@ -107,7 +62,7 @@ fn shell_word(s: &str) -> String {
 }
 
 /// The `tally verify` command that makes the same verification.
-pub(crate) fn verify_command(a: &super::verify::Args) -> String {
+pub(crate) fn verify_command(a: &Checked) -> String {
     let mut words = vec![
         "tally".to_owned(),
         "verify".to_owned(),
@@ -181,16 +136,15 @@ pub(crate) fn build(args: &Args) -> anyhow::Result<AuditReport> {
             anyhow::bail!("--from {} is not before --to {}", f, t);
         }
     }
-    let vargs = args.as_verify();
     let Anchors {
         keys,
         log,
         witnesses,
         head,
-    } = anchors(&vargs)?;
-    let disclosures = read_disclosures(&args.disclosure)?;
-    let file = std::fs::File::open(&args.pack)
-        .with_context(|| format!("opening the pack {}", args.pack.display()))?;
+    } = anchors(&args.check)?;
+    let disclosures = read_disclosures(&args.check.disclosure)?;
+    let file = std::fs::File::open(&args.check.pack)
+        .with_context(|| format!("opening the pack {}", args.check.pack.display()))?;
     let mut reader = BufReader::with_capacity(
         1 << 20,
         Hashing {
@@ -200,9 +154,9 @@ pub(crate) fn build(args: &Args) -> anyhow::Result<AuditReport> {
         },
     );
     let options = VerifyOptions {
-        max_skew_ms: args.max_skew.saturating_mul(1000),
-        grace_ms: args.grace.saturating_mul(1000),
-        threads: args.threads,
+        max_skew_ms: args.check.max_skew.saturating_mul(1000),
+        grace_ms: args.check.grace.saturating_mul(1000),
+        threads: args.check.threads,
         witnesses: witnesses.as_ref(),
         progress: None,
     };
@@ -217,7 +171,7 @@ pub(crate) fn build(args: &Args) -> anyhow::Result<AuditReport> {
             disclosures,
         },
     )
-    .map_err(|e| anyhow::anyhow!("{}: {e}", args.pack.display()))?;
+    .map_err(|e| anyhow::anyhow!("{}: {e}", args.check.pack.display()))?;
     // The verifier stops at the end of the pack; hash anything it left.
     std::io::copy(&mut reader, &mut std::io::sink())?;
     let hashing = reader.into_inner();
@@ -229,27 +183,27 @@ pub(crate) fn build(args: &Args) -> anyhow::Result<AuditReport> {
         tally_version: env!("CARGO_PKG_VERSION").to_owned(),
         generated: UnixMillis::now().to_rfc3339().unwrap_or_default(),
         pack: PackInfo {
-            file: args.pack.display().to_string(),
+            file: args.check.pack.display().to_string(),
             sha256: hex::encode(hashing.hash.finalize()),
             bytes: hashing.bytes,
         },
         trust: TrustInfo {
-            agent_keys_file: args.agent_keys.display().to_string(),
-            agent_keys_sha256: sha256_file(&args.agent_keys)?,
+            agent_keys_file: args.check.agent_keys.display().to_string(),
+            agent_keys_sha256: sha256_file(&args.check.agent_keys)?,
             origin: keys.origin.clone(),
             log_key: log.vkey(),
-            trust_file: args.trust.as_ref().map(|p| p.display().to_string()),
+            trust_file: args.check.trust.as_ref().map(|p| p.display().to_string()),
             cosigners: policy
                 .map(|p| p.witnesses.iter().map(|w| w.vkey()).collect())
                 .unwrap_or_default(),
             quorum: policy.map_or(0, |p| p.quorum as u64),
-            head_file: args.head.as_ref().map(|p| p.display().to_string()),
+            head_file: args.check.head.as_ref().map(|p| p.display().to_string()),
         },
         period: Period {
             from: from.and_then(|t| t.to_rfc3339().ok()),
             to: to.and_then(|t| t.to_rfc3339().ok()),
         },
-        command: verify_command(&vargs),
+        command: verify_command(&args.check),
         verification: audited.verification.report,
         agents: sections,
         statements,

@@ -28,9 +28,11 @@ pub(crate) enum Format {
     Json,
 }
 
-/// Arguments of `tally verify`.
-#[derive(Debug, clap::Args)]
-pub(crate) struct Args {
+/// What `tally verify` and `tally report` check a pack with: the pack, its
+/// trust anchors (docs/protocol.md §9.3, §11.1), head.json, the windows and
+/// the disclosures.
+#[derive(Debug, Clone, clap::Args)]
+pub(crate) struct Checked {
     /// The pack (JSON Lines).
     pub pack: PathBuf,
     /// The agents' public keys (agent-keys.json), from the operator, never
@@ -54,9 +56,6 @@ pub(crate) struct Args {
     /// nothing was cut from the end.
     #[arg(long, value_name = "FILE")]
     pub head: Option<PathBuf>,
-    /// Output format.
-    #[arg(long, value_enum, default_value_t = Format::Text)]
-    pub format: Format,
     /// Skew bound between agent and witness time, in seconds.
     #[arg(long, value_name = "SECS", default_value_t = 300)]
     pub max_skew: u64,
@@ -72,6 +71,16 @@ pub(crate) struct Args {
     /// Repeatable. One that does not check fails the run.
     #[arg(long, value_name = "FILE")]
     pub disclosure: Vec<PathBuf>,
+}
+
+/// Arguments of `tally verify`.
+#[derive(Debug, clap::Args)]
+pub(crate) struct Args {
+    #[command(flatten)]
+    pub check: Checked,
+    /// Output format.
+    #[arg(long, value_enum, default_value_t = Format::Text)]
+    pub format: Format,
 }
 
 /// The trust anchors and head.json of a run, read and checked.
@@ -105,7 +114,7 @@ pub(crate) fn read_disclosures(
 
 /// Reads the trust anchors and head.json given to `tally verify` or
 /// `tally report`, refusing files given in the wrong place.
-pub(crate) fn anchors(args: &Args) -> anyhow::Result<Anchors> {
+pub(crate) fn anchors(args: &Checked) -> anyhow::Result<Anchors> {
     check_pack_argument(args)?;
     let keys = AgentKeys::from_json(&read(&args.agent_keys, "agent keys")?)
         .with_context(|| format!("{}", args.agent_keys.display()))
@@ -253,7 +262,7 @@ fn wrong_file(path: &Path, kind: FileKind, expected: &str) -> anyhow::Error {
 }
 
 /// Refuses a pack argument that is another of tally's files.
-fn check_pack_argument(args: &Args) -> anyhow::Result<()> {
+fn check_pack_argument(args: &Checked) -> anyhow::Result<()> {
     let kind = FileKind::of(&args.pack);
     if matches!(kind, FileKind::Pack | FileKind::Other) {
         return Ok(());
@@ -328,6 +337,8 @@ fn cosigner_key(vkey: &str) -> Option<anyhow::Error> {
 /// Usage and I/O errors (exit 2): unreadable files, a bad key, an
 /// unsupported pack version, input that is not a pack.
 pub(crate) fn run(args: &Args) -> anyhow::Result<ExitCode> {
+    let format = args.format;
+    let args = &args.check;
     let Anchors {
         keys,
         log,
@@ -384,7 +395,7 @@ pub(crate) fn run(args: &Args) -> anyhow::Result<ExitCode> {
     let verification =
         result.map_err(|e: VerifyError| anyhow::anyhow!("{}: {e}", args.pack.display()))?;
     let mut out = super::out::stdout();
-    match args.format {
+    match format {
         Format::Text => out.write_all(verification.to_text().as_bytes())?,
         Format::Json => {
             // Serialised first: an I/O error inside serde_json would hide

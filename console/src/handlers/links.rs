@@ -116,11 +116,16 @@ pub(crate) async fn links_revoke(
     let Ok(Path(id)) = id else {
         return PageError::not_found().with_view(&view).into_response();
     };
-    match c.links.revoke(&op.project, &id, c.witness.now()) {
+    link_changed(&view, c.links.revoke(&op.project, &id, c.witness.now()))
+}
+
+/// The answer to a change of a link: back to the links page, or why not.
+fn link_changed(view: &View, changed: Result<(), LinkStoreError>) -> Response {
+    match changed {
         Ok(()) => Redirect::to("/console/links").into_response(),
-        Err(LinkStoreError::NotFound) => PageError::not_found().with_view(&view).into_response(),
+        Err(LinkStoreError::NotFound) => PageError::not_found().with_view(view).into_response(),
         Err(e) => PageError::from(WitnessError::internal(&e))
-            .with_view(&view)
+            .with_view(view)
             .into_response(),
     }
 }
@@ -162,11 +167,7 @@ pub(crate) async fn links_disclose(
         .links
         .attach_disclosure(&op.project, &id, attached, c.witness.now())
     {
-        Ok(()) => Redirect::to("/console/links").into_response(),
-        Err(LinkStoreError::NotFound) => PageError::not_found().with_view(&view).into_response(),
         Err(LinkStoreError::Disclosure(m)) => refuse(format!("disclosure: {m}")),
-        Err(e) => PageError::from(WitnessError::internal(&e))
-            .with_view(&view)
-            .into_response(),
+        changed => link_changed(&view, changed),
     }
 }

@@ -1,5 +1,5 @@
 //! Benchmark (not a test): what a tool check costs the gateway
-//! (gateway/src/toolcheck.rs; docs/benchmarks.md "Tool checks"): at a
+//! (gateway/src/toolcheck/; docs/benchmarks.md "Tool checks"): at a
 //! complete `tools/list` (digest every definition, compare with the
 //! baseline, build the `tool_check` body) plus hiding paused tools from the
 //! page the client sees, and per call (the admission lookup). The lists are

@@ -1,4 +1,4 @@
-//! Writes tally's golden vectors (testkit/src/golden.rs) to
+//! Writes tally's golden vectors (testkit/src/golden/) to
 //! testdata/golden/, or to the folder given. Deterministic; CI reruns it and
 //! fails on any diff.
 //!

@@ -1,4 +1,4 @@
-//! Golden vectors (testdata/golden, written by tally-testkit's golden.rs): every
+//! Golden vectors (testdata/golden, written by tally-testkit's golden/): every
 //! fixture parses into the Rust types, round-trips byte for byte, reproduces
 //! its derived hashes and signatures, and validates against its JSON Schema
 //! in schemas/json with a real validator; every refused fixture is refused by
@@ -205,7 +205,7 @@ fn log_fixtures() {
 #[test]
 fn pack_fixtures() {
     // The golden pack is the conformance corpus's golden-pack case, made by
-    // the same generator (tally-testkit's golden.rs); the refused documents
+    // the same generator (tally-testkit's golden/); the refused documents
     // stay with the golden vectors.
     let dir = root().join("testdata/conformance/golden-pack");
     let refused_dir = root().join("testdata/golden/pack");

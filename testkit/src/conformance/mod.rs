@@ -383,7 +383,7 @@ pub fn corpus() -> Vec<Case> {
     cases
 }
 
-/// The golden pack (testkit/src/golden.rs): the same chain as the golden
+/// The golden pack (testkit/src/golden/): the same chain as the golden
 /// record vectors, under one checkpoint, with its pretty-printed
 /// agent-keys.json and head.json.
 fn golden_pack_case() -> Case {

@@ -254,6 +254,55 @@ pub fn accept_receipt(
     now: UnixMillis,
     max_skew_ms: u64,
 ) -> Result<AcceptedReceipt, ReceiptRejection> {
+    accept_receipt_with(
+        receipt,
+        record,
+        trust,
+        now,
+        max_skew_ms,
+        &OpenedNote::default(),
+    )
+}
+
+/// The last checkpoint note whose signature checked out, and under which
+/// key: the receipts of one batch share one checkpoint (protocol.md §8.1),
+/// so its signature is checked once for all of them.
+#[derive(Debug, Default)]
+pub struct OpenedNote(std::sync::Mutex<Option<(String, String, Checkpoint)>>);
+
+impl OpenedNote {
+    fn get(&self, note: &str, key: &NoteVerifier) -> Option<Checkpoint> {
+        let last = self
+            .0
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        last.as_ref()
+            .filter(|(n, k, _)| n == note && *k == key.label())
+            .map(|(_, _, c)| c.clone())
+    }
+
+    fn put(&self, note: &str, key: &NoteVerifier, checkpoint: &Checkpoint) {
+        *self
+            .0
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner) =
+            Some((note.to_owned(), key.label(), checkpoint.clone()));
+    }
+}
+
+/// [`accept_receipt`], checking a checkpoint's signature only when `opened`
+/// does not hold that note already verified under the same key.
+///
+/// # Errors
+/// [`ReceiptRejection`] naming the first failed condition.
+pub fn accept_receipt_with(
+    receipt: &Receipt,
+    record: &Record,
+    trust: &WitnessTrust,
+    now: UnixMillis,
+    max_skew_ms: u64,
+    opened: &OpenedNote,
+) -> Result<AcceptedReceipt, ReceiptRejection> {
     if trust.keys.is_empty() {
         return Err(ReceiptRejection::Untrusted(
             "no log key is pinned for this witness (run `tally agent init NAME --witness URL`)"
@@ -267,7 +316,17 @@ pub fn accept_receipt(
         .origin;
     let mut last_untrusted: Option<NoteError> = None;
     for key in trust.keys.iter().filter(|k| k.verifier.name() == origin) {
-        match receipt.verify(record, &key.verifier) {
+        let verified = match opened.get(&receipt.checkpoint, &key.verifier) {
+            Some(checkpoint) => receipt
+                .verify_opened(record, &checkpoint)
+                .map(|entry| (checkpoint, entry)),
+            None => receipt
+                .verify(record, &key.verifier)
+                .inspect(|(checkpoint, _)| {
+                    opened.put(&receipt.checkpoint, &key.verifier, checkpoint);
+                }),
+        };
+        match verified {
             Ok((checkpoint, _entry)) => {
                 let received = receipt.received;
                 let too_early = key.not_before.is_some_and(|t| received < t);

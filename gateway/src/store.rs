@@ -180,6 +180,17 @@ pub trait ChainWriter: Send + 'static {
 pub struct ChainStore {
     db: Database,
     recovered: JournalRecovery,
+    /// Receipts were committed without a sync of the file since the last
+    /// [`ChainStore::persist`].
+    deferred: std::sync::atomic::AtomicBool,
+}
+
+impl Drop for ChainStore {
+    fn drop(&mut self) {
+        // Closing writes out deferred receipts (a failure leaves them to be
+        // fetched again at the next sync).
+        let _ = self.persist();
+    }
 }
 
 /// What [`ChainStore::open`] took over from the record journal of a run
@@ -233,6 +244,7 @@ impl ChainStore {
         let mut store = Self {
             db,
             recovered: JournalRecovery::default(),
+            deferred: std::sync::atomic::AtomicBool::new(false),
         };
         store.recovered = store.replay_journal(&journal_path(path))?;
         Ok(store)
@@ -360,6 +372,10 @@ impl ChainStore {
     }
 
     fn set_meta(&self, key: &str, value: Option<&[u8]>) -> Result<(), StoreError> {
+        if value.is_none() && self.meta(key)?.is_none() {
+            // Nothing to clear: no write, so no commit and no sync of the file.
+            return Ok(());
+        }
         let tx = self.db.begin_write()?;
         {
             let mut t = tx.open_table(META)?;
@@ -405,7 +421,47 @@ impl ChainStore {
     /// # Errors
     /// [`StoreError`] when it did not commit.
     pub fn put_receipts(&self, accepted: &[(u64, &[u8])]) -> Result<u64, StoreError> {
-        let tx = self.db.begin_write()?;
+        self.store_receipts(accepted, redb::Durability::Immediate)
+    }
+
+    /// [`Self::put_receipts`] without syncing the file: the next durable
+    /// commit (the next record), [`Self::persist`] or closing the store
+    /// writes them out. A receipt lost in a crash before that is fetched
+    /// again, since the witness answers a record it holds with its original
+    /// receipt (docs/protocol.md §8; docs/operations.md "Syncing").
+    ///
+    /// # Errors
+    /// [`StoreError`] when it did not commit.
+    pub fn put_receipts_deferred(&self, accepted: &[(u64, &[u8])]) -> Result<u64, StoreError> {
+        let cursor = self.store_receipts(accepted, redb::Durability::None)?;
+        self.deferred
+            .store(true, std::sync::atomic::Ordering::SeqCst);
+        Ok(cursor)
+    }
+
+    /// Writes out what [`Self::put_receipts_deferred`] committed, if
+    /// anything: an empty durable commit.
+    ///
+    /// # Errors
+    /// [`StoreError`] when it did not commit.
+    pub fn persist(&self) -> Result<(), StoreError> {
+        if self
+            .deferred
+            .swap(false, std::sync::atomic::Ordering::SeqCst)
+        {
+            self.db.begin_write()?.commit()?;
+        }
+        Ok(())
+    }
+
+    fn store_receipts(
+        &self,
+        accepted: &[(u64, &[u8])],
+        durability: redb::Durability,
+    ) -> Result<u64, StoreError> {
+        let mut tx = self.db.begin_write()?;
+        tx.set_durability(durability)
+            .map_err(|e| StoreError::Db(e.to_string()))?;
         let cursor;
         {
             let mut receipts = tx.open_table(RECEIPTS)?;

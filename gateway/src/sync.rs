@@ -6,7 +6,7 @@
 //! reordered: when the witness refuses one for good, syncing halts and says
 //! why. A record whose answer was lost is simply sent again, at any later
 //! time: the witness answers an exact resubmission with its original
-//! receipt (protocol.md §8), which acceptance takes however old it is. Each receipt is accepted with [`crate::acceptance::accept_receipt`]
+//! receipt (protocol.md §8), which acceptance takes however old it is. Each receipt is accepted with [`crate::acceptance::accept_receipt_with`]
 //! before it is stored and the cursor moves. Transient failures retry with
 //! exponential backoff.
 //!
@@ -44,7 +44,7 @@ use tally_schemas::AgentName;
 use tokio::sync::{watch, Notify};
 
 use crate::acceptance::{
-    accept_receipt, parse_receipt, DirectoryReview, ReceiptRejection, WitnessTrust,
+    accept_receipt_with, parse_receipt, DirectoryReview, OpenedNote, ReceiptRejection, WitnessTrust,
 };
 use crate::state::StateDir;
 use crate::store::{ChainStore, SyncErrorNote};
@@ -93,6 +93,8 @@ pub struct Syncer {
     nudge: Notify,
     /// Cuts the linger after a commit short: a writer waits for a receipt.
     hurry: Notify,
+    /// The checkpoint of the last batch's receipts, its signature checked.
+    opened: OpenedNote,
     /// How long the background task waits after a commit before it sends,
     /// so records committed together go in one batch ([`SYNC_LINGER`]).
     linger: Duration,
@@ -104,7 +106,7 @@ pub struct Syncer {
 /// batch each, which on a small machine takes the witness's and the
 /// receipts' work off the path of the next calls (docs/benchmarks.md,
 /// "Several writers").
-pub const SYNC_LINGER: Duration = Duration::from_millis(20);
+pub const SYNC_LINGER: Duration = Duration::from_millis(100);
 
 struct KeyCheck {
     interval: Duration,
@@ -158,6 +160,7 @@ impl Syncer {
             progress,
             nudge: Notify::new(),
             hurry: Notify::new(),
+            opened: OpenedNote::default(),
             linger: SYNC_LINGER,
         }
     }
@@ -270,7 +273,15 @@ impl Syncer {
             .read()
             .unwrap_or_else(std::sync::PoisonError::into_inner);
         parse_receipt(bytes).and_then(|receipt| {
-            accept_receipt(&receipt, record, &trust, self.clock.now(), self.max_skew_ms).map(|_| ())
+            accept_receipt_with(
+                &receipt,
+                record,
+                &trust,
+                self.clock.now(),
+                self.max_skew_ms,
+                &self.opened,
+            )
+            .map(|_| ())
         })
     }
 
@@ -317,8 +328,13 @@ impl Syncer {
     }
 
     /// Sends the records from the cursor on (a batch of up to a window of
-    /// them), if any, and handles the answers.
+    /// them), if any, and handles the answers; their receipts are stored
+    /// durably before it returns.
     pub async fn step(&self) -> Step {
+        self.step_storing(Receipts::Durable).await
+    }
+
+    async fn step_storing(&self, receipts: Receipts) -> Step {
         let cursor = match self.store.sync_cursor() {
             Ok(c) => c,
             Err(e) => return Step::Retry(self.note(None, "store", e.to_string())),
@@ -374,7 +390,11 @@ impl Syncer {
         if !accepted.is_empty() {
             let batch: Vec<(u64, &[u8])> =
                 accepted.iter().map(|(s, b)| (*s, b.as_slice())).collect();
-            match self.store.put_receipts(&batch) {
+            let stored = match receipts {
+                Receipts::Durable => self.store.put_receipts(&batch),
+                Receipts::Deferred => self.store.put_receipts_deferred(&batch),
+            };
+            match stored {
                 Ok(new_cursor) => self.progress.send_modify(|p| {
                     p.cursor = new_cursor;
                     p.failure = None;
@@ -555,7 +575,19 @@ impl Syncer {
 
     /// Runs in the background: syncs whenever `wake` fires (a commit), retries
     /// with backoff up to 30 s, and stops when `stop` becomes true or syncing halts.
-    pub async fn run(self: Arc<Self>, wake: Arc<Notify>, mut stop: watch::Receiver<bool>) {
+    pub async fn run(self: Arc<Self>, wake: Arc<Notify>, stop: watch::Receiver<bool>) {
+        self.run_deferring(wake, stop).await;
+        // What the background sync stored without syncing the file is
+        // persisted when it stops (docs/operations.md "Syncing").
+        if let Err(e) = self.store.persist() {
+            eprintln!(
+                "tally: agent {}: storing the last receipts: {e} (they are fetched again at the next sync)",
+                self.agent
+            );
+        }
+    }
+
+    async fn run_deferring(&self, wake: Arc<Notify>, mut stop: watch::Receiver<bool>) {
         if let Ok(Some(fork)) = self.store.fork() {
             self.progress.send_modify(|p| p.halted = Some(fork.clone()));
             eprintln!(
@@ -569,7 +601,7 @@ impl Syncer {
             if *stop.borrow() {
                 return;
             }
-            let step = self.step().await;
+            let step = self.step_storing(Receipts::Deferred).await;
             self.record_outcome(&step);
             let wait = match step {
                 Step::Progress => {
@@ -606,6 +638,17 @@ impl Syncer {
             }
         }
     }
+}
+
+/// How a step stores the receipts it accepted.
+#[derive(Debug, Clone, Copy)]
+enum Receipts {
+    /// Committed and synced to disk before the step returns.
+    Durable,
+    /// Committed without a sync of the file: the next durable commit of the
+    /// store, or [`ChainStore::persist`], writes them out; lost in a crash
+    /// before then, they are fetched again (protocol.md §8).
+    Deferred,
 }
 
 fn error_code(e: &WitnessError) -> String {

@@ -320,8 +320,48 @@ pub(super) async fn relay(
         if client_open && tx.send(Ok(chunk)).await.is_err() {
             client_open = false;
         }
+        if client_open
+            && watch
+                .call
+                .as_ref()
+                .is_some_and(|c| c.ended.load(Ordering::SeqCst))
+        {
+            // The call's answer is relayed: the client's stream ends here, as
+            // a server's should after its response (operations.md "The
+            // gateway over HTTP"), instead of waiting for the upstream's end.
+            drop(tx);
+            drain(inner, &watch, &mut resp, &mut reader).await;
+            return StreamEnd::Answered;
+        }
         if !client_open && !keep_reading() {
             return StreamEnd::ClientLeft;
         }
     }
+}
+
+/// How long the rest of a call's upstream stream is read after its answer
+/// went to the client, so that the connection is reused.
+const DRAIN_AFTER_ANSWER: std::time::Duration = std::time::Duration::from_secs(5);
+
+/// Reads the upstream's stream to its end (at most [`DRAIN_AFTER_ANSWER`])
+/// after the client's stream ended, observing what it still carries.
+async fn drain(
+    inner: &Arc<Inner>,
+    watch: &Watch,
+    resp: &mut reqwest::Response,
+    reader: &mut SseReader,
+) {
+    let rest = async {
+        while let Ok(Some(chunk)) = resp.chunk().await {
+            let Ok(events) = reader.feed(&chunk) else {
+                return;
+            };
+            for ev in events {
+                if let Ok(msg) = serde_json::from_str::<Value>(&ev.data) {
+                    inner.observe(watch, &msg);
+                }
+            }
+        }
+    };
+    let _ = tokio::time::timeout(DRAIN_AFTER_ANSWER, rest).await;
 }

@@ -5,7 +5,8 @@
 //! note, an RFC 9162 inclusion proof.
 
 use tally_gateway::acceptance::{
-    accept_receipt, parse_receipt, ReceiptRejection, TrustedLogKey, WitnessTrust,
+    accept_receipt, accept_receipt_with, parse_receipt, OpenedNote, ReceiptRejection,
+    TrustedLogKey, WitnessTrust,
 };
 use tally_schemas::api::{DirectoryKey, KeyDirectory};
 use tally_schemas::note::NoteSigner;
@@ -414,6 +415,57 @@ fn accepts_the_original_receipt_of_a_record_retried_long_after() {
     .unwrap();
     let r = receipt_for(&rec, &log, 1, 2, NOW - hour + 2_000);
     assert_eq!(code(accept(&r, &rec, &trust(&[&log]))), "accepted");
+}
+
+// ---- a batch's checkpoint, its signature checked once ----
+
+#[test]
+fn a_checkpoint_opened_once_still_binds_each_receipt_to_its_record_and_key() {
+    let log = log_key(1, ORIGIN);
+    let other = log_key(2, ORIGIN);
+    let t = trust(&[&log]);
+    let (a, b) = (record("a", 1), record("b", 2));
+    // One tree of two real entries, one signed checkpoint for both receipts,
+    // as a batch is answered (protocol.md §8.1).
+    let entries = [(&a, 0u64), (&b, 1)]
+        .map(|(rec, i)| Entry::new(LeafIndex::new(i), UnixMillis::new(NOW), rec.clone()).unwrap());
+    let leaves: Vec<Hash> = entries.iter().map(Entry::leaf_hash).collect();
+    let note = log
+        .sign_checkpoint(&Checkpoint::new(
+            ORIGIN,
+            TreeSize::new(2),
+            reference::root(&leaves),
+        ))
+        .unwrap();
+    let receipt = |rec: &Record, index: usize| Receipt {
+        v: 1,
+        record_hash: rec.hash(),
+        nonce: rec.nonce.clone(),
+        index: LeafIndex::new(index as u64),
+        received: UnixMillis::new(NOW),
+        checkpoint: note.clone(),
+        inclusion: reference::inclusion_proof(index, &leaves),
+    };
+    let opened = OpenedNote::default();
+    let with = |r: &Receipt, rec: &Record, t: &WitnessTrust| {
+        accept_receipt_with(r, rec, t, UnixMillis::new(NOW), SKEW, &opened).map(|_| ())
+    };
+    assert_eq!(code(with(&receipt(&a, 0), &a, &t)), "accepted");
+    assert_eq!(code(with(&receipt(&b, 1), &b, &t)), "accepted");
+    // The note is known good now; the record, the proof and the key are
+    // still checked for every receipt.
+    assert_eq!(code(with(&receipt(&a, 0), &b, &t)), "mismatched");
+    let mut wrong_proof = receipt(&b, 1);
+    wrong_proof.index = LeafIndex::new(0);
+    assert_eq!(code(with(&wrong_proof, &b, &t)), "invalid");
+    assert_eq!(
+        code(with(&receipt(&b, 1), &b, &trust(&[&other]))),
+        "untrusted"
+    );
+    // A note differing by one byte is opened again, and fails.
+    let mut tampered = receipt(&b, 1);
+    tampered.checkpoint = tampered.checkpoint.replacen("\n2\n", "\n3\n", 1);
+    assert_eq!(code(with(&tampered, &b, &t)), "untrusted");
 }
 
 // ---- wrong: not a receipt at all ----

@@ -1,7 +1,8 @@
 //! The record journal end to end with the recorder and the store: what a
 //! run could not commit is committed by the next `ChainStore::open`, and a
 //! journal that does not continue the stored chain is refused, never
-//! merged.
+//! merged; receipts stored without a sync of the file are written out when
+//! the store closes.
 
 use std::path::Path;
 use std::sync::Arc;
@@ -129,4 +130,33 @@ fn a_journal_that_does_not_continue_the_stored_chain_is_refused() {
         Err(StoreError::Corrupt(m)) => assert!(m.contains("different record at seq 1"), "{m}"),
         other => panic!("{other:?}"),
     }
+}
+
+#[test]
+fn receipts_stored_without_a_sync_are_written_out_when_the_store_closes() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("chain.redb");
+    durable_notes(&path, 3);
+    {
+        let store = ChainStore::open(&path).unwrap();
+        assert_eq!(
+            store
+                .put_receipts_deferred(&[(0, b"r0"), (1, b"r1")])
+                .unwrap(),
+            2
+        );
+        assert_eq!(store.receipt(1).unwrap().as_deref(), Some(&b"r1"[..]));
+    }
+    {
+        let store = ChainStore::open(&path).unwrap();
+        assert_eq!(store.sync_cursor().unwrap(), 2);
+        assert_eq!(store.receipt(0).unwrap().as_deref(), Some(&b"r0"[..]));
+        store.put_receipts_deferred(&[(2, b"r2")]).unwrap();
+        store.persist().unwrap();
+        // Nothing left to write out: no second commit.
+        store.persist().unwrap();
+    }
+    let store = ChainStore::open(&path).unwrap();
+    assert_eq!(store.sync_cursor().unwrap(), 3);
+    assert_eq!(store.receipt(2).unwrap().as_deref(), Some(&b"r2"[..]));
 }

@@ -71,6 +71,13 @@ class Session(Timed):
         self.p.wait(timeout=30)
 
 
+def cpu_ms(pid):
+    """CPU time (user + system) a live process has used so far, in ms."""
+    with open(f"/proc/{pid}/stat") as f:
+        fields = f.read().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) * 1000 / os.sysconf("SC_CLK_TCK")
+
+
 def free_port():
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
@@ -148,6 +155,7 @@ def main():
     ap.add_argument("--witness", help="a running `tally serve` to sync to (registers the agent)")
     ap.add_argument("--api-key", help="the witness project's API key")
     ap.add_argument("--http", action="store_true", help="Streamable HTTP: server-everything streamableHttp, gateway --upstream")
+    ap.add_argument("--witness-pid", type=int, help="the witness's process id: print its CPU time per call")
     ap.add_argument("--member", action="store_true",
                     help="first start an idle gateway of the same agent, which holds the chain (and syncs), so the "
                          "measured gateway is a member that hands its records over writer.sock")
@@ -166,6 +174,8 @@ def main():
         agent = "bench"
     direct, through = [], []
     per_round = args.calls // args.rounds
+    gateway_cpu = 0.0
+    witness_cpu = cpu_ms(args.witness_pid) if args.witness_pid else None
     holder = None
     if args.member:
         holder = subprocess.Popen([args.tally, "gateway", "--agent", agent, "--name-prefix", "holder.", "--",
@@ -194,6 +204,7 @@ def main():
                     sink.extend(s.timed_calls(per_round))
                     s.close()
         finally:
+            gateway_cpu += cpu_ms(gateway_p.pid)
             gateway_p.terminate()
             gateway_p.wait(timeout=60)
             server_p.kill()
@@ -206,8 +217,16 @@ def main():
                 s = Session(cmd, env)
                 s.timed_calls(args.warmup)
                 sink.extend(s.timed_calls(per_round))
+                if cmd is gateway:
+                    gateway_cpu += cpu_ms(s.p.pid)
                 s.close()
 
+    calls = args.rounds * (args.warmup + per_round)
+    cpu = [f"measured gateway {gateway_cpu / calls:.3f}"]
+    if holder is not None:
+        cpu.append(f"holder gateway {cpu_ms(holder.pid) / calls:.3f}")
+    if witness_cpu is not None:
+        cpu.append(f"witness {(cpu_ms(args.witness_pid) - witness_cpu) / calls:.3f}")
     if holder is not None:
         holder.stdin.close()
         holder.wait(timeout=60)
@@ -223,6 +242,7 @@ def main():
         f"| added | | {percentile(through, 50) - percentile(direct, 50):.3f} | "
         f"{percentile(through, 99) - percentile(direct, 99):.3f} | {statistics.mean(through) - statistics.mean(direct):.3f} |"
     )
+    print(f"CPU ms per call through the gateway: {', '.join(cpu)}")
 
 
 if __name__ == "__main__":

@@ -39,7 +39,6 @@ mod tile_path;
 pub mod tree;
 
 pub use error::{AppendError, OpenError, ProofRequestError, ReadError};
-pub use front::FrontOptions;
 pub use item::{Appended, BatchItem};
 pub use log::{
     ChainEntries, ChainEntry, Log, LogConfig, LogStats, PendingAppend, PendingBatch,

@@ -156,9 +156,14 @@ impl Log {
     ///
     /// Over a store several fronts share ([`LogStore::shared`]: a
     /// PostgreSQL store opened for a front, a memory store's front), this
-    /// is [`Log::open_front`] with the waits of
-    /// [`crate::FrontOptions::for_ttl`] its lease's ttl: one open for every
-    /// backend.
+    /// opens a front of the log (docs/operations.md, "Running on
+    /// PostgreSQL"): every front admits records and serves reads; the one
+    /// that takes the store's lease also sequences (recovering the log
+    /// first, as above), and the others hand their records to it through
+    /// the store and build the same receipts from it. A front takes the
+    /// lease when it falls free, and gives up sequencing when it loses it,
+    /// in-process. It waits while the store holds no signed checkpoint yet
+    /// and another process holds the lease. One open for every backend.
     ///
     /// # Errors
     /// [`OpenError`] when storage fails or does not extend what was signed.
@@ -168,8 +173,7 @@ impl Log {
         config: LogConfig,
     ) -> Result<Self, OpenError> {
         if let Some(shared) = Arc::clone(&store).shared() {
-            let options = crate::front::FrontOptions::for_ttl(shared.lease_ttl());
-            return Self::open_front(shared, signer, config, options);
+            return Self::open_shared(shared, signer, config);
         }
         let latest = recover(store.as_ref(), &signer)?;
         let size = latest.checkpoint.size;
@@ -206,23 +210,14 @@ impl Log {
         })
     }
 
-    /// Opens a front of a log in PostgreSQL (docs/operations.md, "Running
-    /// on PostgreSQL"): every front admits records and serves reads; the
-    /// one that takes the store's lease also sequences (recovering the log
-    /// first, as [`Log::open`] does), and the others hand their records to
-    /// it through the database and build the same receipts from it. A
-    /// front takes the lease when it falls free, and gives up sequencing
-    /// when it loses it, in-process. Waits while the database holds no
-    /// signed checkpoint yet and another process holds the lease.
-    ///
-    /// # Errors
-    /// [`OpenError`] when storage fails, or does not extend what was signed.
-    pub fn open_front(
+    /// [`Log::open`] over a store several fronts share, with the waits of
+    /// [`crate::front::FrontOptions::for_ttl`] its lease's ttl.
+    fn open_shared(
         store: Arc<dyn crate::store::SharedStore>,
         signer: NoteSigner,
         config: LogConfig,
-        options: crate::front::FrontOptions,
     ) -> Result<Self, OpenError> {
+        let options = crate::front::FrontOptions::for_ttl(store.lease_ttl());
         let placeholder = SignedCheckpoint {
             checkpoint: tally_schemas::Checkpoint::new(
                 signer.verifier().name(),

@@ -9,8 +9,8 @@
 //! ([`http::router`]).
 //!
 //! It is an engine: no auth, no admission. The witness checks a record's
-//! schema, signature, key and time, then calls [`Log::append`] (or
-//! [`Log::append_batch`] for many).
+//! schema, signature, key and time, then calls [`Log::enqueue_fenced`] (or
+//! [`Log::enqueue_batch_fenced`] for many).
 //!
 //! - `log`: [`Log`], its append API and the Rust read API.
 //! - `sequencer`: the writer thread and group commit.

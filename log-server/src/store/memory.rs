@@ -138,6 +138,8 @@ impl MemoryStore {
     /// past its expiry, cut off): the holder's writes are fenced from now
     /// on, it learns it lost the lease, and any front may take it. The
     /// memory lease has no clock: it ends only so, or when released.
+    /// Tests only.
+    #[cfg(any(test, feature = "testing"))]
     pub fn expire_lease(&self) {
         if let Ok(mut c) = self.coordination() {
             c.lease.free = true;

@@ -52,13 +52,13 @@ use crate::tree::{self, StoredHashes};
 
 /// How a front waits (docs/operations.md, "Running on PostgreSQL").
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct FrontOptions {
+pub(crate) struct FrontOptions {
     /// How long a follower waits for the sequencer's answer before it
     /// answers [`AppendError::Unavailable`].
-    pub wait: Duration,
+    pub(crate) wait: Duration,
     /// How often a front looks at `tally_pending` when no notification
     /// came (LISTEN/NOTIFY is the fast path; this is the fallback).
-    pub poll: Duration,
+    pub(crate) poll: Duration,
 }
 
 impl FrontOptions {
@@ -66,7 +66,7 @@ impl FrontOptions {
     /// plus the new sequencer's recovery, so a follower waits twice the
     /// ttl plus 2 s.
     #[must_use]
-    pub fn for_ttl(ttl: Duration) -> Self {
+    pub(crate) fn for_ttl(ttl: Duration) -> Self {
         Self {
             wait: ttl * 2 + Duration::from_secs(2),
             poll: Duration::from_millis(50),

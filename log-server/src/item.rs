@@ -16,7 +16,7 @@ pub struct Appended {
     pub duplicate: bool,
 }
 
-/// One item of a batch ([`crate::Log::enqueue_batch`]).
+/// One item of a batch ([`crate::Log::enqueue_batch_fenced`]).
 // Nearly every item is a record; boxing it would cost an allocation each.
 #[allow(clippy::large_enum_variant)]
 #[derive(Debug, Clone, PartialEq, Eq)]

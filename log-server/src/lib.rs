@@ -9,8 +9,8 @@
 //! ([`http::router`]).
 //!
 //! It is an engine: no auth, no admission. The witness checks a record's
-//! schema, signature, key and time, then calls [`Log::append`] (or
-//! [`Log::append_batch`] for many).
+//! schema, signature, key and time, then calls [`Log::enqueue_fenced`] (or
+//! [`Log::enqueue_batch_fenced`] for many).
 //!
 //! - `log`: [`Log`], its append API and the Rust read API.
 //! - `sequencer`: the writer thread and group commit.
@@ -39,7 +39,6 @@ mod tile_path;
 pub mod tree;
 
 pub use error::{AppendError, OpenError, ProofRequestError, ReadError};
-pub use front::FrontOptions;
 pub use item::{Appended, BatchItem};
 pub use log::{
     ChainEntries, ChainEntry, Log, LogConfig, LogStats, PendingAppend, PendingBatch,

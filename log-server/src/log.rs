@@ -36,7 +36,7 @@ pub struct LogConfig {
     /// writer; beyond this, `Overloaded`.
     pub queue_capacity: usize,
     /// Most records committed in one transaction, and the largest batch
-    /// [`Log::enqueue_batch`] takes.
+    /// [`Log::enqueue_batch_fenced`] takes.
     pub max_batch: usize,
     /// The redb store's page cache in bytes ([`Log::open_redb`] only). redb
     /// reads through its own cache, which otherwise grows to 1 GiB as reads
@@ -97,7 +97,7 @@ impl Future for PendingAppend {
     }
 }
 
-/// A queued batch ([`Log::enqueue_batch`]): resolves to one answer per
+/// A queued batch ([`Log::enqueue_batch_fenced`]): resolves to one answer per
 /// item, in the items' order, once the batch's group commit is durable and
 /// signed.
 #[derive(Debug)]
@@ -120,7 +120,8 @@ impl Future for PendingBatch {
 }
 
 /// The durable Merkle log. Open it over a store with [`Log::open`]; append
-/// with [`Log::append`] or [`Log::append_batch`]; read with the other
+/// with [`Log::enqueue_fenced`] or [`Log::enqueue_batch_fenced`] (and
+/// their unfenced forms, [`Log::append`] awaiting one); read with the other
 /// methods (blocking: call them from a blocking thread in async code).
 /// There is no auth and no admission here: the caller has already checked
 /// each record's signature, key and time.
@@ -156,9 +157,14 @@ impl Log {
     ///
     /// Over a store several fronts share ([`LogStore::shared`]: a
     /// PostgreSQL store opened for a front, a memory store's front), this
-    /// is [`Log::open_front`] with the waits of
-    /// [`crate::FrontOptions::for_ttl`] its lease's ttl: one open for every
-    /// backend.
+    /// opens a front of the log (docs/operations.md, "Running on
+    /// PostgreSQL"): every front admits records and serves reads; the one
+    /// that takes the store's lease also sequences (recovering the log
+    /// first, as above), and the others hand their records to it through
+    /// the store and build the same receipts from it. A front takes the
+    /// lease when it falls free, and gives up sequencing when it loses it,
+    /// in-process. It waits while the store holds no signed checkpoint yet
+    /// and another process holds the lease. One open for every backend.
     ///
     /// # Errors
     /// [`OpenError`] when storage fails or does not extend what was signed.
@@ -168,8 +174,7 @@ impl Log {
         config: LogConfig,
     ) -> Result<Self, OpenError> {
         if let Some(shared) = Arc::clone(&store).shared() {
-            let options = crate::front::FrontOptions::for_ttl(shared.lease_ttl());
-            return Self::open_front(shared, signer, config, options);
+            return Self::open_shared(shared, signer, config);
         }
         let latest = recover(store.as_ref(), &signer)?;
         let size = latest.checkpoint.size;
@@ -206,23 +211,14 @@ impl Log {
         })
     }
 
-    /// Opens a front of a log in PostgreSQL (docs/operations.md, "Running
-    /// on PostgreSQL"): every front admits records and serves reads; the
-    /// one that takes the store's lease also sequences (recovering the log
-    /// first, as [`Log::open`] does), and the others hand their records to
-    /// it through the database and build the same receipts from it. A
-    /// front takes the lease when it falls free, and gives up sequencing
-    /// when it loses it, in-process. Waits while the database holds no
-    /// signed checkpoint yet and another process holds the lease.
-    ///
-    /// # Errors
-    /// [`OpenError`] when storage fails, or does not extend what was signed.
-    pub fn open_front(
+    /// [`Log::open`] over a store several fronts share, with the waits of
+    /// [`crate::front::FrontOptions::for_ttl`] its lease's ttl.
+    fn open_shared(
         store: Arc<dyn crate::store::SharedStore>,
         signer: NoteSigner,
         config: LogConfig,
-        options: crate::front::FrontOptions,
     ) -> Result<Self, OpenError> {
+        let options = crate::front::FrontOptions::for_ttl(store.lease_ttl());
         let placeholder = SignedCheckpoint {
             checkpoint: tally_schemas::Checkpoint::new(
                 signer.verifier().name(),
@@ -346,6 +342,20 @@ impl Log {
         Ok(PendingAppend { rx })
     }
 
+    /// [`Log::enqueue_batch_fenced`] with no fences (tests only: the
+    /// product fences every batch).
+    ///
+    /// # Errors
+    /// As [`Log::enqueue_batch_fenced`].
+    #[cfg(any(test, feature = "testing"))]
+    pub fn enqueue_batch(
+        &self,
+        items: Vec<BatchItem>,
+        received: UnixMillis,
+    ) -> Result<PendingBatch, AppendError> {
+        self.enqueue_batch_fenced(items, Vec::new(), received)
+    }
+
     /// Queues a batch of items (records of one or several agents, all
     /// received at `received`) now, synchronously; the future resolves to
     /// one answer per item, in order (docs/storage.md, "Batches"):
@@ -358,28 +368,18 @@ impl Log {
     /// - a record already in the log, or twice in the batch, answers with
     ///   its entry and receipt (`duplicate: true`), as [`Log::append`] does.
     ///
-    /// # Errors
-    /// At once, for the whole batch: [`AppendError::BatchTooLarge`] for more
-    /// items than [`LogConfig::max_batch`], [`AppendError::Overloaded`],
-    /// [`AppendError::Closed`]. The future fails only with
-    /// [`AppendError::Closed`]; every other error is per item.
-    pub fn enqueue_batch(
-        &self,
-        items: Vec<BatchItem>,
-        received: UnixMillis,
-    ) -> Result<PendingBatch, AppendError> {
-        self.enqueue_batch_fenced(items, Vec::new(), received)
-    }
-
-    /// [`Log::enqueue_batch`] with the key version each item's key was
-    /// checked against (by the items' order; see [`Log::enqueue_fenced`]):
-    /// a record of an agent whose keys changed since is answered
+    /// `fences` holds the key version each item's key was checked against,
+    /// by the items' order (see [`Log::enqueue_fenced`]): a record of an
+    /// agent whose keys changed since is answered
     /// [`AppendError::KeyChanged`], and so are the agent's other new
     /// records in the batch. `fences` may be shorter than `items` (the
     /// rest are not fenced).
     ///
     /// # Errors
-    /// As [`Log::enqueue_batch`].
+    /// At once, for the whole batch: [`AppendError::BatchTooLarge`] for more
+    /// items than [`LogConfig::max_batch`], [`AppendError::Overloaded`],
+    /// [`AppendError::Closed`]. The future fails only with
+    /// [`AppendError::Closed`]; every other error is per item.
     pub fn enqueue_batch_fenced(
         &self,
         items: Vec<BatchItem>,
@@ -399,22 +399,18 @@ impl Log {
         Ok(PendingBatch { rx: Some(rx) })
     }
 
-    /// [`Log::enqueue_batch`], awaited.
+    /// [`Log::enqueue_batch`], awaited (tests only: the product awaits
+    /// the [`PendingBatch`] itself).
     ///
     /// # Errors
-    /// As [`Log::enqueue_batch`].
+    /// As [`Log::enqueue_batch_fenced`].
+    #[cfg(any(test, feature = "testing"))]
     pub async fn append_batch(
         &self,
         items: Vec<BatchItem>,
         received: UnixMillis,
     ) -> Result<Vec<Result<Appended, AppendError>>, AppendError> {
         self.enqueue_batch(items, received)?.await
-    }
-
-    /// The largest batch [`Log::enqueue_batch`] takes.
-    #[must_use]
-    pub fn max_batch(&self) -> usize {
-        self.max_batch
     }
 
     fn send(

@@ -197,8 +197,13 @@ pub fn consistency_proof(
 /// The stored hashes that appending `leaves` to a tree of `old_size` adds, in
 /// stored-hash order starting at `stored_hash_count(old_size)`.
 ///
+/// The product computes them with `extend`; this, leaf by leaf through
+/// the store, is the reference the tests and the benchmarks' bulk filler
+/// use.
+///
 /// # Errors
 /// [`StoreError`] when an earlier stored hash cannot be read.
+#[cfg(any(test, feature = "testing"))]
 pub fn batch_hashes(
     store: &dyn LogStore,
     old_size: TreeSize,
@@ -242,7 +247,7 @@ fn frontier_nodes(size: TreeSize) -> Vec<(u8, u64)> {
 }
 
 /// The stored hashes that appending `leaves` to a tree of `old_size` adds
-/// (the same as [`batch_hashes`]), computed in memory from the old tree's
+/// (the same as `batch_hashes`), computed in memory from the old tree's
 /// frontier, which is read from the store in one call: at most 64 hashes,
 /// whatever the batch size.
 ///

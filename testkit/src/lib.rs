@@ -9,7 +9,8 @@
 //!   from scratch, deterministically.
 //! - `faulty_store` (feature `log-store`, for tally-log's tests): a
 //!   tally-log `LogStore` that fails writes on demand,
-//!   including a write that fails but lands.
+//!   including a write that fails but lands; over a memory store's front,
+//!   a `SharedStore` that also fails the lease and the hand-over.
 //! - [`golden`]: the golden vectors of testdata/golden/.
 //! - [`conformance`]: the conformance corpus of testdata/conformance/.
 //! - [`postgres`]: a real PostgreSQL server in a temporary folder, for the

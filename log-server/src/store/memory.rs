@@ -4,11 +4,12 @@
 //! "Durable" here means "survives dropping the `Log`": tests share one
 //! `Arc<MemoryStore>` across a simulated crash and reopen.
 //!
-//! Several fronts can share one memory store ([`MemoryStore::front`]), as
-//! they share a PostgreSQL database: each front's [`MemoryFront`] holds
-//! its own lease token, fences the log's writes with it, and hands
-//! requests over through the store, so the failover and fencing logic of
-//! `crate::front` runs in fast tests without a database server.
+//! Several fronts can share one memory store (`MemoryStore::front`, built
+//! for tests), as they share a PostgreSQL database: each front's
+//! [`MemoryFront`] holds its own lease token, fences the log's writes
+//! with it, and hands requests over through the store, so the failover
+//! and fencing logic of `crate::front` runs in fast tests without a
+//! database server.
 
 use std::collections::{BTreeMap, HashMap};
 use std::sync::atomic::{AtomicI64, Ordering};
@@ -116,8 +117,9 @@ impl MemoryStore {
 
     /// A front's handle on this store, named `name` in messages; it holds
     /// no lease until [`Lease::try_lease`] takes it. Any number of fronts
-    /// may share the store.
+    /// may share the store. Tests only: the product shares PostgreSQL.
     #[must_use]
+    #[cfg(any(test, feature = "testing"))]
     pub fn front(self: &Arc<Self>, name: &str, ttl: Duration) -> MemoryFront {
         let (requests, answers) = (Arc::new(Notify::new()), Arc::new(Notify::new()));
         if let Ok(mut c) = self.coordination() {
@@ -138,6 +140,8 @@ impl MemoryStore {
     /// past its expiry, cut off): the holder's writes are fenced from now
     /// on, it learns it lost the lease, and any front may take it. The
     /// memory lease has no clock: it ends only so, or when released.
+    /// Tests only.
+    #[cfg(any(test, feature = "testing"))]
     pub fn expire_lease(&self) {
         if let Ok(mut c) = self.coordination() {
             c.lease.free = true;

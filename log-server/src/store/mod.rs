@@ -121,12 +121,6 @@ pub enum StoreError {
     /// current key version (contract rule 8). Nothing was written.
     #[error("the keys of {} changed after records of theirs were admitted", agent_list(.0))]
     KeysChanged(Vec<(AgentName, KeyVersion)>),
-    /// A failure injected by the fault-injecting backend (tests only).
-    #[error("injected storage fault ({landed})")]
-    Injected {
-        /// Whether the write landed despite the error.
-        landed: &'static str,
-    },
 }
 
 fn agent_list(changed: &[(AgentName, KeyVersion)]) -> String {
@@ -572,8 +566,9 @@ pub trait HandOver: Send + Sync {
     fn on_answers(&self) -> Result<std::sync::Arc<tokio::sync::Notify>, StoreError>;
 }
 
-/// A store several fronts share ([`crate::Log::open_front`]): the log's
-/// tables, the sequencer's lease and the hand-over.
+/// A store several fronts share ([`LogStore::shared`]; [`crate::Log::open`]
+/// opens a front over it): the log's tables, the sequencer's lease and the
+/// hand-over.
 pub trait SharedStore: LogStore + Lease + HandOver {
     /// This store as the log's tables.
     fn log_store(self: std::sync::Arc<Self>) -> std::sync::Arc<dyn LogStore>;

@@ -257,6 +257,7 @@ impl RedbStore {
     /// # Errors
     /// [`StoreError::Backend`] when the write fails (the rows are then
     /// rebuilt from the file at their next use).
+    #[cfg(any(test, feature = "testing"))]
     pub fn write_index_rows(&self) -> Result<(), StoreError> {
         drop(self.pending()?);
         let result = (|| {

@@ -103,6 +103,7 @@ pub(crate) struct PendingRows {
 }
 
 /// The rows of a running merge (if any) and the fresh rows, sorted.
+#[cfg(any(test, feature = "testing"))]
 fn sorted<T: Ord + Clone>(merging: Option<&[T]>, fresh: impl Iterator<Item = T>) -> Vec<T> {
     let mut out: Vec<T> = merging.map_or_else(Vec::new, <[T]>::to_vec);
     out.extend(fresh);
@@ -236,12 +237,14 @@ impl PendingRows {
     }
 
     /// Every `ids` row held, sorted.
+    #[cfg(any(test, feature = "testing"))]
     pub(crate) fn all_id_rows(&self) -> Vec<IdRow> {
         let merging = self.merging.as_ref().map(|m| &m.rows[..]);
         sorted(merging, self.fresh.iter().copied())
     }
 
     /// Every `chains` row held, sorted.
+    #[cfg(any(test, feature = "testing"))]
     pub(crate) fn all_chain_rows(&self) -> Vec<ChainRow> {
         let merging = self.merging.as_ref().map(|m| &m.chains[..]);
         sorted(merging, self.fresh_chain_rows())
@@ -331,6 +334,7 @@ impl PendingRows {
 
     /// Drops the rows of the entries before `ids_to` (the tables now hold
     /// them all), keeping any of later entries.
+    #[cfg(any(test, feature = "testing"))]
     pub(crate) fn drop_below(&mut self, ids_to: u64) {
         if self.merging.as_ref().is_some_and(|m| m.to <= ids_to) {
             self.merging = None;

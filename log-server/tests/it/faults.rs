@@ -79,7 +79,7 @@ fn every_write_fault_is_survived_by_retrying_the_same_record() {
         rt().block_on(async {
             let err = log.append(r0.clone(), now()).await.unwrap_err();
             assert!(
-                matches!(err, AppendError::Storage(StoreError::Injected { .. })),
+                matches!(&err, AppendError::Storage(StoreError::Backend(m)) if m.starts_with("injected")),
                 "{fault:?}: {err}"
             );
             // Nothing unsigned is visible, whether or not the batch landed.

@@ -11,31 +11,25 @@ use std::time::{Duration, Instant};
 use common::{now, signer, Agent};
 use tally_log::store::memory::{MemoryFront, MemoryStore};
 use tally_log::store::{Lease, LogStore, StoreError};
-use tally_log::{FrontOptions, Log, LogConfig};
+use tally_log::{Log, LogConfig};
 use tally_schemas::{LeafIndex, Receipt};
 
-const TTL: Duration = Duration::from_millis(400);
-
-fn options() -> FrontOptions {
-    FrontOptions {
-        wait: Duration::from_secs(10),
-        poll: Duration::from_millis(20),
-    }
-}
+/// The lease's ttl: a follower tries the lease every 100 ms and waits
+/// 2.8 s for an answer (the waits `Log::open` gives a front).
+pub(crate) const TTL: Duration = Duration::from_millis(400);
 
 fn open(store: &Arc<MemoryStore>, name: &str) -> (Arc<MemoryFront>, Log) {
     let front = Arc::new(store.front(name, TTL));
-    let log = Log::open_front(
-        Arc::clone(&front) as Arc<dyn tally_log::store::SharedStore>,
+    let log = Log::open(
+        Arc::clone(&front) as Arc<dyn LogStore>,
         signer(),
         LogConfig::default(),
-        options(),
     )
     .unwrap();
     (front, log)
 }
 
-fn rt() -> tokio::runtime::Runtime {
+pub(crate) fn rt() -> tokio::runtime::Runtime {
     tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
@@ -43,7 +37,7 @@ fn rt() -> tokio::runtime::Runtime {
 }
 
 /// Waits until `done` holds, for at most 10 s.
-fn wait_for(what: &str, mut done: impl FnMut() -> bool) {
+pub(crate) fn wait_for(what: &str, mut done: impl FnMut() -> bool) {
     let until = Instant::now() + Duration::from_secs(10);
     while !done() {
         assert!(Instant::now() < until, "timed out waiting for {what}");
@@ -52,7 +46,7 @@ fn wait_for(what: &str, mut done: impl FnMut() -> bool) {
 }
 
 /// The receipt a front built is the one the log holds for that index.
-fn same_receipt(log: &Log, receipt: &Receipt) {
+pub(crate) fn same_receipt(log: &Log, receipt: &Receipt) {
     let (_, stored) = log.receipt(receipt.index).unwrap().unwrap();
     assert_eq!(&stored, receipt);
 }
@@ -125,7 +119,7 @@ fn a_front_whose_lease_expired_stops_sequencing_and_another_takes_over() {
 }
 
 /// The lease token the store holds now, as a fresh front reads it.
-fn store_token(store: &Arc<MemoryStore>) -> i64 {
+pub(crate) fn store_token(store: &Arc<MemoryStore>) -> i64 {
     let probe = store.front("probe", TTL);
     let holder = probe.lease_holder().unwrap();
     // "<name> (token <n>[, expired])"

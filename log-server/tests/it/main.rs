@@ -10,6 +10,7 @@ mod common;
 mod backends;
 mod batch;
 mod faults;
+mod front_faults;
 mod fronts;
 mod http;
 mod ids;

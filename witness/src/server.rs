@@ -307,9 +307,9 @@ fn net_options(
     tally_net::Options {
         tls,
         tls_handshake_timeout: limits.tls_handshake_timeout,
-        // The connection watchdog (module conn) bounds the wait for the
-        // first byte, the head together with the idle time before it, and
-        // the TLS handshake.
+        // A connection waiting for its first byte holds only its socket;
+        // the connection watchdog (module conn) bounds that wait (the
+        // header timeout from the accept).
         wait_for_first_byte: true,
         http: tally_net::Http {
             // hyper's own header timer would also cut idle keep-alive

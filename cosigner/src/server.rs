@@ -2,18 +2,15 @@
 //! `max_connections` connections at once (more wait in the listen
 //! backlog), a header read timeout, a time limit per request (408) and
 //! per connection, bodies bounded by the add-checkpoint handler (413).
-//! HTTP/1.1 with keep-alive, as c2sp.org/tlog-witness recommends.
+//! HTTP/1.1 with keep-alive, as c2sp.org/tlog-witness recommends. The
+//! loop is tally-net's (docs/architecture.md "One server loop").
 
 use std::future::Future;
-use std::sync::Arc;
 use std::time::Duration;
 
 use axum::Router;
-use hyper_util::rt::{TokioIo, TokioTimer};
-use hyper_util::server::graceful::GracefulShutdown;
 use hyper_util::service::TowerToHyperService;
 use tokio::net::TcpListener;
-use tokio::sync::Semaphore;
 
 /// Resource bounds of the server.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -42,6 +39,9 @@ impl Default for Limits {
     }
 }
 
+/// How long the cosigner pauses after a failed accept.
+const ACCEPT_PAUSE: Duration = Duration::from_millis(20);
+
 /// Serves `app` on `listener` until `shutdown` resolves, then lets
 /// in-flight requests finish (at most `limits.drain`).
 pub async fn serve(
@@ -54,49 +54,30 @@ pub async fn serve(
         axum::http::StatusCode::REQUEST_TIMEOUT,
         limits.request_timeout,
     ));
-    let slots = Arc::new(Semaphore::new(limits.max_connections.max(1)));
-    let graceful = GracefulShutdown::new();
-    tokio::pin!(shutdown);
-    loop {
-        let permit = tokio::select! {
-            p = Arc::clone(&slots).acquire_owned() => match p {
-                Ok(p) => p,
-                Err(_) => break,
-            },
-            () = &mut shutdown => break,
-        };
-        let (stream, _) = tokio::select! {
-            accepted = listener.accept() => match accepted {
-                Ok(c) => c,
-                Err(e) => {
-                    tracing::warn!(error = %e, "accept failed");
-                    tokio::time::sleep(Duration::from_millis(20)).await;
-                    continue;
-                }
-            },
-            () = &mut shutdown => break,
-        };
-        let _ = stream.set_nodelay(true);
-        let service = TowerToHyperService::new(app.clone());
-        let mut builder = hyper::server::conn::http1::Builder::new();
-        builder
-            .timer(TokioTimer::new())
-            .header_read_timeout(limits.header_timeout)
-            .max_buf_size(64 * 1024)
-            .keep_alive(true);
-        let conn = builder.serve_connection(TokioIo::new(stream), service);
-        let watched = graceful.watch(conn);
-        let lifetime = limits.connection_lifetime;
-        tokio::spawn(async move {
-            let _ = tokio::time::timeout(lifetime, watched).await;
-            drop(permit);
-        });
-    }
-    drop(listener);
-    tokio::select! {
-        () = graceful.shutdown() => {}
-        () = tokio::time::sleep(limits.drain) => {
-            tracing::warn!("drain timeout: closing connections with requests still in flight");
-        }
+    let policy = tally_net::Bounded::new(limits.max_connections.max(1), |e| {
+        tracing::warn!(error = %e, "accept failed");
+    });
+    let options = tally_net::Options {
+        tls: None,
+        tls_handshake_timeout: limits.header_timeout,
+        wait_for_first_byte: false,
+        http: tally_net::Http {
+            header_read_timeout: Some(limits.header_timeout),
+            max_buf_size: Some(64 * 1024),
+            // HTTP/1.1 only.
+            http2: None,
+        },
+        connection_lifetime: Some(limits.connection_lifetime),
+        accept_backoff: tally_net::Backoff {
+            min: ACCEPT_PAUSE,
+            max: ACCEPT_PAUSE,
+        },
+        drain: limits.drain,
+    };
+    let service = move |_: &_, _, _| TowerToHyperService::new(app.clone());
+    if tally_net::serve(listener, policy, service, options, shutdown).await
+        == tally_net::Drained::TimedOut
+    {
+        tracing::warn!("drain timeout: closing connections with requests still in flight");
     }
 }

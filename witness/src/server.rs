@@ -1,9 +1,9 @@
 //! `tally serve`'s machinery (docs/operations.md "The data folder",
 //! "Connections", "TLS", "Shutdown, crashes, restarts"): the data
 //! folder (log key, key directory, log and registry files), the listener
-//! with optional TLS (rustls) and the connection limits of module
-//! `conn`, and graceful shutdown that drains in-flight requests
-//! before the log's sequencer is stopped.
+//! (tally-net's server loop, with optional TLS) under the connection
+//! policy of module `conn`, and graceful shutdown that drains in-flight
+//! requests before the log's sequencer is stopped.
 //!
 //! Data folder layout:
 //! - `log.skey`: the checkpoint (witness) signing key, C2SP skey, mode 0600;
@@ -22,18 +22,15 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use axum::Router;
-use hyper_util::rt::{TokioExecutor, TokioIo};
-use hyper_util::server::conn::auto;
-use hyper_util::server::graceful::{GracefulShutdown, Watcher};
 use tally_log::store::LogStore as _;
 use tally_log::{Log, OpenError};
 use tally_schemas::note::NoteError;
 use tally_schemas::time::Clock;
 use tally_schemas::NoteSigner;
-use tokio::net::{TcpListener, TcpStream};
+use tokio::net::TcpListener;
 
 use crate::config::{ConnLimits, ServeConfig, StoreChoice, TlsFiles, DEFAULT_ORIGIN};
-use crate::conn::{self, ConnIo, ConnState, ConnectionStats, TrackedService, Tracker};
+use crate::conn::{ConnState, ConnectionStats, TrackedService, Tracker};
 use crate::error::RegistryError;
 use crate::keydir::{KeyDirectory, KeyDirectoryError, KeyDirectoryFile as _};
 use crate::registry::{FirstStart, Registry};
@@ -100,7 +97,7 @@ pub enum ServeError {
     KeyDirectory(#[from] KeyDirectoryError),
     /// TLS files.
     #[error("TLS: {0}")]
-    Tls(String),
+    Tls(#[from] tally_net::TlsError),
 }
 
 fn io_err(path: &Path) -> impl FnOnce(std::io::Error) -> ServeError + '_ {
@@ -262,34 +259,13 @@ pub fn open(
     })
 }
 
-/// Builds the rustls server config from PEM files.
+/// Builds the rustls server config from PEM files (tally-net's
+/// [`tally_net::tls_config`]: ring, safe defaults, ALPN h2 and http/1.1).
 ///
 /// # Errors
 /// [`ServeError::Tls`] when a file is unreadable or holds no usable key or certificate.
 pub fn tls_config(files: &TlsFiles) -> Result<Arc<rustls::ServerConfig>, ServeError> {
-    use rustls::pki_types::pem::PemObject;
-    use rustls::pki_types::{CertificateDer, PrivateKeyDer};
-    let certs: Vec<CertificateDer<'static>> = CertificateDer::pem_file_iter(&files.cert)
-        .map_err(|e| ServeError::Tls(format!("{}: {e}", files.cert.display())))?
-        .collect::<Result<_, _>>()
-        .map_err(|e| ServeError::Tls(format!("{}: {e}", files.cert.display())))?;
-    if certs.is_empty() {
-        return Err(ServeError::Tls(format!(
-            "{}: no certificate",
-            files.cert.display()
-        )));
-    }
-    let key = PrivateKeyDer::from_pem_file(&files.key)
-        .map_err(|e| ServeError::Tls(format!("{}: {e}", files.key.display())))?;
-    let provider = Arc::new(rustls::crypto::ring::default_provider());
-    let mut cfg = rustls::ServerConfig::builder_with_provider(provider)
-        .with_safe_default_protocol_versions()
-        .map_err(|e| ServeError::Tls(e.to_string()))?
-        .with_no_client_auth()
-        .with_single_cert(certs, key)
-        .map_err(|e| ServeError::Tls(e.to_string()))?;
-    cfg.alpn_protocols = vec![b"h2".to_vec(), b"http/1.1".to_vec()];
-    Ok(Arc::new(cfg))
+    Ok(tally_net::tls_config(&files.cert, &files.key)?)
 }
 
 /// How [`serve`] runs.
@@ -322,35 +298,41 @@ const ACCEPT_BACKOFF_MIN: Duration = Duration::from_millis(10);
 /// The longest pause after a failed accept.
 const ACCEPT_BACKOFF_MAX: Duration = Duration::from_secs(1);
 
-/// Errors of one incoming connection (the client gave up before it was
-/// accepted), not of the listener: accept the next one at once.
-fn is_connection_error(e: &std::io::Error) -> bool {
-    use std::io::ErrorKind;
-    matches!(
-        e.kind(),
-        ErrorKind::ConnectionAborted | ErrorKind::ConnectionReset | ErrorKind::ConnectionRefused
-    )
-}
-
-/// The HTTP/1.1 and HTTP/2 settings of every connection.
-fn http_builder(limits: &ConnLimits) -> auto::Builder<TokioExecutor> {
-    let mut builder = auto::Builder::new(TokioExecutor::new());
-    builder
-        .http1()
-        .keep_alive(true)
-        // The connection watchdog (module conn) bounds the head together
-        // with the idle time before it; hyper's own header timer would
-        // also cut idle keep-alive connections at the header timeout.
-        .header_read_timeout(None)
-        // The head must fit in the read buffer: a longer one is answered
-        // 431 and the connection closed, so an unfinished head holds at
-        // most this much memory.
-        .max_buf_size(limits.max_header_bytes.max(8 * 1024));
-    builder
-        .http2()
-        .max_concurrent_streams(limits.h2_max_streams)
-        .max_header_list_size(u32::try_from(limits.max_header_bytes).unwrap_or(u32::MAX));
-    builder
+/// The loop settings of `tally serve` (tally-net's [`tally_net::serve`]).
+fn net_options(
+    tls: Option<Arc<rustls::ServerConfig>>,
+    limits: &ConnLimits,
+    drain: Duration,
+) -> tally_net::Options {
+    tally_net::Options {
+        tls,
+        tls_handshake_timeout: limits.tls_handshake_timeout,
+        // A connection waiting for its first byte holds only its socket;
+        // the connection watchdog (module conn) bounds that wait (the
+        // header timeout from the accept).
+        wait_for_first_byte: true,
+        http: tally_net::Http {
+            // hyper's own header timer would also cut idle keep-alive
+            // connections at the header timeout.
+            header_read_timeout: None,
+            // The head must fit in the read buffer: a longer one is
+            // answered 431 and the connection closed, so an unfinished
+            // head holds at most this much memory.
+            max_buf_size: Some(limits.max_header_bytes.max(8 * 1024)),
+            http2: Some(tally_net::Http2 {
+                max_concurrent_streams: Some(limits.h2_max_streams),
+                max_header_list_size: Some(
+                    u32::try_from(limits.max_header_bytes).unwrap_or(u32::MAX),
+                ),
+            }),
+        },
+        connection_lifetime: None,
+        accept_backoff: tally_net::Backoff {
+            min: ACCEPT_BACKOFF_MIN,
+            max: ACCEPT_BACKOFF_MAX,
+        },
+        drain,
+    }
 }
 
 /// Serves `app` on `listener` until `shutdown` resolves; then stops
@@ -358,125 +340,27 @@ fn http_builder(limits: &ConnLimits) -> auto::Builder<TokioExecutor> {
 /// in-flight requests finish (at most `options.drain`), and returns.
 ///
 /// Every connection is bounded as docs/operations.md "Connections" says
-/// (module `conn`): at most `max_connections` are open (at the
-/// cap, the one that has waited longest for a request is closed for
-/// room); heads, bodies, idle time, writes and TLS handshakes have
-/// timeouts; heads have a size limit. A failed accept (the open-file limit)
-/// backs off from 10 ms to 1 s and is logged at most every 10 s.
+/// (module `conn`, the connection policy of tally-net's loop): at most
+/// `max_connections` are open (at the cap, the one that has waited longest
+/// for a request is closed for room); heads, bodies, idle time, writes and
+/// TLS handshakes have timeouts; heads have a size limit. A failed accept
+/// (the open-file limit) backs off from 10 ms to 1 s and is logged at most
+/// every 10 s.
 pub async fn serve(
     listener: TcpListener,
     app: Router,
     options: ServeOptions,
     shutdown: impl Future<Output = ()>,
 ) {
-    let graceful = GracefulShutdown::new();
-    let (stop, stopping) = tokio::sync::watch::channel(false);
-    let tracker = Tracker::new(options.limits.clone(), options.stats);
-    let http = Arc::new(http_builder(&options.limits));
-    let acceptor = options.tls.map(tokio_rustls::TlsAcceptor::from);
-    tokio::pin!(shutdown);
-    let mut backoff = ACCEPT_BACKOFF_MIN;
-    'accepting: loop {
-        let slot = tokio::select! {
-            slot = tracker.slot() => slot,
-            () = &mut shutdown => break,
-        };
-        let (stream, peer) = loop {
-            tokio::select! {
-                accepted = listener.accept() => match accepted {
-                    Ok(accepted) => {
-                        backoff = ACCEPT_BACKOFF_MIN;
-                        break accepted;
-                    }
-                    Err(e) if is_connection_error(&e) => {}
-                    Err(e) => {
-                        tracker.accept_failed(&e);
-                        tokio::select! {
-                            () = tokio::time::sleep(backoff) => {}
-                            () = &mut shutdown => break 'accepting,
-                        }
-                        backoff = (backoff * 2).min(ACCEPT_BACKOFF_MAX);
-                    }
-                },
-                () = &mut shutdown => break 'accepting,
-            }
-        };
-        let _ = stream.set_nodelay(true);
-        let state = tracker.register(slot, peer.ip());
-        let connection = serve_connection(
-            stream,
-            peer,
-            Arc::clone(&state),
-            app.clone(),
-            acceptor.clone(),
-            Arc::clone(&http),
-            graceful.watcher(),
-        );
-        tokio::spawn(conn::watch_connection(state, connection, stopping.clone()));
-    }
-    drop(listener);
-    let _ = stop.send(true);
-    tokio::select! {
-        () = graceful.shutdown() => {}
-        () = tokio::time::sleep(options.drain) => {
-            tracing::warn!("drain timeout: closing connections with requests still in flight");
-        }
-    }
-}
-
-/// One accepted connection: waits for its first byte holding only the
-/// socket (hyper's buffers are allocated once the client sends), then the
-/// TLS handshake if any (bounded by its timeout), then HTTP/1.1 or HTTP/2.
-/// Its deadlines are enforced around this by [`conn::watch_connection`].
-async fn serve_connection(
-    stream: TcpStream,
-    peer: SocketAddr,
-    state: Arc<ConnState>,
-    app: Router,
-    acceptor: Option<tokio_rustls::TlsAcceptor>,
-    http: Arc<auto::Builder<TokioExecutor>>,
-    watcher: Watcher,
-) {
-    if stream.readable().await.is_err() {
-        return;
-    }
-    // Boxed, so that a connection waiting for its first byte is a small
-    // task: the HTTP connection's state is allocated only now.
-    Box::pin(serve_http(
-        stream, peer, state, app, acceptor, http, watcher,
-    ))
-    .await;
-}
-
-/// The TLS handshake if any, then HTTP/1.1 or HTTP/2 (see [`serve_connection`]).
-async fn serve_http(
-    stream: TcpStream,
-    peer: SocketAddr,
-    state: Arc<ConnState>,
-    app: Router,
-    acceptor: Option<tokio_rustls::TlsAcceptor>,
-    http: Arc<auto::Builder<TokioExecutor>>,
-    watcher: Watcher,
-) {
-    let service = TrackedService::new(app, Arc::clone(&state), peer, acceptor.is_some());
-    match acceptor {
-        None => {
-            let io = TokioIo::new(ConnIo::new(stream, state));
-            let _ = watcher.watch(http.serve_connection(io, service)).await;
-        }
-        Some(acceptor) => {
-            let limit = state.limits().tls_handshake_timeout;
-            let tls = match tokio::time::timeout(limit, acceptor.accept(stream)).await {
-                Ok(Ok(tls)) => tls,
-                Ok(Err(_)) => return,
-                Err(_) => {
-                    conn::tls_handshake_timed_out(&state);
-                    return;
-                }
-            };
-            let io = TokioIo::new(ConnIo::new(tls, state));
-            let _ = watcher.watch(http.serve_connection(io, service)).await;
-        }
+    let net = net_options(options.tls, &options.limits, options.drain);
+    let tracker = Tracker::new(options.limits, options.stats);
+    let service = move |state: &Arc<ConnState>, peer: SocketAddr, tls: bool| {
+        TrackedService::new(app.clone(), Arc::clone(state), peer, tls)
+    };
+    if tally_net::serve(listener, tracker, service, net, shutdown).await
+        == tally_net::Drained::TimedOut
+    {
+        tracing::warn!("drain timeout: closing connections with requests still in flight");
     }
 }
 

@@ -27,18 +27,22 @@
 //! - [`TrackedService`] (`service.rs`): counts the requests in flight of a connection and
 //!   gives each request body its deadline.
 //!
-//! The request-head size bound is hyper's (`max_buf_size`, answered 431),
-//! set in [`crate::server::serve`].
+//! [`Tracker`] is the connection policy (`tally_net::ConnPolicy`) of the
+//! shared server loop, tally-net's `serve` (docs/architecture.md "One
+//! server loop"), which accepts, runs the TLS handshake and hyper; the
+//! request-head size bound is hyper's (`max_buf_size`, answered 431), set
+//! in [`crate::server::serve`].
 
 use std::collections::{HashMap, VecDeque};
 use std::fmt::Write as _;
 use std::future::Future;
 use std::io;
-use std::net::{IpAddr, Ipv6Addr};
+use std::net::{IpAddr, Ipv6Addr, SocketAddr};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, Weak};
 use std::time::Duration;
 
+use tokio::io::{AsyncRead, AsyncWrite};
 use tokio::sync::{watch, Notify, OwnedSemaphorePermit, Semaphore};
 use tokio::time::{sleep_until, Instant};
 
@@ -245,7 +249,7 @@ impl Tracker {
     /// A slot for one more connection. At the cap, first closes the
     /// connection that has waited longest for a request, or else the oldest
     /// unauthenticated one, then waits for a slot to free up.
-    pub(crate) async fn slot(&self) -> OwnedSemaphorePermit {
+    async fn slot(&self) -> OwnedSemaphorePermit {
         if let Ok(p) = Arc::clone(&self.slots).try_acquire_owned() {
             return p;
         }
@@ -268,7 +272,7 @@ impl Tracker {
     }
 
     /// Counts a failed accept for the rate-limited log line.
-    pub(crate) fn accept_failed(&self, e: &io::Error) {
+    fn accept_failed(&self, e: &io::Error) {
         self.stats.accept_errors.fetch_add(1, Ordering::Relaxed);
         self.note(|w| {
             w.accept_errors += 1;
@@ -411,11 +415,7 @@ impl Tracker {
 
     /// Registers a connection accepted now from `peer`, holding `slot`.
     #[must_use]
-    pub(crate) fn register(
-        self: &Arc<Self>,
-        slot: OwnedSemaphorePermit,
-        peer: IpAddr,
-    ) -> Arc<ConnState> {
+    fn register(self: &Arc<Self>, slot: OwnedSemaphorePermit, peer: IpAddr) -> Arc<ConnState> {
         self.stats.accepted.fetch_add(1, Ordering::Relaxed);
         self.stats.open.fetch_add(1, Ordering::Relaxed);
         let conn = Arc::new(ConnState {
@@ -444,6 +444,52 @@ impl Tracker {
         self.waiting(&conn, 0);
         self.untrusted_from(&conn, client_key(peer));
         conn
+    }
+}
+
+/// The connection policy of `tally serve` in tally-net's server loop:
+/// slots with eviction at the cap, the per-client limit, the socket
+/// wrapper and the watchdog of this module.
+impl tally_net::ConnPolicy for Tracker {
+    type Slot = OwnedSemaphorePermit;
+    type Conn = Arc<ConnState>;
+    type Io<T>
+        = ConnIo<T>
+    where
+        T: AsyncRead + AsyncWrite + Unpin + Send + 'static;
+
+    async fn slot(self: &Arc<Self>) -> Option<OwnedSemaphorePermit> {
+        Some(Tracker::slot(self).await)
+    }
+
+    fn accept_failed(&self, error: &io::Error) {
+        Tracker::accept_failed(self, error);
+    }
+
+    fn open(self: &Arc<Self>, slot: OwnedSemaphorePermit, peer: SocketAddr) -> Arc<ConnState> {
+        self.register(slot, peer.ip())
+    }
+
+    fn wrap_io<T>(conn: Arc<ConnState>, io: T) -> ConnIo<T>
+    where
+        T: AsyncRead + AsyncWrite + Unpin + Send + 'static,
+    {
+        ConnIo::new(io, conn)
+    }
+
+    fn tls_handshake_timed_out(conn: &Arc<ConnState>) {
+        tls_handshake_timed_out(conn);
+    }
+
+    fn watch<F>(
+        conn: Arc<ConnState>,
+        connection: F,
+        stopping: watch::Receiver<bool>,
+    ) -> impl Future<Output = ()> + Send + 'static
+    where
+        F: Future<Output = ()> + Send + 'static,
+    {
+        watch_connection(conn, connection, stopping)
     }
 }
 
@@ -522,12 +568,6 @@ impl ConnState {
 }
 
 impl ConnState {
-    /// The limits this connection is held to.
-    #[must_use]
-    pub(crate) fn limits(&self) -> &ConnLimits {
-        &self.tracker.limits
-    }
-
     fn lock(&self) -> std::sync::MutexGuard<'_, Phase> {
         self.phase
             .lock()
@@ -735,7 +775,7 @@ impl Drop for RequestGuard {
 /// with no request in flight, when it is evicted for room, or at shutdown
 /// while no request is in flight. A connection with requests in flight is
 /// left to finish them (hyper's graceful shutdown closes it after).
-pub(crate) async fn watch_connection<F: Future>(
+async fn watch_connection<F: Future>(
     state: Arc<ConnState>,
     connection: F,
     shutdown: watch::Receiver<bool>,
@@ -787,7 +827,7 @@ async fn watch_until_closed<F: Future>(
 }
 
 /// Counts a TLS handshake that timed out.
-pub(crate) fn tls_handshake_timed_out(state: &ConnState) {
+fn tls_handshake_timed_out(state: &ConnState) {
     state
         .tracker
         .stats

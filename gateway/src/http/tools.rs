@@ -57,6 +57,15 @@ impl Inner {
             if let Some(c) = this.check_of(session.as_deref()) {
                 let now = tally_schemas::time::Clock::now(&tally_schemas::time::SystemClock);
                 let tools = all.as_deref().map_err(|(o, _)| *o);
+                // The session's first check is its `initialize` one, also when
+                // a list_changed came in before the upstream acknowledged the
+                // client's `notifications/initialized` (this list then stood
+                // in for that one), as for a call (`admit_call`).
+                let trigger = if c.checks() == 0 {
+                    CheckTrigger::Initialize
+                } else {
+                    trigger
+                };
                 this.core.record_check(c.list(trigger, tools, now));
             }
             match all {

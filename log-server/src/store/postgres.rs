@@ -357,18 +357,14 @@ impl PostgresStore {
         let lease = self.lease.as_deref();
         self.write(async |c| {
             let tx = c.transaction().await.map_err(|e| backend(&e))?;
-            check_lease(&tx, lease).await?;
-            let stored = tree_size(&tx, true).await?;
-            if stored != first.old_size.get() {
-                // Dropping `tx` rolls it back.
-                return Err(StoreError::Conflict(format!(
-                    "batch extends size {}, the stored size is {stored}",
-                    first.old_size
-                )));
-            }
-            // Contract rule 8: the agents' rows are locked until the commit.
-            fence::check_and_record(&tx, &fence_agents, &fence_times, &expected).await?;
-            if !idx.is_empty() {
+            // The statements go to the server as one pipeline (docs/storage.md
+            // "Write path"): PostgreSQL runs them in the order sent, and their
+            // answers are judged in that order below; any failure drops `tx`,
+            // which rolls all of them back.
+            let entries = async {
+                if idx.is_empty() {
+                    return Ok(0);
+                }
                 tx.execute(
                     "INSERT INTO log_entries
                          (idx, canonical, leaf_hash, record_hash, nonce, agent, seq, receipt_size)
@@ -377,41 +373,74 @@ impl PostgresStore {
                     &[&idx, &canonical, &leaf, &record, &nonce, &agent, &seq, &receipt],
                 )
                 .await
-                .map_err(|e| backend(&e))?;
-            }
-            if !hash_ids.is_empty() {
+            };
+            let stored_hashes = async {
+                if hash_ids.is_empty() {
+                    return Ok(0);
+                }
                 tx.execute(
                     "INSERT INTO log_hashes (id, hash) SELECT * FROM unnest($1::bigint[], $2::bytea[])",
                     &[&hash_ids, &hashes],
                 )
                 .await
-                .map_err(|e| backend(&e))?;
-            }
-            if !note_sizes.is_empty() {
-                let latest: Option<i64> = tx
-                    .query_one("SELECT max(size) FROM log_checkpoints", &[])
+            };
+            let latest_note = async {
+                if note_sizes.is_empty() {
+                    return Ok(None);
+                }
+                tx.query_one("SELECT max(size) FROM log_checkpoints", &[])
                     .await
-                    .map_err(|e| backend(&e))?
-                    .get(0);
-                if latest.is_some_and(|l| l >= note_sizes[0]) {
-                    return Err(StoreError::Conflict(format!(
-                        "checkpoint note at size {} is not above the latest stored one",
-                        note_sizes[0]
-                    )));
+                    .map(|row| Some(row.get::<_, Option<i64>>(0)))
+            };
+            let stored_notes = async {
+                if note_sizes.is_empty() {
+                    return Ok(0);
                 }
                 tx.execute(
                     "INSERT INTO log_checkpoints (size, note) SELECT * FROM unnest($1::bigint[], $2::text[])",
                     &[&note_sizes, &note_texts],
                 )
                 .await
-                .map_err(|e| backend(&e))?;
+            };
+            let meta = async {
+                tx.execute(
+                    "UPDATE log_meta SET value = $1 WHERE key = 'tree_size' AND value = $2",
+                    &[&new, &old],
+                )
+                .await
+            };
+            let (leased, stored, fenced, entries, stored_hashes, latest_note, stored_notes, meta) = futures::join!(
+                check_lease(&tx, lease),
+                tree_size(&tx, true),
+                // Contract rule 8: the agents' rows are locked until the commit.
+                fence::check_and_record(&tx, &fence_agents, &fence_times, &expected),
+                entries,
+                stored_hashes,
+                latest_note,
+                stored_notes,
+                meta,
+            );
+            leased?;
+            let stored = stored?;
+            if stored != first.old_size.get() {
+                return Err(StoreError::Conflict(format!(
+                    "batch extends size {}, the stored size is {stored}",
+                    first.old_size
+                )));
             }
-            tx.execute(
-                "UPDATE log_meta SET value = $1 WHERE key = 'tree_size' AND value = $2",
-                &[&new, &old],
-            )
-            .await
-            .map_err(|e| backend(&e))?;
+            fenced?;
+            entries.map_err(|e| backend(&e))?;
+            stored_hashes.map_err(|e| backend(&e))?;
+            if let Some(latest) = latest_note.map_err(|e| backend(&e))? {
+                if latest.is_some_and(|l| l >= note_sizes[0]) {
+                    return Err(StoreError::Conflict(format!(
+                        "checkpoint note at size {} is not above the latest stored one",
+                        note_sizes[0]
+                    )));
+                }
+            }
+            stored_notes.map_err(|e| backend(&e))?;
+            meta.map_err(|e| backend(&e))?;
             tx.commit().await.map_err(|e| backend(&e))
         })
     }

@@ -357,10 +357,45 @@ impl PostgresStore {
         let lease = self.lease.as_deref();
         self.write(async |c| {
             let tx = c.transaction().await.map_err(|e| backend(&e))?;
-            // The statements go to the server as one pipeline (docs/storage.md
-            // "Write path"): PostgreSQL runs them in the order sent, and their
-            // answers are judged in that order below; any failure drops `tx`,
-            // which rolls all of them back.
+            // Two pipelines (docs/storage.md "Write path"): the checks, then
+            // the writes. The statements of one pipeline go to the server
+            // together instead of one round trip after another; the client
+            // library may send them in any order, so nothing in one depends
+            // on another, and their answers are judged in a fixed order. Any
+            // failure drops `tx`, which rolls everything back.
+            let latest_note = async {
+                if note_sizes.is_empty() {
+                    return Ok(None);
+                }
+                tx.query_one("SELECT max(size) FROM log_checkpoints", &[])
+                    .await
+                    .map(|row| row.get::<_, Option<i64>>(0))
+            };
+            let (leased, stored, fenced, latest_note) = futures::join!(
+                check_lease(&tx, lease),
+                tree_size(&tx, true),
+                // Contract rule 8: the agents' rows are locked until the commit.
+                fence::check_and_record(&tx, &fence_agents, &fence_times, &expected),
+                latest_note,
+            );
+            leased?;
+            let stored = stored?;
+            if stored != first.old_size.get() {
+                return Err(StoreError::Conflict(format!(
+                    "batch extends size {}, the stored size is {stored}",
+                    first.old_size
+                )));
+            }
+            fenced?;
+            if latest_note
+                .map_err(|e| backend(&e))?
+                .is_some_and(|l| l >= note_sizes[0])
+            {
+                return Err(StoreError::Conflict(format!(
+                    "checkpoint note at size {} is not above the latest stored one",
+                    note_sizes[0]
+                )));
+            }
             let entries = async {
                 if idx.is_empty() {
                     return Ok(0);
@@ -384,14 +419,6 @@ impl PostgresStore {
                 )
                 .await
             };
-            let latest_note = async {
-                if note_sizes.is_empty() {
-                    return Ok(None);
-                }
-                tx.query_one("SELECT max(size) FROM log_checkpoints", &[])
-                    .await
-                    .map(|row| Some(row.get::<_, Option<i64>>(0)))
-            };
             let stored_notes = async {
                 if note_sizes.is_empty() {
                     return Ok(0);
@@ -409,36 +436,10 @@ impl PostgresStore {
                 )
                 .await
             };
-            let (leased, stored, fenced, entries, stored_hashes, latest_note, stored_notes, meta) = futures::join!(
-                check_lease(&tx, lease),
-                tree_size(&tx, true),
-                // Contract rule 8: the agents' rows are locked until the commit.
-                fence::check_and_record(&tx, &fence_agents, &fence_times, &expected),
-                entries,
-                stored_hashes,
-                latest_note,
-                stored_notes,
-                meta,
-            );
-            leased?;
-            let stored = stored?;
-            if stored != first.old_size.get() {
-                return Err(StoreError::Conflict(format!(
-                    "batch extends size {}, the stored size is {stored}",
-                    first.old_size
-                )));
-            }
-            fenced?;
+            let (entries, stored_hashes, stored_notes, meta) =
+                futures::join!(entries, stored_hashes, stored_notes, meta);
             entries.map_err(|e| backend(&e))?;
             stored_hashes.map_err(|e| backend(&e))?;
-            if let Some(latest) = latest_note.map_err(|e| backend(&e))? {
-                if latest.is_some_and(|l| l >= note_sizes[0]) {
-                    return Err(StoreError::Conflict(format!(
-                        "checkpoint note at size {} is not above the latest stored one",
-                        note_sizes[0]
-                    )));
-                }
-            }
             stored_notes.map_err(|e| backend(&e))?;
             meta.map_err(|e| backend(&e))?;
             tx.commit().await.map_err(|e| backend(&e))

@@ -23,7 +23,7 @@ use crate::pages::{self, AuditorScope, CallFilter, View};
 use crate::session_store::SessionStoreError;
 use crate::store::{AuditorLink, LinkStoreError, NewLink};
 use crate::Console;
-use tally_witness::error::WitnessError;
+use tally_witness::error::{blocking, WitnessError};
 use tally_witness::export::{self, ExportRange};
 use tally_witness::http::PACK_CONTENT_TYPE;
 
@@ -128,14 +128,6 @@ fn page(status: StatusCode, markup: &Markup) -> Response {
 
 fn ok(markup: &Markup) -> Response {
     page(StatusCode::OK, markup)
-}
-
-async fn blocking<T: Send + 'static>(
-    f: impl FnOnce() -> Result<T, PageError> + Send + 'static,
-) -> Result<T, PageError> {
-    tokio::task::spawn_blocking(f)
-        .await
-        .map_err(|e| PageError::from(WitnessError::internal(&e)))?
 }
 
 // ---- who is asking ---------------------------------------------------------
@@ -312,7 +304,7 @@ pub(crate) async fn overview(State(c): S, headers: HeaderMap) -> Response {
         Err(r) => return r.into_response(),
     };
     let view = scope.view.clone();
-    let result = blocking(move || {
+    let result = blocking::<_, PageError>(move || {
         let w = &c.witness;
         let now = w.now();
         let summaries = data::agent_summaries(w, &scope.agents, scope.range)?;
@@ -348,7 +340,7 @@ pub(crate) async fn auditor_home(
         Err(e) => return e.into_response(),
     };
     let view = scope.view.clone();
-    match blocking(move || {
+    match blocking::<_, PageError>(move || {
         let summaries = data::agent_summaries(&c.witness, &scope.agents, scope.range)?;
         let cp = c.witness.log().latest_checkpoint();
         Ok(pages::auditor_home(&scope.view, &summaries, &cp))
@@ -414,7 +406,7 @@ async fn agent_common(
             return Err(PageError::not_found());
         }
         let filter = call_filter(query)?;
-        blocking(move || {
+        blocking::<_, PageError>(move || {
             let w = &c.witness;
             let now = w.now();
             let summary = data::agent_summaries(w, std::slice::from_ref(&agent), scope.range)?
@@ -530,7 +522,7 @@ async fn record_common(
     let view = scope.view.clone();
     let result = async {
         let index = path_index(index)?;
-        blocking(move || {
+        blocking::<_, PageError>(move || {
             let detail = scoped_detail(&c.witness, &scope, index)?;
             Ok(pages::record(&scope.view, &detail))
         })
@@ -596,7 +588,7 @@ async fn pack_download(
     let w = Arc::clone(&c.witness);
     // The same checkpoint as `GET /v1/export`: with cosigners, the cosigned one.
     let cp = export::pinned_checkpoint(&w).await?;
-    let plan = blocking(move || {
+    let plan = blocking::<_, PageError>(move || {
         let mut agents = agents;
         loop {
             if agents.is_empty() {
@@ -660,7 +652,7 @@ async fn record_pack_common(
     let result = async {
         let index = path_index(index)?;
         let c2 = Arc::clone(&c);
-        let (agent, from, to) = blocking(move || {
+        let (agent, from, to) = blocking::<_, PageError>(move || {
             let d = scoped_detail(&c2.witness, &scope, index)?;
             let agent = d.entry.record().agent.clone();
             let (from, to) = d.pack_range();

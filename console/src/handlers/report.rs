@@ -52,7 +52,7 @@ async fn report_common(
         "json" => true,
         _ => return Err(PageError::bad("format must be html or json.")),
     };
-    let report = blocking(move || {
+    let report = blocking::<_, PageError>(move || {
         data::audit_export(
             &c.witness,
             &project,

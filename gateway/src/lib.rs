@@ -25,6 +25,7 @@
 
 pub mod acceptance;
 pub mod action;
+mod appended;
 pub mod calls;
 pub mod chain;
 pub mod disclose;

@@ -32,7 +32,7 @@ pub use body::{
 };
 pub(crate) use fast::{Cursor, FastRecord};
 pub use fields::{AgentName, Nonce, Seq};
-pub(crate) use write::{put_counter, put_hashes, put_hex, put_str, put_time, HEX_DIGITS};
+pub(crate) use write::{put_counter, put_hashes, put_hex, put_str, put_time};
 
 use std::ops::Deref;
 

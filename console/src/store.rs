@@ -27,6 +27,9 @@ use tally_witness::cached_table::{CachedTable, Rows, Watch};
 use tally_witness::config::StoreChoice;
 use tally_witness::kv::{Expect, KvError, KvOp, KvStore, Snapshot};
 
+/// The console's file in the data folder.
+pub const CONSOLE_DB: &str = "console.redb";
+
 /// `auditor_links`: link id → JSON [`AuditorLink`].
 const LINKS: &str = "auditor_links";
 /// The store's tables (docs/storage.md).
@@ -265,7 +268,7 @@ impl LinkStore {
     /// As [`LinkStore::open`] and [`LinkStore::open_postgres`].
     pub fn open_for(data_dir: &Path, store: &StoreChoice) -> Result<Arc<Self>, LinkStoreError> {
         match store {
-            StoreChoice::Redb => Self::open(&data_dir.join(crate::CONSOLE_DB)),
+            StoreChoice::Redb => Self::open(&data_dir.join(CONSOLE_DB)),
             StoreChoice::Postgres(url) => Self::open_postgres(url),
         }
     }

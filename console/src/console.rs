@@ -70,7 +70,7 @@ pub const LOGIN_GLOBAL: throttle::Rate = throttle::Rate {
 /// The console's limits. `tally serve` uses the defaults; tests lower them.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct ConsoleLimits {
-    /// Sessions per project and in all ([`SessionLimits`]).
+    /// Sessions per project and in all ([`auth::SessionLimits`]).
     pub sessions: auth::SessionLimits,
     /// Login attempts per client address ([`LOGIN_PER_ADDRESS`]).
     pub login_per_address: throttle::Rate,

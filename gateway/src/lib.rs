@@ -34,6 +34,7 @@ pub mod journal;
 pub mod process;
 pub mod proxy;
 pub mod recorder;
+mod refusal;
 pub mod sdk;
 mod sse;
 pub mod state;

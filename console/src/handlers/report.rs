@@ -2,7 +2,7 @@
 //! operator's for one agent and a period, an auditor link's for its agents
 //! and range (docs/console.md).
 
-use super::*;
+use super::common::*;
 
 #[derive(Deserialize, Default)]
 pub(crate) struct ReportQuery {

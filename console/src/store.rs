@@ -16,16 +16,19 @@
 
 use std::collections::BTreeMap;
 use std::path::Path;
-use std::sync::atomic::{AtomicI64, Ordering};
-use std::sync::{Arc, Mutex, RwLock};
+use std::sync::{Arc, Mutex};
 
 use rand_core::CryptoRngCore;
 use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
 use subtle::ConstantTimeEq;
 use tally_schemas::{AgentName, UnixMillis};
+use tally_witness::cached_table::{CachedTable, Rows, Watch};
 use tally_witness::config::StoreChoice;
 use tally_witness::kv::{Expect, KvError, KvOp, KvStore, Snapshot};
+
+/// The console's file in the data folder.
+pub const CONSOLE_DB: &str = "console.redb";
 
 /// `auditor_links`: link id → JSON [`AuditorLink`].
 const LINKS: &str = "auditor_links";
@@ -67,6 +70,12 @@ pub enum LinkStoreError {
 
 fn storage<E: std::fmt::Display>(e: E) -> LinkStoreError {
     LinkStoreError::Storage(e.to_string())
+}
+
+impl From<KvError> for LinkStoreError {
+    fn from(e: KvError) -> Self {
+        storage(e)
+    }
 }
 
 /// One auditor link (its token's hash, never the token).
@@ -143,16 +152,10 @@ pub struct NewLink {
 
 /// The auditor-link store. See the module docs.
 pub struct LinkStore {
-    kv: KvStore,
-    links: RwLock<Links>,
-    /// Serialises this process's writes (and reloads); between processes
-    /// the database's expectations decide.
-    write: Mutex<()>,
+    table: Arc<CachedTable<Links>>,
     /// [`MAX_LINKS_PER_PROJECT`] and [`MAX_KEPT_LINKS_PER_PROJECT`] (tests
     /// lower them).
     caps: Mutex<(usize, usize)>,
-    /// The generation the memory copy was loaded at (PostgreSQL).
-    generation: AtomicI64,
 }
 
 /// The links in memory, with each row's stored bytes (which a write
@@ -163,18 +166,34 @@ struct Links {
     raw: BTreeMap<String, Vec<u8>>,
 }
 
-impl Links {
+impl Rows for Links {
+    type Error = LinkStoreError;
+
     fn from_snapshot(snapshot: Snapshot) -> Result<Self, LinkStoreError> {
         let mut l = Self::default();
         for (table, key, value) in snapshot.rows {
             if table == LINKS {
-                l.set(&key, Some(&value))?;
+                l.set_link(&key, Some(&value))?;
             }
         }
         Ok(l)
     }
 
-    fn set(&mut self, id: &str, value: Option<&[u8]>) -> Result<(), LinkStoreError> {
+    fn set(
+        &mut self,
+        table: &'static str,
+        key: &str,
+        value: Option<&[u8]>,
+    ) -> Result<(), LinkStoreError> {
+        if table == LINKS {
+            self.set_link(key, value)?;
+        }
+        Ok(())
+    }
+}
+
+impl Links {
+    fn set_link(&mut self, id: &str, value: Option<&[u8]>) -> Result<(), LinkStoreError> {
         match value {
             Some(v) => {
                 let link: AuditorLink =
@@ -249,34 +268,21 @@ impl LinkStore {
     /// As [`LinkStore::open`] and [`LinkStore::open_postgres`].
     pub fn open_for(data_dir: &Path, store: &StoreChoice) -> Result<Arc<Self>, LinkStoreError> {
         match store {
-            StoreChoice::Redb => Self::open(&data_dir.join(crate::CONSOLE_DB)),
+            StoreChoice::Redb => Self::open(&data_dir.join(CONSOLE_DB)),
             StoreChoice::Postgres(url) => Self::open_postgres(url),
         }
     }
 
     fn open_on(kv: KvStore) -> Result<Arc<Self>, LinkStoreError> {
-        let snapshot = kv.snapshot().map_err(storage)?;
-        let generation = snapshot.generation;
-        let shared = kv.is_shared();
-        let store = Arc::new(Self {
-            kv,
-            links: RwLock::new(Links::from_snapshot(snapshot)?),
-            write: Mutex::new(()),
+        let watch = Watch {
+            thread: "tally-links-watch",
+            period: tally_witness::kv::WATCH_PERIOD,
+            what: "the console's auditor links",
+        };
+        Ok(Arc::new(Self {
+            table: CachedTable::open(kv, watch)?,
             caps: Mutex::new((MAX_LINKS_PER_PROJECT, MAX_KEPT_LINKS_PER_PROJECT)),
-            generation: AtomicI64::new(generation),
-        });
-        if shared {
-            tally_witness::kv::spawn_watcher(
-                "tally-links-watch",
-                Arc::downgrade(&store),
-                |s: &Self| {
-                    if let Err(e) = s.refresh_if_changed() {
-                        tracing::warn!("reloading the console's auditor links: {e}");
-                    }
-                },
-            );
-        }
-        Ok(store)
+        }))
     }
 
     /// Reloads the memory copy when another front wrote since it was
@@ -286,23 +292,7 @@ impl LinkStore {
     /// # Errors
     /// [`LinkStoreError::Storage`] or a corrupt row (the copy is then kept).
     pub fn refresh_if_changed(&self) -> Result<(), LinkStoreError> {
-        if self.kv.generation().map_err(storage)? != self.generation.load(Ordering::SeqCst) {
-            let _w = self.writer();
-            self.reload()?;
-        }
-        Ok(())
-    }
-
-    fn reload(&self) -> Result<(), LinkStoreError> {
-        let snapshot = self.kv.snapshot().map_err(storage)?;
-        let generation = snapshot.generation;
-        let links = Links::from_snapshot(snapshot)?;
-        *self
-            .links
-            .write()
-            .unwrap_or_else(std::sync::PoisonError::into_inner) = links;
-        self.generation.store(generation, Ordering::SeqCst);
-        Ok(())
+        self.table.refresh_if_changed()
     }
 
     #[cfg(test)]
@@ -314,57 +304,17 @@ impl LinkStore {
     }
 
     fn read(&self) -> std::sync::RwLockReadGuard<'_, Links> {
-        self.links
-            .read()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
+        self.table.read()
     }
 
-    fn writer(&self) -> std::sync::MutexGuard<'_, ()> {
-        self.write
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
-    }
-
-    /// The one write path: `plan` decides from the memory copy, the store
-    /// applies its rows in one transaction (each expecting what was read),
-    /// the memory copy takes them. When another front changed one of them
-    /// first, the copy is reloaded and `plan` decides again.
+    /// The one write path ([`CachedTable::write`]): `plan` decides from the
+    /// memory copy; when another front changed one of its rows first, the
+    /// copy is reloaded and `plan` decides again, up to five times.
     fn write<T>(
         &self,
-        mut plan: impl FnMut(&Links) -> Result<(Vec<KvOp>, T), LinkStoreError>,
+        plan: impl FnMut(&Links) -> Result<(Vec<KvOp>, T), LinkStoreError>,
     ) -> Result<T, LinkStoreError> {
-        let _w = self.writer();
-        let mut attempts = 0;
-        loop {
-            let (ops, out) = plan(&self.read())?;
-            if ops.is_empty() {
-                return Ok(out);
-            }
-            match self.kv.apply(&ops) {
-                Ok(generation) => {
-                    let mut l = self
-                        .links
-                        .write()
-                        .unwrap_or_else(std::sync::PoisonError::into_inner);
-                    for op in &ops {
-                        l.set(&op.key, op.value.as_deref())?;
-                    }
-                    let _ = self.generation.compare_exchange(
-                        generation - 1,
-                        generation,
-                        Ordering::SeqCst,
-                        Ordering::SeqCst,
-                    );
-                    return Ok(out);
-                }
-                Err(KvError::Conflict(what)) if attempts < 5 => {
-                    attempts += 1;
-                    tracing::debug!("auditor link {what} changed by another front; deciding again");
-                    self.reload()?;
-                }
-                Err(e) => return Err(storage(e)),
-            }
-        }
+        self.table.write(5, plan, LinkStoreError::from)
     }
 
     /// Makes a link; returns its id and its token (shown once).

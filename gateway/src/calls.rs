@@ -20,26 +20,20 @@ use std::sync::{Mutex, PoisonError};
 use std::time::Duration;
 
 use rand_core::OsRng;
-use serde_json::{json, Value};
+use serde_json::Value;
 use tally_schemas::canonical::{self, Limits};
 use tally_schemas::record::{Decision, Outcome, OutcomeStatus};
 use tally_schemas::{Body, Hash, Record};
 
 use crate::action::{self, proof_text, ProofPath};
 use crate::chain::{AgentChain, Waited};
+pub use crate::refusal::{
+    error_answer, Refusal, ERROR_CLIENT_GONE, ERROR_NOT_FORWARDED, ERROR_SERVER_EXITED,
+    ERROR_UPSTREAM,
+};
 use crate::store::Secret;
+pub use crate::toollist::check_tool_name;
 use crate::toollist::digest_list_as;
-
-/// JSON-RPC error code of a call the gateway did not forward.
-pub const ERROR_NOT_FORWARDED: i64 = -32001;
-/// JSON-RPC error code of a call whose server exited while it was in flight.
-pub const ERROR_SERVER_EXITED: i64 = -32002;
-/// JSON-RPC error code of a call still in flight when the client went away
-/// and the server exited (sent in case the client still reads).
-pub const ERROR_CLIENT_GONE: i64 = -32003;
-/// JSON-RPC error code of a call whose HTTP exchange with the upstream
-/// failed without a JSON-RPC answer (Streamable HTTP only).
-pub const ERROR_UPSTREAM: i64 = -32004;
 
 /// Most pages the gateway reads when it lists the tools itself.
 pub const MAX_LIST_PAGES: usize = 256;
@@ -124,64 +118,6 @@ impl ProxyConfig {
             None => tool.to_owned(),
         }
     }
-}
-
-/// Whether `name` is a valid tool name (docs/protocol.md §5: 1–256 bytes,
-/// no control character).
-///
-/// # Errors
-/// Why not.
-pub fn check_tool_name(name: &str) -> Result<(), String> {
-    if name.is_empty() || name.len() > 256 {
-        return Err(format!("{} bytes, not 1 to 256", name.len()));
-    }
-    if name.chars().any(char::is_control) {
-        return Err("it holds a control character".into());
-    }
-    Ok(())
-}
-
-/// Why a call is not forwarded: a stable reason (the `data.tally` member of
-/// the JSON-RPC error) and a message for people.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Refusal {
-    /// Stable reason code, e.g. `decision_not_recorded`.
-    pub reason: &'static str,
-    /// What happened.
-    pub message: String,
-}
-
-impl Refusal {
-    /// A refusal with `reason` and `message`.
-    #[must_use]
-    pub fn new(reason: &'static str, message: impl Into<String>) -> Self {
-        Self {
-            reason,
-            message: message.into(),
-        }
-    }
-
-    /// The JSON-RPC error answer to request `id` (code -32001).
-    #[must_use]
-    pub fn to_answer(&self, id: &Value) -> Value {
-        error_answer(
-            id,
-            ERROR_NOT_FORWARDED,
-            self.reason,
-            &format!("tally gateway: call not forwarded: {}", self.message),
-        )
-    }
-}
-
-/// A JSON-RPC error answer to request `id`, with the gateway's `reason` in
-/// `error.data.tally`.
-#[must_use]
-pub fn error_answer(id: &Value, code: i64, reason: &str, message: &str) -> Value {
-    json!({
-        "jsonrpc": "2.0",
-        "id": id,
-        "error": {"code": code, "message": message, "data": {"tally": reason}},
-    })
 }
 
 /// The text of a request id as a decision's `call_id` (docs/protocol.md

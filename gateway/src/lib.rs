@@ -25,6 +25,7 @@
 
 pub mod acceptance;
 pub mod action;
+mod appended;
 pub mod calls;
 pub mod chain;
 pub mod disclose;
@@ -33,6 +34,7 @@ pub mod journal;
 pub mod process;
 pub mod proxy;
 pub mod recorder;
+mod refusal;
 pub mod sdk;
 mod sse;
 pub mod state;

@@ -23,15 +23,14 @@
 
 use std::path::{Path, PathBuf};
 
-use rand_core::CryptoRngCore;
 use redb::{
     Database, ReadableDatabase as _, ReadableTable as _, ReadableTableMetadata as _,
     TableDefinition,
 };
 use serde::{Deserialize, Serialize};
-use tally_schemas::canonical::CanonicalError;
-use tally_schemas::hash::SaltedHash;
 use tally_schemas::{Hash, Record, Seq, UnixMillis};
+
+pub use crate::appended::{Appended, Secret};
 
 const RECORDS: TableDefinition<u64, &[u8]> = TableDefinition::new("records");
 const SECRETS: TableDefinition<u64, &[u8]> = TableDefinition::new("secrets");
@@ -77,56 +76,6 @@ db_err!(
     redb::StorageError,
     redb::CommitError
 );
-
-/// The salt (and, with `--store-content`, the content) behind a salted hash.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct Secret {
-    /// The 16 salt bytes, hex.
-    pub salt: String,
-    /// The content that was hashed, when the agent keeps it.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub content: Option<serde_json::Value>,
-    /// An action outcome's proof: its own salt (and the proof, when the
-    /// agent keeps content), so it can be disclosed alone (docs/protocol.md
-    /// §5.2). An outcome without output has an empty `salt` beside it.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub proof: Option<Box<Secret>>,
-}
-
-impl Secret {
-    /// Hashes `content` under a fresh salt (docs/protocol.md §6.1,
-    /// [`SaltedHash::of_content`]) and returns the salted hash with what the
-    /// agent keeps: the salt, and the content itself when `keep`.
-    ///
-    /// # Errors
-    /// [`CanonicalError`] when `content` has no canonical form; nothing is
-    /// hashed.
-    pub fn for_content(
-        content: &serde_json::Value,
-        keep: bool,
-        rng: &mut impl CryptoRngCore,
-    ) -> Result<(Hash, Self), CanonicalError> {
-        let salted = SaltedHash::of_content(content, rng)?;
-        Ok((
-            salted.hash,
-            Self {
-                salt: hex::encode(salted.salt),
-                content: keep.then(|| content.clone()),
-                proof: None,
-            },
-        ))
-    }
-}
-
-/// A record and what goes with it, appended in one transaction.
-#[derive(Debug, Clone)]
-pub struct Appended {
-    /// The signed record.
-    pub record: Record,
-    /// Its salt and content, for decisions and outcomes.
-    pub secret: Option<Secret>,
-}
 
 /// The last sync error, as shown by `tally status`.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -407,16 +356,9 @@ impl ChainStore {
         })
     }
 
-    /// Stores an accepted receipt for `seq` and moves the sync cursor past
-    /// every receipted record that follows without a gap.
-    ///
-    /// # Errors
-    /// [`StoreError`] when it did not commit.
-    pub fn put_receipt(&self, seq: u64, receipt_json: &[u8]) -> Result<u64, StoreError> {
-        self.put_receipts(&[(seq, receipt_json)])
-    }
-
-    /// [`Self::put_receipt`] for several receipts, in one transaction.
+    /// Stores accepted receipts, `(seq, receipt)`, in one transaction, and
+    /// moves the sync cursor past every receipted record that follows
+    /// without a gap.
     ///
     /// # Errors
     /// [`StoreError`] when it did not commit.

@@ -165,14 +165,6 @@ impl Syncer {
         }
     }
 
-    /// Waits `linger` (zero: none) after a commit before each background
-    /// send; [`SYNC_LINGER`] by default.
-    #[must_use]
-    pub fn with_linger(mut self, linger: Duration) -> Self {
-        self.linger = linger;
-        self
-    }
-
     /// Writes retirements of pinned keys learned from the key directory
     /// back to `agent`'s configuration in `state`.
     #[must_use]

@@ -4,13 +4,41 @@
 //! each fit a record, all sharing one fresh list id.
 
 use rand_core::{OsRng, RngCore as _};
+use serde::{Deserialize, Serialize};
 use serde_json::Value;
 use tally_schemas::limits::{MAX_RECORD_BYTES, MAX_TOOLS_PER_RECORD, MAX_TOOL_LIST_PARTS};
 use tally_schemas::record::{ToolEntry, ToolList};
 use tally_schemas::tools::digest_tool_definition;
 use tally_schemas::{Body, Hash};
 
-use crate::chain::DeclaredTools;
+/// A tool source's list, declared through `AgentChain::declare_tools`
+/// (`chain`, which re-exports it).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct DeclaredTools {
+    /// The source's name (docs/protocol.md §5.3), or none for the agent's
+    /// unnamed source.
+    pub source: Option<String>,
+    /// How long the declaration holds, in milliseconds (none: the
+    /// protocol's default).
+    pub lease_ms: Option<u64>,
+    /// The tools, in the source's order.
+    pub entries: Vec<ToolEntry>,
+}
+
+/// Whether `name` is a valid tool name (docs/protocol.md §5: 1–256 bytes,
+/// no control character).
+///
+/// # Errors
+/// Why not.
+pub fn check_tool_name(name: &str) -> Result<(), String> {
+    if name.is_empty() || name.len() > 256 {
+        return Err(format!("{} bytes, not 1 to 256", name.len()));
+    }
+    if name.chars().any(char::is_control) {
+        return Err("it holds a control character".into());
+    }
+    Ok(())
+}
 
 /// Room left in a record for the tool entries: the record's other members
 /// (names, hashes, nonce, signature, list id) take well under 2 KiB.

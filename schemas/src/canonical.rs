@@ -12,8 +12,7 @@ use serde::de::{self, Deserialize, Deserializer, MapAccess, SeqAccess, Visitor};
 use serde::Serialize;
 use serde_json::{Map, Value};
 
-/// The largest integer magnitude JSON numbers may carry, 2^53 − 1 (I-JSON, RFC 7493).
-pub const MAX_SAFE_INTEGER: u64 = 9_007_199_254_740_991;
+pub use crate::limits::MAX_SAFE_INTEGER;
 
 /// Bounds checked before a document is decoded.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -80,12 +80,14 @@ impl Hash {
     }
 }
 
+/// The lowercase hex digits, by value.
+pub(crate) const HEX_DIGITS: &[u8; 16] = b"0123456789abcdef";
+
 /// `bytes` as lowercase hex, written into a string of the right size
 /// (`hex::encode` collects an iterator of chars, which showed in the
 /// witness's profile at a few hashes per record).
 #[must_use]
 pub(crate) fn lower_hex(bytes: &[u8]) -> String {
-    use crate::record::HEX_DIGITS;
     let mut out = String::with_capacity(2 * bytes.len());
     for &b in bytes {
         out.push(char::from(HEX_DIGITS[usize::from(b >> 4)]));

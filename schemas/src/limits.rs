@@ -82,9 +82,13 @@ pub const MIN_NONCE_BYTES: usize = 16;
 /// See [`MIN_NONCE_BYTES`].
 pub const MAX_NONCE_BYTES: usize = 64;
 
+/// The largest integer magnitude JSON numbers may carry, 2^53 − 1 (I-JSON,
+/// RFC 7493); also `canonical::MAX_SAFE_INTEGER`.
+pub const MAX_SAFE_INTEGER: u64 = 9_007_199_254_740_991;
+
 /// Largest sequence number, log index or tree size: 2^53 − 1, so every
 /// integer on the wire is exact in a double.
-pub const MAX_COUNTER: u64 = crate::canonical::MAX_SAFE_INTEGER;
+pub const MAX_COUNTER: u64 = MAX_SAFE_INTEGER;
 
 /// Maximum number of records in one pack.
 pub const MAX_RECORDS_PER_PACK: u64 = 16_777_216;

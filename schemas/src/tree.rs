@@ -82,11 +82,6 @@ impl LeafIndex {
     pub const fn get(self) -> u64 {
         self.0
     }
-    /// The size of the smallest tree that holds this leaf.
-    #[must_use]
-    pub const fn tree_size_including(self) -> TreeSize {
-        TreeSize(self.0 + 1)
-    }
 }
 
 impl fmt::Debug for TreeSize {

@@ -10,7 +10,7 @@ use tally_schemas::api::{AddAgentRequest, RegisteredAgent, RetireRequest, Rotate
 use tally_schemas::display::escape;
 use tally_schemas::{PublicKey, UnixMillis};
 
-use super::agent::{AgentArg, StateArgs};
+use super::agent_args::{AgentArg, StateArgs};
 use super::project::RemoteArgs;
 
 /// A public key as registration takes it: standard base64 of a valid,

@@ -2,6 +2,7 @@
 
 pub(crate) mod agent;
 pub(crate) mod agent_admin;
+pub(crate) mod agent_args;
 pub(crate) mod bench_ingest;
 pub(crate) mod bench_verify;
 pub(crate) mod canon;

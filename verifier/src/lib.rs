@@ -36,6 +36,7 @@ mod render;
 pub mod sig;
 mod spill;
 mod tally;
+mod threads;
 pub mod trust;
 mod verify;
 

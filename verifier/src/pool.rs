@@ -10,6 +10,8 @@ use std::hash::BuildHasher;
 use std::sync::mpsc::{channel, sync_channel, Receiver, SyncSender};
 use std::sync::Mutex;
 
+pub(crate) use crate::threads::thread_count;
+
 use tally_schemas::entry::entry_leaf_hash;
 use tally_schemas::limits::{MAX_ENTRY_BYTES, MAX_PROOF_HASHES};
 use tally_schemas::pack::{AgentKey, PackCheckpoint, PackEnd, PackError, PackLine, PackRecord};
@@ -25,14 +27,6 @@ pub(crate) const BATCH_LINES: usize = 128;
 /// has `BATCH_LINES` lines or this many bytes, so one batch holds at most
 /// this plus one line).
 pub(crate) const BATCH_BYTES: usize = 256 << 10;
-
-/// Number of worker threads for `requested` (0: one per core).
-pub(crate) fn thread_count(requested: usize) -> usize {
-    if requested > 0 {
-        return requested;
-    }
-    std::thread::available_parallelism().map_or(1, std::num::NonZeroUsize::get)
-}
 
 /// What the workers share: the trust anchors and the pack's tree.
 pub(crate) struct Context {

@@ -37,7 +37,7 @@ pub fn verify_record(record: &Record, key: &PublicKey) -> bool {
 /// on its own; the result for item `i` is exactly `verify_message` of item `i`.
 #[must_use]
 pub fn verify_many(items: &[([u8; 32], Vec<u8>, [u8; 64])], threads: usize) -> Vec<bool> {
-    let threads = crate::pool::thread_count(threads).min(items.len().max(1));
+    let threads = crate::threads::thread_count(threads).min(items.len().max(1));
     let chunk = items.len().div_ceil(threads).max(1);
     std::thread::scope(|s| {
         let handles: Vec<_> = items

@@ -620,10 +620,16 @@ impl From<RegistryError> for WitnessError {
 
 /// Runs `f` (a storage or registry call that blocks) on tokio's blocking
 /// threads, off the async ones; a task that panicked is an internal error.
-pub(crate) async fn blocking<T: Send + 'static>(
-    f: impl FnOnce() -> Result<T, WitnessError> + Send + 'static,
-) -> Result<T, WitnessError> {
+/// The witness's handlers and the console's use it, each with its own
+/// error type.
+///
+/// # Errors
+/// What `f` returns, or [`WitnessError::internal`] (as `E`) when the task
+/// panicked or was cancelled.
+pub async fn blocking<T: Send + 'static, E: From<WitnessError> + Send + 'static>(
+    f: impl FnOnce() -> Result<T, E> + Send + 'static,
+) -> Result<T, E> {
     tokio::task::spawn_blocking(f)
         .await
-        .map_err(|e| WitnessError::internal(&e))?
+        .map_err(|e| E::from(WitnessError::internal(&e)))?
 }

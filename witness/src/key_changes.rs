@@ -170,7 +170,10 @@ pub(crate) async fn add_agent(
     // backup than the log) keeps its name: a new key list for it would
     // make its records fail check 2.
     let (log, a) = (Arc::clone(w.log()), agent.clone());
-    if blocking(move || Ok(log.chain_head(&a)?)).await?.is_some() {
+    if blocking(move || Ok::<_, WitnessError>(log.chain_head(&a)?))
+        .await?
+        .is_some()
+    {
         return Err(WitnessError::NameUnavailable {
             agent: agent.clone(),
         });

@@ -238,18 +238,14 @@ impl KvStore {
     }
 }
 
-/// Runs `refresh` on the store behind `weak` every [`WATCH_PERIOD`] until
-/// the store is dropped, on a thread of its own.
-pub fn spawn_watcher<T: Send + Sync + 'static>(name: &str, weak: Weak<T>, refresh: fn(&T)) {
-    spawn_watcher_every(name, WATCH_PERIOD, weak, refresh);
-}
-
-/// [`spawn_watcher`] every `period`.
+/// Runs `refresh` on the store behind `weak` every `period` (the
+/// default is [`WATCH_PERIOD`]) until the store is dropped, on a thread of
+/// its own.
 pub fn spawn_watcher_every<T: Send + Sync + 'static>(
     name: &str,
     period: Duration,
     weak: Weak<T>,
-    refresh: fn(&T),
+    refresh: impl Fn(&T) + Send + 'static,
 ) {
     let spawned = std::thread::Builder::new()
         .name(name.to_owned())

@@ -21,6 +21,7 @@
 //! one; `tally serve` merges its routes into [`http::router`].
 
 mod agent_fence;
+pub mod cached_table;
 pub mod config;
 mod conn;
 pub mod cosigning;

@@ -1,7 +1,8 @@
 //! Auditor links: making, revoking, and attaching disclosures to them
 //! (docs/console.md "Auditor links").
 
-use super::*;
+use super::common::*;
+use super::login::{checked_post, field, Pairs};
 
 fn links_markup(c: &Console, view: &View, made: Option<&str>, message: Option<&str>) -> Markup {
     let agents = project_agents(c, &view.project);

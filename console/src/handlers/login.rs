@@ -18,7 +18,7 @@ use crate::Console;
 
 type S = State<Arc<Console>>;
 
-use super::*;
+use super::common::*;
 
 // ---- login -----------------------------------------------------------------
 

@@ -5,304 +5,18 @@
 //! a panic; a 5xx page says nothing about internals (the detail goes to the
 //! log).
 
-use std::collections::HashSet;
-use std::sync::Arc;
-
-use axum::extract::rejection::{PathRejection, QueryRejection};
-use axum::extract::{Path, Query, Request, State};
-use axum::http::{header, HeaderMap, HeaderValue, StatusCode};
-use axum::response::{IntoResponse, Redirect, Response};
-use maud::Markup;
-use serde::Deserialize;
-use tally_schemas::limits::MAX_AGENTS_PER_PACK;
-use tally_schemas::{AgentName, LeafIndex, UnixMillis};
-
-use crate::auth::{self, Operator};
-use crate::data::{self, TimeRange};
-use crate::pages::{self, AuditorScope, CallFilter, View};
-use crate::session_store::SessionStoreError;
-use crate::store::{AuditorLink, LinkStoreError, NewLink};
-use crate::Console;
-use tally_witness::error::WitnessError;
-use tally_witness::export::{self, ExportRange};
-use tally_witness::http::PACK_CONTENT_TYPE;
-
-type S = State<Arc<Console>>;
-
+mod common;
 mod links;
 mod login;
 mod report;
 mod verify;
 
+use common::*;
+pub(crate) use common::{not_found, PageError};
 pub(crate) use links::{links_create, links_disclose, links_page, links_revoke};
-use login::{checked_post, field, Pairs};
 pub(crate) use login::{login, login_form, logout};
 pub(crate) use report::{agent_report, auditor_report};
 pub(crate) use verify::{auditor_verify_form, auditor_verify_upload, verify_form, verify_upload};
-
-/// A page that could not be shown: status and a message safe to show.
-#[derive(Debug)]
-pub(crate) struct PageError {
-    status: StatusCode,
-    message: String,
-    view: Option<Box<View>>,
-    /// `Retry-After`, in seconds.
-    retry_after: Option<u32>,
-}
-
-impl PageError {
-    fn new(status: StatusCode, message: impl Into<String>) -> Self {
-        Self {
-            status,
-            message: message.into(),
-            view: None,
-            retry_after: None,
-        }
-    }
-
-    /// The session store (the database) cannot be reached: a 503 that says
-    /// so; the detail goes to the log.
-    fn sessions_unavailable(e: &SessionStoreError) -> Self {
-        tracing::error!(error = %e, "console sessions unavailable");
-        Self {
-            retry_after: Some(5),
-            ..Self::new(
-                StatusCode::SERVICE_UNAVAILABLE,
-                "The console cannot reach its database, so it cannot check sessions \
-                 right now. Try again in a few seconds; the witness's log has the detail.",
-            )
-        }
-    }
-
-    fn bad(message: impl Into<String>) -> Self {
-        Self::new(StatusCode::BAD_REQUEST, message)
-    }
-
-    fn not_found() -> Self {
-        Self::new(StatusCode::NOT_FOUND, "There is no such page.")
-    }
-
-    fn with_view(mut self, view: &View) -> Self {
-        self.view = Some(Box::new(view.clone()));
-        self
-    }
-}
-
-impl From<WitnessError> for PageError {
-    fn from(e: WitnessError) -> Self {
-        let (status, _) = e.status_and_code();
-        let message = if status.is_server_error() {
-            "The witness could not show this page; the detail is in its log.".to_owned()
-        } else {
-            e.to_string()
-        };
-        Self::new(status, message)
-    }
-}
-
-impl IntoResponse for PageError {
-    fn into_response(self) -> Response {
-        let mut r = page(
-            self.status,
-            &pages::error(self.view.as_deref(), self.status.as_u16(), &self.message),
-        );
-        if let Some(secs) = self.retry_after {
-            r.headers_mut()
-                .insert(header::RETRY_AFTER, HeaderValue::from(secs));
-        }
-        r
-    }
-}
-
-fn page(status: StatusCode, markup: &Markup) -> Response {
-    (
-        status,
-        [(
-            header::CONTENT_TYPE,
-            HeaderValue::from_static("text/html; charset=utf-8"),
-        )],
-        markup.0.clone(),
-    )
-        .into_response()
-}
-
-fn ok(markup: &Markup) -> Response {
-    page(StatusCode::OK, markup)
-}
-
-async fn blocking<T: Send + 'static>(
-    f: impl FnOnce() -> Result<T, PageError> + Send + 'static,
-) -> Result<T, PageError> {
-    tokio::task::spawn_blocking(f)
-        .await
-        .map_err(|e| PageError::from(WitnessError::internal(&e)))?
-}
-
-// ---- who is asking ---------------------------------------------------------
-
-/// Why an operator route did not run: no session (go log in), or a page.
-#[derive(Debug)]
-pub(crate) enum Refusal {
-    /// No live session: redirect to the login page.
-    Login,
-    /// A refusal page.
-    Page(PageError),
-}
-
-impl IntoResponse for Refusal {
-    fn into_response(self) -> Response {
-        match self {
-            Self::Login => Redirect::to("/console/login").into_response(),
-            Self::Page(p) => p.into_response(),
-        }
-    }
-}
-
-/// Runs `f` on the console's sessions: on a blocking thread when they are
-/// in the database (the call waits on it), else right here.
-///
-/// # Errors
-/// A 503 page when the session store cannot be reached.
-async fn on_sessions<T: Send + 'static>(
-    c: &Arc<Console>,
-    f: impl FnOnce(&Console) -> Result<T, SessionStoreError> + Send + 'static,
-) -> Result<T, PageError> {
-    let result = if c.sessions.is_shared() {
-        let c = Arc::clone(c);
-        tokio::task::spawn_blocking(move || f(&c))
-            .await
-            .map_err(|e| PageError::from(WitnessError::internal(&e)))?
-    } else {
-        f(c.as_ref())
-    };
-    result.map_err(|e| PageError::sessions_unavailable(&e))
-}
-
-/// The logged-in operator and their view, or a redirect to the login page.
-async fn operator(c: &Arc<Console>, headers: &HeaderMap) -> Result<(Operator, View), Refusal> {
-    let Some(token) = auth::session_token(headers).map(str::to_owned) else {
-        return Err(Refusal::Login);
-    };
-    let found = on_sessions(c, move |c| c.sessions.operator(&c.witness, &token))
-        .await
-        .map_err(Refusal::Page)?;
-    match found {
-        Some(op) => {
-            let view = View {
-                project: op.project.clone(),
-                base: "/console".into(),
-                csrf: Some(op.csrf.clone()),
-                auditor: None,
-            };
-            Ok((op, view))
-        }
-        None => Err(Refusal::Login),
-    }
-}
-
-/// The project's agents.
-fn project_agents(c: &Console, project: &str) -> Vec<AgentName> {
-    c.witness
-        .registry()
-        .agents_of(project)
-        .into_iter()
-        .map(|(a, _)| a)
-        .collect()
-}
-
-/// What a request may see: the agents, the time range, the view.
-struct Scope {
-    view: View,
-    agents: Vec<AgentName>,
-    range: TimeRange,
-}
-
-impl Scope {
-    fn allows(&self, agent: &AgentName) -> bool {
-        self.agents.contains(agent)
-    }
-}
-
-async fn operator_scope(
-    c: &Arc<Console>,
-    headers: &HeaderMap,
-) -> Result<(Operator, Scope), Refusal> {
-    let (op, view) = operator(c, headers).await?;
-    let agents = project_agents(c, &op.project);
-    Ok((
-        op,
-        Scope {
-            view,
-            agents,
-            range: TimeRange::default(),
-        },
-    ))
-}
-
-fn auditor_scope(
-    c: &Console,
-    token: &Result<Path<String>, PathRejection>,
-) -> Result<(AuditorLink, Scope), PageError> {
-    let refused = || {
-        PageError::new(
-            StatusCode::NOT_FOUND,
-            "This auditor link is unknown, expired or revoked. Ask the operator for a new one.",
-        )
-    };
-    let Ok(Path(token)) = token else {
-        return Err(refused());
-    };
-    let (_, link) = c
-        .links
-        .open_token(token, c.witness.now())
-        .ok_or_else(refused)?;
-    let owned: HashSet<AgentName> = project_agents(c, &link.project).into_iter().collect();
-    let agents: Vec<AgentName> = link
-        .agents
-        .iter()
-        .filter(|a| owned.contains(*a))
-        .cloned()
-        .collect();
-    let range = TimeRange {
-        since: link.since,
-        until: link.until,
-    };
-    let view = View {
-        project: link.project.clone(),
-        base: format!("/console/a/{token}"),
-        csrf: None,
-        auditor: Some(AuditorScope {
-            agents: agents.clone(),
-            range,
-            expires: link.expires,
-            disclosures: link.disclosures.len(),
-        }),
-    };
-    Ok((
-        link,
-        Scope {
-            view,
-            agents,
-            range,
-        },
-    ))
-}
-
-fn path_agent(p: Result<Path<String>, PathRejection>) -> Result<AgentName, PageError> {
-    let Path(s) = p.map_err(|_| PageError::not_found())?;
-    AgentName::new(&s).map_err(|_| PageError::not_found())
-}
-
-fn path_index(p: Result<Path<String>, PathRejection>) -> Result<LeafIndex, PageError> {
-    let Path(s) = p.map_err(|_| PageError::not_found())?;
-    let ok = !s.is_empty() && s.len() <= 16 && s.bytes().all(|b| b.is_ascii_digit());
-    let n = ok
-        .then(|| s.parse::<u64>().ok())
-        .flatten()
-        .filter(|n| *n <= tally_schemas::limits::MAX_COUNTER)
-        .ok_or_else(PageError::not_found)?;
-    Ok(LeafIndex::new(n))
-}
 
 // ---- overview --------------------------------------------------------------
 
@@ -312,7 +26,7 @@ pub(crate) async fn overview(State(c): S, headers: HeaderMap) -> Response {
         Err(r) => return r.into_response(),
     };
     let view = scope.view.clone();
-    let result = blocking(move || {
+    let result = blocking::<_, PageError>(move || {
         let w = &c.witness;
         let now = w.now();
         let summaries = data::agent_summaries(w, &scope.agents, scope.range)?;
@@ -348,7 +62,7 @@ pub(crate) async fn auditor_home(
         Err(e) => return e.into_response(),
     };
     let view = scope.view.clone();
-    match blocking(move || {
+    match blocking::<_, PageError>(move || {
         let summaries = data::agent_summaries(&c.witness, &scope.agents, scope.range)?;
         let cp = c.witness.log().latest_checkpoint();
         Ok(pages::auditor_home(&scope.view, &summaries, &cp))
@@ -414,7 +128,7 @@ async fn agent_common(
             return Err(PageError::not_found());
         }
         let filter = call_filter(query)?;
-        blocking(move || {
+        blocking::<_, PageError>(move || {
             let w = &c.witness;
             let now = w.now();
             let summary = data::agent_summaries(w, std::slice::from_ref(&agent), scope.range)?
@@ -530,7 +244,7 @@ async fn record_common(
     let view = scope.view.clone();
     let result = async {
         let index = path_index(index)?;
-        blocking(move || {
+        blocking::<_, PageError>(move || {
             let detail = scoped_detail(&c.witness, &scope, index)?;
             Ok(pages::record(&scope.view, &detail))
         })
@@ -596,7 +310,7 @@ async fn pack_download(
     let w = Arc::clone(&c.witness);
     // The same checkpoint as `GET /v1/export`: with cosigners, the cosigned one.
     let cp = export::pinned_checkpoint(&w).await?;
-    let plan = blocking(move || {
+    let plan = blocking::<_, PageError>(move || {
         let mut agents = agents;
         loop {
             if agents.is_empty() {
@@ -660,7 +374,7 @@ async fn record_pack_common(
     let result = async {
         let index = path_index(index)?;
         let c2 = Arc::clone(&c);
-        let (agent, from, to) = blocking(move || {
+        let (agent, from, to) = blocking::<_, PageError>(move || {
             let d = scoped_detail(&c2.witness, &scope, index)?;
             let agent = d.entry.record().agent.clone();
             let (from, to) = d.pack_range();
@@ -776,8 +490,4 @@ pub(crate) async fn css() -> Response {
 
 pub(crate) async fn js() -> Response {
     asset("text/javascript; charset=utf-8", JS)
-}
-
-pub(crate) async fn not_found() -> Response {
-    PageError::not_found().into_response()
 }

@@ -2,7 +2,7 @@
 //! operator's for one agent and a period, an auditor link's for its agents
 //! and range (docs/console.md).
 
-use super::*;
+use super::common::*;
 
 #[derive(Deserialize, Default)]
 pub(crate) struct ReportQuery {
@@ -52,7 +52,7 @@ async fn report_common(
         "json" => true,
         _ => return Err(PageError::bad("format must be html or json.")),
     };
-    let report = blocking(move || {
+    let report = blocking::<_, PageError>(move || {
         data::audit_export(
             &c.witness,
             &project,

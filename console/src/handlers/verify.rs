@@ -21,7 +21,7 @@ use crate::{Console, MAX_VERIFY_PACK_BYTES};
 
 type S = State<Arc<Console>>;
 
-use super::*;
+use super::common::*;
 
 // ---- verify ----------------------------------------------------------------
 

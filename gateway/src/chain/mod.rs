@@ -37,19 +37,17 @@
 
 mod member;
 mod owner;
+mod types;
 mod wire;
 
 use std::collections::{BTreeMap, HashMap};
 use std::future::Future;
-use std::pin::Pin;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use serde::{Deserialize, Serialize};
 use tally_schemas::disclosure::Disclosure;
-use tally_schemas::record::ToolEntry;
 use tally_schemas::time::Clock;
-use tally_schemas::{AgentName, Body, Hash, Record, SecretKey};
+use tally_schemas::{AgentName, Body, Hash, Record};
 use tokio::sync::{mpsc, oneshot, watch};
 
 use member::{connect, fail_pending, on_answer, send_to_owner, Member, Pending};
@@ -59,196 +57,15 @@ pub use wire::{Answer, Request};
 use crate::disclose::Parts;
 use crate::recorder::{answer, AppendError, RecorderHandle};
 use crate::state::StateDir;
-use crate::store::{ChainStore, Secret, StoreError, StoreStatus, SyncErrorNote};
+use crate::store::{ChainStore, Secret, StoreError};
 use crate::sync::SyncProgress;
+pub use crate::toollist::DeclaredTools;
 
-/// Largest frame on the writer socket: a record is at most 32 KiB, but a
-/// secret may carry the call's content (`--store-content`).
-pub const MAX_FRAME: usize = 64 << 20;
-/// How long a member keeps trying to reach (or become) the owner before
-/// its requests fail.
-const ESTABLISH_FOR: Duration = Duration::from_secs(10);
-/// How far back a new owner looks for a retried append's record.
-const RETRY_LOOKBACK: usize = 8192;
-/// How long closing waits for a member's requests to be answered.
-const CLOSE_WAIT: Duration = Duration::from_secs(5);
-use tally_schemas::limits::DEFAULT_TOOL_LIST_LEASE_MS as DEFAULT_SOURCE_LEASE_MS;
-
-fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
-    m.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
-}
-
-fn source_label(source: Option<&str>) -> String {
-    match source {
-        Some(s) => format!("{s:?}"),
-        None => "(unnamed)".into(),
-    }
-}
-
-/// Why the chain could not be opened.
-#[derive(Debug, thiserror::Error)]
-pub enum ChainError {
-    /// Local state (key, configuration).
-    #[error(transparent)]
-    State(#[from] crate::state::StateError),
-    /// The agent's syncer could not be set up.
-    #[error(transparent)]
-    Setup(#[from] crate::SetupError),
-    /// The store.
-    #[error(transparent)]
-    Store(#[from] StoreError),
-    /// Neither the store nor its owner could be reached.
-    #[error("{0}")]
-    Unreachable(String),
-}
-
-/// Who a writer is, as `tally status` shows it.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct WriterInfo {
-    /// `gateway`, `record`, `sync`, `sdk`, …
-    pub kind: String,
-    /// The tool source it declares (docs/protocol.md §5.3), if any.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub source: Option<String>,
-}
-
-impl WriterInfo {
-    /// A writer of `kind` with no tool source.
-    #[must_use]
-    pub fn new(kind: &str) -> Self {
-        Self {
-            kind: kind.to_owned(),
-            source: None,
-        }
-    }
-}
-
-/// One writer of the chain, as the owner sees it.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct WriterStatus {
-    /// Its process id.
-    pub pid: u32,
-    /// Who it is.
-    #[serde(flatten)]
-    pub info: WriterInfo,
-    /// Whether it holds the store (and runs the sync).
-    pub owner: bool,
-    /// Records it appended through this owner.
-    pub records: u64,
-    /// Its last record's seq.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub last_seq: Option<u64>,
-}
-
-/// What the owner says of the chain, for `tally status`.
-#[derive(Debug, Clone, Serialize, Deserialize)]
-pub struct ChainStatus {
-    /// The owner's process id: the one process that syncs.
-    pub owner_pid: u32,
-    /// Whether the owner syncs (a witness is configured).
-    pub syncing: bool,
-    /// Every writer connected, the owner first.
-    pub writers: Vec<WriterStatus>,
-    /// The store.
-    pub store: StoreStatus,
-    /// The sync task's last failure, if it has not succeeded since.
-    #[serde(default)]
-    pub sync_failure: Option<SyncErrorNote>,
-}
-
-/// How waiting for a receipt ended.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(tag = "result", rename_all = "snake_case")]
-pub enum Waited {
-    /// The record (and every one before it) has an accepted receipt: the
-    /// record's, as the witness sent it, when the owner has it.
-    Receipted {
-        /// The receipt's JSON.
-        #[serde(default)]
-        receipt: Option<String>,
-    },
-    /// No witness is configured for the agent.
-    NoWitness,
-    /// Syncing stopped for good.
-    Halted {
-        /// Why.
-        note: SyncErrorNote,
-    },
-    /// With one try: the try failed.
-    Failed {
-        /// Why.
-        note: SyncErrorNote,
-    },
-    /// No receipt within the time allowed.
-    TimedOut {
-        /// The last sync failure, if any.
-        last: Option<SyncErrorNote>,
-    },
-}
-
-/// A tool source's list, declared through [`AgentChain::declare_tools`].
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct DeclaredTools {
-    /// The source's name (docs/protocol.md §5.3), or none for the agent's
-    /// unnamed source.
-    pub source: Option<String>,
-    /// How long the declaration holds, in milliseconds (none: the
-    /// protocol's default).
-    pub lease_ms: Option<u64>,
-    /// The tools, in the source's order.
-    pub entries: Vec<ToolEntry>,
-}
-
-type AppendFuture = Pin<Box<dyn Future<Output = Result<Record, AppendError>> + Send>>;
-type AppendReply = oneshot::Sender<Result<Record, AppendError>>;
-type DeclareFuture = Pin<Box<dyn Future<Output = Result<bool, AppendError>> + Send>>;
-
-/// What a writer asks of the chain.
-enum Cmd {
-    Append {
-        body: Box<Body>,
-        secret: Option<Secret>,
-        durable: bool,
-        reply: Option<AppendReply>,
-    },
-    Wait {
-        seq: u64,
-        timeout: Duration,
-        one_try: bool,
-        reply: oneshot::Sender<Waited>,
-    },
-    Status {
-        reply: oneshot::Sender<Result<ChainStatus, String>>,
-    },
-    Declare {
-        tools: DeclaredTools,
-        reply: oneshot::Sender<Result<bool, AppendError>>,
-    },
-    OpenDecision {
-        call_id: String,
-        reply: oneshot::Sender<Result<Option<Hash>, String>>,
-    },
-    Disclose {
-        agent: AgentName,
-        call_id: String,
-        parts: Parts,
-        reply: oneshot::Sender<Result<Disclosure, String>>,
-    },
-    Close {
-        reply: oneshot::Sender<()>,
-    },
-}
-
-/// What a writer's driver knows to (re)establish its role.
-struct Ctx {
-    state: StateDir,
-    agent: AgentName,
-    key: SecretKey,
-    clock: Arc<dyn Clock>,
-    me: WriterInfo,
-    final_sync: Duration,
-    window: Option<usize>,
-}
+use types::{
+    lock, source_label, AppendFuture, AppendReply, Cmd, Ctx, DeclareFuture, Reply, CLOSE_WAIT,
+    DEFAULT_SOURCE_LEASE_MS, ESTABLISH_FOR, RETRY_LOOKBACK,
+};
+pub use types::{ChainError, ChainStatus, Waited, WriterInfo, WriterStatus, MAX_FRAME};
 
 enum Role {
     Owner(Owner),
@@ -289,52 +106,6 @@ async fn establish(ctx: &Ctx) -> Role {
         }
         tokio::time::sleep(pause).await;
         pause = (pause * 2).min(Duration::from_millis(50));
-    }
-}
-
-/// Where the answer to a request goes, whatever its kind: failing one
-/// is [`Reply::fail`], for a command and for a member's pending request.
-enum Reply {
-    Append(Option<AppendReply>),
-    Wait(oneshot::Sender<Waited>),
-    Status(oneshot::Sender<Result<ChainStatus, String>>),
-    Declare(oneshot::Sender<Result<bool, AppendError>>),
-    OpenDecision(oneshot::Sender<Result<Option<Hash>, String>>),
-    Disclose(oneshot::Sender<Result<Disclosure, String>>),
-    Close(oneshot::Sender<()>),
-}
-
-impl Reply {
-    /// Answers that the request could not be carried out, saying `why`.
-    fn fail(self, why: &str) {
-        match self {
-            Self::Append(reply) => answer(reply, Err(AppendError::Unavailable(why.into()))),
-            Self::Wait(reply) => {
-                let _ = reply.send(Waited::TimedOut {
-                    last: Some(SyncErrorNote {
-                        time: tally_schemas::UnixMillis::new(0),
-                        seq: None,
-                        code: "unavailable".into(),
-                        message: why.into(),
-                    }),
-                });
-            }
-            Self::Status(reply) => {
-                let _ = reply.send(Err(why.into()));
-            }
-            Self::Declare(reply) => {
-                let _ = reply.send(Err(AppendError::Unavailable(why.into())));
-            }
-            Self::OpenDecision(reply) => {
-                let _ = reply.send(Err(why.into()));
-            }
-            Self::Disclose(reply) => {
-                let _ = reply.send(Err(why.into()));
-            }
-            Self::Close(reply) => {
-                let _ = reply.send(());
-            }
-        }
     }
 }
 

@@ -13,6 +13,7 @@
 //! - `enforcer.rs`: each session's check state (paused tools, admitting calls).
 
 mod enforcer;
+mod error;
 mod guard;
 mod lockfile;
 mod policy;
@@ -27,17 +28,4 @@ pub use lockfile::{
 };
 pub use policy::{default_effect, Policy, PolicyException, DEFAULT_MAX_AGE_DAYS, POLICY_VERSION};
 
-/// Largest lockfile or policy file read, in bytes.
-pub const MAX_FILE_BYTES: usize = 16 << 20;
-
-/// Why a lockfile or policy cannot be used; the gateway refuses to start.
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[error("{code}: {file}: {message}")]
-pub struct GuardError {
-    /// Stable code: `bad_lockfile` or `bad_policy`.
-    pub code: &'static str,
-    /// The file.
-    pub file: String,
-    /// What is wrong.
-    pub message: String,
-}
+pub use error::{GuardError, MAX_FILE_BYTES};

@@ -17,12 +17,15 @@
 //!
 //! The files: `fields.rs` (agent names, seqs, nonces, the text rule),
 //! `body.rs` (kinds and bodies, §5), `write.rs` (the canonical writer),
-//! `fast.rs` (the fast layout reader) and this one (errors, [`UnsignedRecord`],
-//! [`Record`] and its two roads).
+//! `fast.rs` (the fast layout reader), `error.rs` (the errors), `types.rs`
+//! (the types [`UnsignedRecord`] and [`Record`], which the others depend
+//! on) and this one (what a record does, and its two roads).
 
 mod body;
+mod error;
 mod fast;
 mod fields;
+mod types;
 mod write;
 
 pub use body::{
@@ -30,115 +33,26 @@ pub use body::{
     Claim, Decision, KeyRotation, NoteBody, Outcome, OutcomeStatus, RecordKind, ToolCheck,
     ToolEntry, ToolList, ToolPartDigests,
 };
+pub use error::{RecordError, RecordSignatureError, RECORD_VERSION};
 pub(crate) use fast::{Cursor, FastRecord};
 pub use fields::{AgentName, Nonce, Seq};
-pub(crate) use write::{put_counter, put_hashes, put_hex, put_str, put_time, HEX_DIGITS};
-
-use std::ops::Deref;
+pub use types::{Record, UnsignedRecord};
+pub(crate) use write::{put_counter, put_hashes, put_hex, put_str, put_time};
 
 use serde::{Deserialize, Serialize, Serializer};
 use serde_json::Value;
 
-use crate::canonical::{self, CanonicalError, Limits};
+use crate::canonical::{self, Limits};
 use crate::hash::Hash;
-use crate::keys::{BadSignature, KeyId, PublicKey, SecretKey, Signature};
+use crate::keys::{KeyId, PublicKey, SecretKey, Signature};
 use crate::limits::MAX_RECORD_BYTES;
 use crate::time::UnixMillis;
 
 use write::write_canonical;
 
-/// The record format version this crate reads and writes.
-pub const RECORD_VERSION: u64 = 1;
-
 /// Domain separation prefix of the record signature: the agent signs
 /// `"tally/record/v1\n" ‖ JCS(record without "sig")`.
 pub const RECORD_SIGNATURE_DOMAIN: &[u8] = b"tally/record/v1\n";
-
-/// Why a record was refused.
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-pub enum RecordError {
-    /// Not strict JSON, or too large or deep to decode.
-    #[error(transparent)]
-    Canonical(#[from] CanonicalError),
-    /// A format version this build does not read.
-    #[error("record format version {found} is not supported (this build reads version {RECORD_VERSION})")]
-    UnsupportedVersion {
-        /// The `v` field as written.
-        found: String,
-    },
-    /// Missing or unknown fields, or fields of the wrong type or spelling.
-    #[error("record does not match the v1 schema: {message}")]
-    Schema {
-        /// What serde or the round trip said.
-        message: String,
-    },
-    /// A field breaks a rule of its kind.
-    #[error("record field {field}: {reason}")]
-    Invalid {
-        /// The field's path, e.g. `body.tools`.
-        field: &'static str,
-        /// The rule broken.
-        reason: String,
-    },
-    /// The canonical form is larger than [`MAX_RECORD_BYTES`].
-    #[error("record is {size} bytes in canonical form, more than the limit of {max}")]
-    TooLarge {
-        /// Canonical size.
-        size: usize,
-        /// The limit.
-        max: usize,
-    },
-}
-
-impl RecordError {
-    /// A stable, snake_case code for this error, used in API error bodies
-    /// and golden vectors.
-    #[must_use]
-    pub const fn code(&self) -> &'static str {
-        match self {
-            Self::Canonical(e) => e.code(),
-            Self::UnsupportedVersion { .. } => "unsupported_version",
-            Self::Schema { .. } => "schema",
-            Self::Invalid { .. } => "invalid_field",
-            Self::TooLarge { .. } => "too_large",
-        }
-    }
-}
-
-/// Why a record's signature was not accepted.
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-pub enum RecordSignatureError {
-    /// The record names another key than the one it was checked against.
-    #[error("record names key {record_key_id}, not {given_key_id}")]
-    KeyIdMismatch {
-        /// Key id in the record.
-        record_key_id: KeyId,
-        /// Key id of the key given.
-        given_key_id: KeyId,
-    },
-    /// The signature does not verify.
-    #[error(transparent)]
-    BadSignature(#[from] BadSignature),
-}
-
-/// Everything in a record except its signature.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct UnsignedRecord {
-    /// The agent (chain) name.
-    pub agent: AgentName,
-    /// Id of the key that signs the record.
-    pub key_id: KeyId,
-    /// Position in the agent's chain.
-    pub seq: Seq,
-    /// Record hash of the previous record in the chain; `None` only at seq 0.
-    pub prev: Option<Hash>,
-    /// The agent's clock when it made the record.
-    pub time: UnixMillis,
-    /// Fresh random bytes.
-    pub nonce: Nonce,
-    /// The kind-specific body.
-    pub body: Body,
-}
 
 #[derive(Serialize)]
 struct WireOut<'a> {
@@ -220,25 +134,6 @@ impl UnsignedRecord {
         self.validate()?;
         let sig = key.sign(RECORD_SIGNATURE_DOMAIN, &self.signing_bytes()?);
         Record::assemble(self, sig)
-    }
-}
-
-/// A structurally valid, signed record.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Record {
-    unsigned: UnsignedRecord,
-    sig: Signature,
-    canonical: Vec<u8>,
-    /// Where the `,"sig":"…"` member is in `canonical`
-    /// ([`Record::signed_message_parts`]).
-    sig_member: std::ops::Range<usize>,
-    hash: Hash,
-}
-
-impl Deref for Record {
-    type Target = UnsignedRecord;
-    fn deref(&self) -> &UnsignedRecord {
-        &self.unsigned
     }
 }
 

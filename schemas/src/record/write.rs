@@ -6,7 +6,7 @@ use crate::keys::Signature;
 use crate::limits::MAX_COUNTER;
 use crate::time::UnixMillis;
 
-pub(crate) const HEX_DIGITS: &[u8; 16] = b"0123456789abcdef";
+use crate::hash::HEX_DIGITS;
 
 /// Appends `text` as a JSON string in RFC 8785 form (§3.2.2.2): `"` and `\`
 /// escaped, U+0008, U+0009, U+000A, U+000C and U+000D as `\b \t \n \f \r`,

@@ -164,7 +164,7 @@ impl Registry {
             (owned(&c, project, agent)?, c.expect(AGENTS, agent.as_str()))
         };
         let mut made = None;
-        let written = self.kv.apply_fenced(agent.as_str(), |latest| {
+        let written = self.kv().apply_fenced(agent.as_str(), |latest| {
             let at = decide(latest)?;
             let row = changed_row(row, agent, change, at)?;
             let op = put(AGENTS, agent.as_str(), &row, expect)?;

@@ -32,10 +32,10 @@ impl Registry {
         rng: &mut R,
         data_dir: Option<&Path>,
     ) -> Result<Option<FirstStart>, RegistryError> {
-        self.kv.lock_first_start()?;
+        self.kv().lock_first_start()?;
         let made = self.first_start_locked(now, rng, data_dir);
         if !matches!(made, Ok(Some(_))) {
-            self.kv.unlock_first_start();
+            self.kv().unlock_first_start();
         }
         made
     }
@@ -50,7 +50,7 @@ impl Registry {
         self.reload()?;
         let c = self.read();
         let unfinished = match &c.first_start {
-            Some(p) if !p.shown && self.kv.is_shared() => Some(p.clone()),
+            Some(p) if !p.shown && self.kv().is_shared() => Some(p.clone()),
             _ => None,
         };
         if unfinished.is_none() && !c.projects.is_empty() {
@@ -103,7 +103,7 @@ impl Registry {
             c.expect(META, FIRST_START_ROW),
         )?);
         drop(c);
-        match self.kv.apply(&ops) {
+        match self.kv().apply(&ops) {
             Ok(generation) => self.took(&ops, generation)?,
             // Another front made them first (it could not have held the lock).
             Err(KvError::Conflict(_)) => {
@@ -146,7 +146,7 @@ impl Registry {
                 _ => Ok((Vec::new(), ())),
             },
         );
-        self.kv.unlock_first_start();
+        self.kv().unlock_first_start();
         done.map_err(|e| RegistryError::Storage(e.to_string()))
     }
 

@@ -32,8 +32,7 @@
 
 use std::collections::{BTreeMap, HashMap};
 use std::path::Path;
-use std::sync::atomic::{AtomicI64, Ordering};
-use std::sync::{Arc, Mutex, RwLock};
+use std::sync::Arc;
 
 use rand_core::CryptoRngCore;
 use serde::{Deserialize, Serialize};
@@ -45,6 +44,7 @@ use tally_schemas::{AgentName, PublicKey, UnixMillis};
 
 use tally_log::KeyVersion;
 
+use crate::cached_table::{CachedTable, Rows, Watch};
 use crate::error::{RegistryError, WitnessError};
 use crate::kv::{Expect, KvError, KvOp, KvStore, Snapshot};
 
@@ -253,7 +253,9 @@ fn table_name(t: &str) -> Option<&'static str> {
     TABLES.iter().copied().find(|n| *n == t)
 }
 
-impl Cache {
+impl Rows for Cache {
+    type Error = RegistryError;
+
     fn from_snapshot(snapshot: Snapshot) -> Result<Self, RegistryError> {
         let mut c = Self::default();
         for (table, key, value) in snapshot.rows {
@@ -271,6 +273,17 @@ impl Cache {
         Ok(c)
     }
 
+    fn set(
+        &mut self,
+        table: &'static str,
+        key: &str,
+        value: Option<&[u8]>,
+    ) -> Result<(), RegistryError> {
+        Cache::set(self, table, key, value)
+    }
+}
+
+impl Cache {
     /// What a write of `table/key` expects: the bytes read, or no row.
     fn expect(&self, table: &'static str, key: &str) -> Expect {
         match self.raw.get(&(table, key.to_owned())) {
@@ -357,13 +370,7 @@ enum OnConflict {
 
 /// The registry: projects, API keys, agents. See the module docs.
 pub struct Registry {
-    kv: KvStore,
-    cache: RwLock<Cache>,
-    /// Serialises this process's writes (and reloads); between processes
-    /// the database's expectations decide.
-    write: Mutex<()>,
-    /// The generation the cache was loaded at (PostgreSQL).
-    generation: AtomicI64,
+    table: Arc<CachedTable<Cache>>,
 }
 
 impl std::fmt::Debug for Registry {
@@ -432,34 +439,20 @@ impl Registry {
     /// # Errors
     /// [`RegistryError`] when `kv` fails or a row is corrupt.
     pub fn open_on(kv: KvStore) -> Result<Arc<Self>, RegistryError> {
-        let snapshot = kv.snapshot()?;
-        let generation = snapshot.generation;
-        let shared = kv.is_shared();
-        let registry = Arc::new(Self {
-            kv,
-            cache: RwLock::new(Cache::from_snapshot(snapshot)?),
-            write: Mutex::new(()),
-            generation: AtomicI64::new(generation),
-        });
-        if shared {
-            crate::kv::spawn_watcher_every(
-                "tally-registry-watch",
-                reload_period(),
-                Arc::downgrade(&registry),
-                |r: &Self| {
-                    if let Err(e) = r.refresh_if_changed() {
-                        tracing::warn!("reloading the registry: {e}");
-                    }
-                },
-            );
-        }
-        Ok(registry)
+        let watch = Watch {
+            thread: "tally-registry-watch",
+            period: reload_period(),
+            what: "the registry",
+        };
+        Ok(Arc::new(Self {
+            table: CachedTable::open(kv, watch)?,
+        }))
     }
 
     /// Whether other processes share the registry (PostgreSQL).
     #[must_use]
     pub fn is_shared(&self) -> bool {
-        self.kv.is_shared()
+        self.table.is_shared()
     }
 
     /// Reloads the memory copy when another process wrote since it was
@@ -470,93 +463,54 @@ impl Registry {
     /// [`RegistryError`] when the database fails or a row is corrupt (the
     /// memory copy is then kept as it was).
     pub fn refresh_if_changed(&self) -> Result<(), RegistryError> {
-        if self.kv.generation()? != self.generation.load(Ordering::SeqCst) {
-            let _w = self.writer();
-            self.reload()?;
-        }
-        Ok(())
+        self.table.refresh_if_changed()
+    }
+
+    fn kv(&self) -> &KvStore {
+        self.table.kv()
     }
 
     /// Reloads everything; the caller holds the write lock.
     fn reload(&self) -> Result<(), RegistryError> {
-        let snapshot = self.kv.snapshot()?;
-        let generation = snapshot.generation;
-        let cache = Cache::from_snapshot(snapshot)?;
-        *self.cache_mut() = cache;
-        self.generation.store(generation, Ordering::SeqCst);
-        Ok(())
+        self.table.reload()
     }
 
     fn read(&self) -> std::sync::RwLockReadGuard<'_, Cache> {
-        self.cache
-            .read()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
+        self.table.read()
     }
 
     fn cache_mut(&self) -> std::sync::RwLockWriteGuard<'_, Cache> {
-        self.cache
-            .write()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
+        self.table.rows_mut()
     }
 
     fn writer(&self) -> std::sync::MutexGuard<'_, ()> {
-        self.write
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
+        self.table.writer()
     }
 
-    /// The one write path: `plan` decides, from the memory copy, the rows
-    /// to write (each expecting the value it read) or refuses; the store
-    /// applies them in one transaction; then the memory copy takes them.
-    /// When another process changed one of the rows first, the memory copy
-    /// is reloaded and, with [`OnConflict::Retry`], `plan` decides again.
+    /// The one write path ([`CachedTable::write`]): `plan` decides from the
+    /// memory copy; when another process changed one of the rows first,
+    /// the memory copy is reloaded and, with [`OnConflict::Retry`], `plan`
+    /// decides again (five tries in all), else the write is refused with
+    /// `concurrent_change`.
     fn write<T>(
         &self,
         on_conflict: OnConflict,
         what: impl Fn() -> String,
-        mut plan: impl FnMut(&Cache) -> Result<(Vec<KvOp>, T), WitnessError>,
+        plan: impl FnMut(&Cache) -> Result<(Vec<KvOp>, T), WitnessError>,
     ) -> Result<T, WitnessError> {
-        let _w = self.writer();
-        let mut attempts = 0;
-        loop {
-            let (ops, out) = plan(&self.read())?;
-            if ops.is_empty() {
-                // Nothing to change (e.g. revoked already): no write, so
-                // no other front reloads for it.
-                return Ok(out);
-            }
-            match self.kv.apply(&ops) {
-                Ok(generation) => {
-                    self.took(&ops, generation)?;
-                    return Ok(out);
-                }
-                Err(KvError::Conflict(_)) => {
-                    self.reload()?;
-                    attempts += 1;
-                    if on_conflict == OnConflict::Refuse || attempts >= 5 {
-                        return Err(WitnessError::ConcurrentChange { what: what() });
-                    }
-                }
-                Err(e) => return Err(RegistryError::from(e).into()),
-            }
-        }
+        let retries = match on_conflict {
+            OnConflict::Retry => 4,
+            OnConflict::Refuse => 0,
+        };
+        self.table
+            .write(retries, plan, |_| WitnessError::ConcurrentChange {
+                what: what(),
+            })
     }
 
     /// The memory copy takes rows just written at `generation`.
     fn took(&self, ops: &[KvOp], generation: i64) -> Result<(), RegistryError> {
-        let mut c = self.cache_mut();
-        for op in ops {
-            c.set(op.table, &op.key, op.value.as_deref())?;
-        }
-        // Up to date only if nobody else wrote in between; else the
-        // watcher reloads.
-        let _ = self.generation.compare_exchange(
-            generation - 1,
-            generation,
-            Ordering::SeqCst,
-            Ordering::SeqCst,
-        );
-        Ok(())
+        self.table.took(ops, generation)
     }
 }
 

@@ -268,9 +268,9 @@ fn postgres_fronts_share_registrations_and_revocations() {
     assert!(seen.is_some());
     // Revoking again changes nothing, and writes nothing other fronts
     // would reload for.
-    let generation = a.kv.generation().unwrap();
+    let generation = a.kv().generation().unwrap();
     a.revoke_api_key(key.id(), UnixMillis::new(7)).unwrap();
-    assert_eq!(a.kv.generation().unwrap(), generation);
+    assert_eq!(a.kv().generation().unwrap(), generation);
     assert!(within(bound, || a.authenticate_reader(&read.token).is_none()).is_some());
     // A third front opened now reads everything at once.
     let c = (b.open)();

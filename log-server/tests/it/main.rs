@@ -13,7 +13,6 @@ mod faults;
 mod fronts;
 mod http;
 mod ids;
-mod kill9;
 mod migration;
 mod postgres;
 mod prop;

@@ -243,6 +243,12 @@ pub(crate) fn ingest(a: &IngestArgs) -> anyhow::Result<ExitCode> {
             bail!("--rate must be a positive number of records per second");
         }
     }
+    // Found before anything is measured, so that a missing one fails at once.
+    let tally = if a.witness.is_empty() {
+        Some(tally_binary(a.tally.as_deref())?)
+    } else {
+        None
+    };
     outln!(
         "tally bench ingest: {} records, {agents} agents, concurrency {concurrency}, batch {batch}{}, {threads} cores",
         per_agent * agents,
@@ -265,7 +271,11 @@ pub(crate) fn ingest(a: &IngestArgs) -> anyhow::Result<ExitCode> {
             k.clone(),
         ),
         _ => {
-            let (s, u, k) = start_witness(&tally_binary(a.tally.as_deref())?)?;
+            let tally = match tally {
+                Some(t) => t,
+                None => tally_binary(a.tally.as_deref())?,
+            };
+            let (s, u, k) = start_witness(&tally)?;
             (Some(s), vec![u], k)
         }
     };

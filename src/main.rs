@@ -60,8 +60,6 @@ enum Command {
     /// after proving each consistent with the last it cosigned (not to be
     /// confused with `tally serve`, tally's witness).
     Cosigner(cmd::cosigner::Args),
-    /// Benchmarks (`tally bench verify`: the offline verifier).
-    Bench(cmd::bench_verify::Args),
     /// Run the witness: admit signed records, issue receipts, serve the
     /// log, exports and the key directory (creates ./tally-data on first start).
     Serve(Box<cmd::serve::Args>),
@@ -95,7 +93,6 @@ fn main() -> ExitCode {
         Command::Disclose(args) => cmd::disclose::run(&args),
         Command::Monitor(args) => cmd::monitor::run(&args),
         Command::Cosigner(args) => cmd::cosigner::run(&args),
-        Command::Bench(args) => cmd::bench_verify::run(&args),
         Command::Serve(args) => cmd::serve::run(&args),
         Command::Store(args) => cmd::store::run(&args),
         Command::Project(args) => cmd::project::run(&args),

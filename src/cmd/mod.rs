@@ -3,8 +3,6 @@
 pub(crate) mod agent;
 pub(crate) mod agent_admin;
 pub(crate) mod agent_args;
-pub(crate) mod bench_ingest;
-pub(crate) mod bench_verify;
 pub(crate) mod canon;
 pub(crate) mod cosigner;
 pub(crate) mod data_folder;

@@ -661,6 +661,32 @@ fn no_command_panics_on_a_closed_pipe_and_agent_init_is_all_or_nothing() {
     }
 }
 
+// Trap: a command line from an old benchmark note. The benchmarks are the
+// `tally-bench` binary, not part of the product (docs/benchmarks.md):
+// `tally --help` does not list them and `tally bench` is a usage error.
+#[test]
+fn the_product_binary_has_no_benchmarks() {
+    let work = tempfile::tempdir().unwrap();
+    let help = run(work.path(), &["--help"], &[]);
+    assert_eq!(help.code, Some(0), "{}", help.show());
+    assert!(help.stdout.contains("  serve "), "{}", help.show());
+    assert!(
+        !help
+            .stdout
+            .lines()
+            .any(|l| l.trim_start().starts_with("bench")),
+        "{}",
+        help.show()
+    );
+    let old = run(work.path(), &["bench", "verify", "--sizes", "10"], &[]);
+    assert_eq!(old.code, Some(2), "{}", old.show());
+    assert!(
+        old.stderr.contains("unrecognized subcommand 'bench'"),
+        "{}",
+        old.show()
+    );
+}
+
 // Trap: wrong files look like failed packs.
 #[test]
 fn wrong_files_for_verify_are_usage_errors_that_name_the_file() {

@@ -452,25 +452,21 @@ fn store_copy_keeps_group_commits_of_many_entries() {
     let server = Server::start(&data, &["--rate-limit", "0", "--max-skew", "86400"]);
     let api_key = server.banner_value("API key");
     // Concurrent posts, so that group commits hold many entries.
-    let (ok, out, err) = tally(
-        &[
-            "bench",
-            "ingest",
-            "--records",
-            "1500",
-            "--agents",
-            "64",
-            "--concurrency",
-            "64",
-            "--verify-secs",
-            "0.1",
-            "--witness",
-            &server.url,
-            "--api-key",
-            &api_key,
-        ],
-        &[],
-    );
+    let (ok, out, err) = common::tally_bench(&[
+        "ingest",
+        "--records",
+        "1500",
+        "--agents",
+        "64",
+        "--concurrency",
+        "64",
+        "--verify-secs",
+        "0.1",
+        "--witness",
+        &server.url,
+        "--api-key",
+        &api_key,
+    ]);
     assert!(ok, "bench ingest: {out}{err}");
     let cp_redb = checkpoint(&server.url);
     let listen = server.url.trim_start_matches("http://").to_owned();

@@ -10,7 +10,7 @@
 //! - the follower serves the log's reads (checkpoint, proofs);
 //! - a follower with no sequencer answers 503 `sequencer_unavailable` at
 //!   its waiting bound, and the record resent later gets its receipt;
-//! - `tally bench ingest` posts through both fronts.
+//! - `tally-bench ingest` posts through both fronts.
 
 use std::time::Duration;
 
@@ -358,7 +358,7 @@ async fn a_follower_without_a_sequencer_answers_503_and_the_record_is_integrated
     assert!(b.sigterm().success());
 }
 
-/// `tally bench ingest` through two fronts of one log (docs/benchmarks.md,
+/// `tally-bench ingest` through two fronts of one log (docs/benchmarks.md,
 /// "Ingest on PostgreSQL, beside redb"): it registers every agent on both
 /// (the second answers 409, as they share the registry), splits the workers between them, and every
 /// record gets its receipt: the log holds them all, once.
@@ -385,27 +385,23 @@ fn bench_ingest_posts_through_two_fronts() {
     common::copy_dir(&data_a, &data_b);
     let a = Server::start_at(&data_a, &listen_a, &args);
     let b = Server::start(&data_b, &args);
-    let (ok, out, err) = common::tally(
-        &[
-            "bench",
-            "ingest",
-            "--records",
-            "400",
-            "--agents",
-            "16",
-            "--concurrency",
-            "8",
-            "--verify-secs",
-            "0.2",
-            "--witness",
-            &a.url,
-            "--witness",
-            &b.url,
-            "--api-key",
-            &api_key,
-        ],
-        &[],
-    );
+    let (ok, out, err) = common::tally_bench(&[
+        "ingest",
+        "--records",
+        "400",
+        "--agents",
+        "16",
+        "--concurrency",
+        "8",
+        "--verify-secs",
+        "0.2",
+        "--witness",
+        &a.url,
+        "--witness",
+        &b.url,
+        "--api-key",
+        &api_key,
+    ]);
     assert!(ok, "{out}{err}");
     assert!(out.contains("fronts:   2"), "{out}");
     assert!(out.contains("400 records in"), "{out}");

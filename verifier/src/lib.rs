@@ -14,8 +14,6 @@
 //! - [`trust`]: the pinned trust file (§11.1).
 //! - [`monitor`]: follows a log's checkpoints and proves each consistent with
 //!   the last one it verified.
-//! - [`bench`]: the valid pack `tally bench verify` verifies. (The test
-//!   builders are in the dev-only tally-testkit crate.)
 //!
 //! It depends on tally-schemas and, for the monitor's HTTP GET, `ureq`; never
 //! on the log server, the witness, tokio or axum
@@ -24,7 +22,6 @@
 mod actions;
 mod activity;
 pub mod audit;
-pub mod bench;
 mod checks;
 mod continuity;
 mod coverage;

@@ -14,7 +14,6 @@ mod front_faults;
 mod fronts;
 mod http;
 mod ids;
-mod kill9;
 mod migration;
 mod postgres;
 mod prop;

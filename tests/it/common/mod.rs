@@ -185,6 +185,67 @@ pub(crate) fn tally(args: &[&str], env: &[(&str, &str)]) -> (bool, String, Strin
     )
 }
 
+/// Runs `tally-bench` (the benchmarks, `bench/`: another package, so cargo
+/// gives these tests no `CARGO_BIN_EXE_` for it) as [`tally`] runs `tally`.
+pub(crate) fn tally_bench(args: &[&str]) -> (bool, String, String) {
+    let out = Command::new(tally_bench_binary())
+        .args(args)
+        .env_remove("TALLY_API_KEY")
+        .env_remove("TALLY_WITNESS_URL")
+        .output()
+        .expect("run tally-bench");
+    (
+        out.status.success(),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+/// The `tally-bench` binary, built once per test process by the cargo that
+/// runs these tests, into this build's target folder and profile (this
+/// executable is `<target>/<profile>/deps/it-<hash>`), so it is never a
+/// stale copy.
+fn tally_bench_binary() -> &'static Path {
+    static BIN: std::sync::OnceLock<std::path::PathBuf> = std::sync::OnceLock::new();
+    BIN.get_or_init(|| {
+        let exe = std::env::current_exe().expect("the test executable's path");
+        let profile_dir = exe
+            .parent()
+            .and_then(Path::parent)
+            .expect("the test executable is in <target>/<profile>/deps");
+        let target = profile_dir.parent().expect("a target folder");
+        let mut build = Command::new(std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into()));
+        build
+            .args([
+                "build",
+                "--locked",
+                "-p",
+                "tally-bench",
+                "--bin",
+                "tally-bench",
+            ])
+            .current_dir(env!("CARGO_MANIFEST_DIR"))
+            .env("CARGO_TARGET_DIR", target);
+        match profile_dir.file_name().and_then(|n| n.to_str()) {
+            Some("debug") => {}
+            Some("release") => {
+                build.arg("--release");
+            }
+            Some(other) => {
+                build.args(["--profile", other]);
+            }
+            None => panic!("no profile folder in {}", exe.display()),
+        }
+        let out = build.output().expect("run cargo build -p tally-bench");
+        assert!(
+            out.status.success(),
+            "cargo build -p tally-bench: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        profile_dir.join("tally-bench")
+    })
+}
+
 /// Registers `agent` (its key kept in `state`) with the witness at `server`
 /// using the project API key `key`.
 pub(crate) fn add_agent(server: &Server, key: &str, state: &Path, agent: &str) {

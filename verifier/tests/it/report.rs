@@ -120,27 +120,3 @@ fn failing_reports_name_records_and_validate() {
     );
     assert!(schema().is_valid(&serde_json::to_value(&v.report).unwrap()));
 }
-
-#[test]
-fn the_benchmark_pack_is_valid() {
-    let mut pack = Vec::new();
-    let made = tally_verifier::bench::write_bench_pack(&mut pack, 300, 7, 2).unwrap();
-    let key = tally_schemas::note::NoteVerifier::from_vkey(&made.vkey).unwrap();
-    let v = verify(&pack[..], &made.keys, &key, None, VerifyOptions::default()).unwrap();
-    let text = v.to_text();
-    assert_eq!(v.report.result, Verdict::Pass, "{text}");
-    assert!(
-        text.contains(
-            "PASS: 12 checks, 10 pass, 1 pending, 1 not checked; 300 records from 7 agents"
-        ),
-        "{text}"
-    );
-    let sample = tally_verifier::bench::bench_sample(50, 7);
-    assert!(tally_verifier::sig::verify_many(&sample, 2)
-        .iter()
-        .all(|ok| *ok));
-    // The sample's messages are the pack's: its first signature is record 0's.
-    let first = String::from_utf8(pack.split(|b| *b == b'\n').nth(2).unwrap().to_vec()).unwrap();
-    let sig = tally_schemas::Signature::from_bytes(sample[0].2).to_base64();
-    assert!(first.contains(&sig), "{first}");
-}

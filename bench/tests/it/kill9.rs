@@ -1,8 +1,7 @@
 //! The kill -9 loop (docs/storage.md "Recovery"; docs/benchmarks.md "Log":
 //! 50 kills, zero lost acknowledged entries, zero inconsistent
-//! checkpoints), against a real process: the
-//! `tally-log-load` binary appending to a redb file under load with durable
-//! group commits. Each round starts it, lets it append for a random time,
+//! checkpoints), against a real process: `tally-bench log-load`
+//! appending to a redb file under load with durable group commits. Each round starts it, lets it append for a random time,
 //! SIGKILLs it, then reopens the file in this process (which runs recovery)
 //! and checks that every receipt ever acknowledged (a complete stdout line)
 //! still verifies against the new checkpoint, and that the new checkpoint is
@@ -61,7 +60,8 @@ fn kill_9_at_random_moments_loses_no_acknowledged_entry_and_signs_nothing_incons
         seed ^= seed >> 7;
         seed ^= seed << 17;
         let wait = Duration::from_millis(40 + seed % 400);
-        let mut child = Command::new(env!("CARGO_BIN_EXE_tally-log-load"))
+        let mut child = Command::new(env!("CARGO_BIN_EXE_tally-bench"))
+            .arg("log-load")
             .arg(&path)
             .args(["--agents", "6"])
             .stdout(Stdio::piped())

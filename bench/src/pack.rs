@@ -1,10 +1,9 @@
-//! The pack `tally bench verify` verifies (docs/benchmarks.md "Verify"):
+//! The pack `tally-bench verify` verifies (docs/benchmarks.md "Verify"):
 //! `n` valid records of `agents` agents, every one witnessed with its
 //! receipt under one checkpoint, made deterministically (keys and nonces
 //! from labels) and written as a stream, so that a pack of millions of
-//! records costs about 100 bytes of memory per record to make. It is part
-//! of the product because the benchmark is; the test builders live in the
-//! dev-only tally-testkit crate.
+//! records costs about 100 bytes of memory per record to make. The test
+//! builders live in the dev-only tally-testkit crate.
 
 use sha2::{Digest, Sha256};
 use tally_schemas::entry::leaf_data;

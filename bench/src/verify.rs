@@ -1,4 +1,4 @@
-//! `tally bench verify`: the offline verifier's benchmark (docs/benchmarks.md
+//! `tally-bench verify`: the offline verifier's benchmark (docs/benchmarks.md
 //! "Verify"). Generates valid packs of the given sizes, verifies each in a
 //! child process (so its peak RSS is the verifier's alone), and prints
 //! records/s, peak RSS (VmHWM), the CPU the child used (all threads, and the
@@ -10,38 +10,22 @@
 //! OpenSSL's verify do, and with the keys decoded once, as the verifier
 //! does (about 9% faster; the stricter baseline). A benchmark, not a test.
 
-use super::out::outln;
+use crate::out::outln;
 use std::io::{BufReader, BufWriter, Write};
 use std::path::{Path, PathBuf};
 use std::process::{Command, ExitCode};
 use std::time::Instant;
 
 use anyhow::{bail, Context};
+use tally_bench::pack::{bench_sample, write_bench_pack};
 use tally_schemas::keys::{PublicKey, Signature};
 use tally_schemas::note::NoteVerifier;
 use tally_schemas::pack::AgentKeys;
 use tally_schemas::report::Verdict;
-use tally_verifier::bench::{bench_sample, write_bench_pack};
 use tally_verifier::sig::verify_many;
 use tally_verifier::{verify, VerifyOptions};
 
-/// Arguments of `tally bench`.
-#[derive(Debug, clap::Args)]
-pub(crate) struct Args {
-    #[command(subcommand)]
-    pub what: What,
-}
-
-/// What to benchmark.
-#[derive(Debug, clap::Subcommand)]
-pub(crate) enum What {
-    /// The offline verifier: records/s, peak RSS, ratio to raw Ed25519.
-    Verify(VerifyArgs),
-    /// Ingest over HTTP into a witness: records/s, latency, ratio to raw Ed25519.
-    Ingest(super::bench_ingest::IngestArgs),
-}
-
-/// Arguments of `tally bench verify`.
+/// Arguments of `tally-bench verify`.
 #[derive(Debug, clap::Args)]
 pub(crate) struct VerifyArgs {
     /// Pack sizes in records.
@@ -62,17 +46,14 @@ pub(crate) struct VerifyArgs {
     pub one: Option<PathBuf>,
 }
 
-/// Runs `tally bench`.
+/// Runs `tally-bench verify`.
 ///
 /// # Errors
 /// I/O errors, a child that fails, a generated pack that does not pass.
-pub(crate) fn run(args: &Args) -> anyhow::Result<ExitCode> {
-    match &args.what {
-        What::Verify(v) => match &v.one {
-            Some(dir) => verify_one(dir, v.threads),
-            None => bench(v),
-        },
-        What::Ingest(a) => super::bench_ingest::ingest(a),
+pub(crate) fn run(v: &VerifyArgs) -> anyhow::Result<ExitCode> {
+    match &v.one {
+        Some(dir) => verify_one(dir, v.threads),
+        None => bench(v),
     }
 }
 
@@ -275,13 +256,7 @@ fn bench(args: &VerifyArgs) -> anyhow::Result<ExitCode> {
         let bytes = std::fs::metadata(d.join("pack.jsonl"))?.len();
         let before = raw_rates(&sample, &decoded, threads);
         let output = Command::new(std::env::current_exe()?)
-            .args([
-                "bench",
-                "verify",
-                "--threads",
-                &threads.to_string(),
-                "--one",
-            ])
+            .args(["verify", "--threads", &threads.to_string(), "--one"])
             .arg(&d)
             .output()?;
         let line = String::from_utf8_lossy(&output.stdout).trim().to_owned();

@@ -1,8 +1,8 @@
-//! `tally bench ingest`: the ingest benchmark of docs/benchmarks.md
+//! `tally-bench ingest`: the ingest benchmark of docs/benchmarks.md
 //! "Ingest" (not a test).
 //! It pre-signs records for many agents, posts them over keep-alive HTTP at
-//! a set concurrency to a witness (one it starts, `tally serve` on a temp
-//! data folder, or `--witness URL`), and reports records/s, latency
+//! a set concurrency to a witness (one it starts, the `tally` binary's
+//! `tally serve` on a temp data folder, or `--witness URL`), and reports records/s, latency
 //! p50/p99/p999 and errors; in the same run it measures the raw strict
 //! Ed25519 verifications/s of one process on all cores, and prints the ratio
 //! (DESIGN.md's target: at least 0.5). While posting it also times a small
@@ -11,7 +11,7 @@
 //! the floor under the latency percentiles. Results: docs/benchmarks.md
 //! "Ingest".
 
-use super::out::outln;
+use crate::out::outln;
 use std::collections::BTreeMap;
 use std::io::{BufRead, BufReader};
 use std::os::unix::fs::FileExt;
@@ -28,7 +28,7 @@ use tally_schemas::record::NoteBody;
 use tally_schemas::record::RECORD_SIGNATURE_DOMAIN;
 use tally_schemas::{AgentName, Body, Nonce, Record, SecretKey, Seq, UnixMillis, UnsignedRecord};
 
-/// Arguments of `tally bench ingest`.
+/// Arguments of `tally-bench ingest`.
 #[derive(Debug, clap::Args)]
 pub(crate) struct IngestArgs {
     /// Records to post in all.
@@ -67,6 +67,12 @@ pub(crate) struct IngestArgs {
     /// API key of --witness (the same on every front).
     #[arg(long, env = "TALLY_API_KEY", hide_env_values = true)]
     pub api_key: Option<String>,
+    /// The `tally` binary whose `tally serve` is the witness, when the bench
+    /// starts one (without --witness). Default: `tally` beside this
+    /// executable, where `cargo build --release -p tally -p tally-bench`
+    /// puts both.
+    #[arg(long, value_name = "PATH", conflicts_with = "witness")]
+    pub tally: Option<PathBuf>,
 }
 
 struct Started {
@@ -81,10 +87,27 @@ impl Drop for Started {
     }
 }
 
-fn start_witness() -> anyhow::Result<(Started, String, String)> {
+/// The `tally` binary to start: `--tally`, else `tally` beside this
+/// executable.
+fn tally_binary(named: Option<&Path>) -> anyhow::Result<PathBuf> {
+    let path = match named {
+        Some(p) => p.to_owned(),
+        None => std::env::current_exe()
+            .context("finding the tally binary")?
+            .with_file_name("tally"),
+    };
+    if !path.is_file() {
+        bail!(
+            "no tally binary at {}: build it beside tally-bench (`cargo build --release -p tally -p tally-bench`) or name one with --tally PATH",
+            path.display()
+        );
+    }
+    Ok(path)
+}
+
+fn start_witness(tally: &Path) -> anyhow::Result<(Started, String, String)> {
     let dir = tempfile::tempdir().context("making a temp data folder")?;
-    let exe = std::env::current_exe().context("finding the tally binary")?;
-    let mut child = Command::new(exe)
+    let mut child = Command::new(tally)
         .args([
             "serve",
             "--listen",
@@ -205,7 +228,7 @@ fn percentile(sorted: &[Duration], p: f64) -> Duration {
     sorted[i]
 }
 
-/// Runs `tally bench ingest` (the `tally bench` group lives in `bench_verify`).
+/// Runs `tally-bench ingest`.
 ///
 /// # Errors
 /// When the witness cannot be started or reached (exit 2).
@@ -220,6 +243,12 @@ pub(crate) fn ingest(a: &IngestArgs) -> anyhow::Result<ExitCode> {
             bail!("--rate must be a positive number of records per second");
         }
     }
+    // Found before anything is measured, so that a missing one fails at once.
+    let tally = if a.witness.is_empty() {
+        Some(tally_binary(a.tally.as_deref())?)
+    } else {
+        None
+    };
     outln!(
         "tally bench ingest: {} records, {agents} agents, concurrency {concurrency}, batch {batch}{}, {threads} cores",
         per_agent * agents,
@@ -242,7 +271,11 @@ pub(crate) fn ingest(a: &IngestArgs) -> anyhow::Result<ExitCode> {
             k.clone(),
         ),
         _ => {
-            let (s, u, k) = start_witness()?;
+            let tally = match tally {
+                Some(t) => t,
+                None => tally_binary(a.tally.as_deref())?,
+            };
+            let (s, u, k) = start_witness(&tally)?;
             (Some(s), vec![u], k)
         }
     };

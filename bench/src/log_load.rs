@@ -1,12 +1,12 @@
-//! `tally-log-load`: a load generator over a redb log file, the process the
-//! kill -9 test (log-server/tests/it/kill9.rs) starts and kills. It opens the
-//! log (recovering it), resumes each agent's chain from its stored head, and
-//! appends from several concurrent agents until killed or until `--records`
-//! are acknowledged. After each append resolves it prints one JSON line,
+//! `tally-bench log-load`: a load generator over a redb log file, the
+//! process the kill -9 loop (tests/it/kill9.rs, docs/storage.md
+//! "Recovery") starts and kills. It opens the log (recovering it), resumes
+//! each agent's chain from its stored head, and appends from several
+//! concurrent agents until killed or until `--records` are acknowledged.
+//! After each append resolves it prints one JSON line,
 //! `{"record":…,"receipt":…}`, and flushes: a complete line is an
-//! acknowledged receipt.
-//!
-//! Usage: `tally-log-load LOG_FILE [--agents N] [--records N]`
+//! acknowledged receipt. Exit status: 0 when done, 1 when the log cannot be
+//! opened or an append fails, 2 for a usage error.
 
 use std::io::Write;
 use std::path::PathBuf;
@@ -20,40 +20,48 @@ use tally_schemas::{
 };
 
 /// The log key of the harness, fixed so that the parent can check receipts.
-pub const LOAD_LOG_SEED: [u8; 32] = [0x4c; 32];
+const LOAD_LOG_SEED: [u8; 32] = [0x4c; 32];
 /// The origin of the harness log.
-pub const LOAD_ORIGIN: &str = "tally.test/kill9";
+const LOAD_ORIGIN: &str = "tally.test/kill9";
 
-fn usage() -> ExitCode {
-    eprintln!("usage: tally-log-load LOG_FILE [--agents N] [--records N]");
-    ExitCode::from(2)
+/// Arguments of `tally-bench log-load`.
+#[derive(Debug, clap::Args)]
+pub(crate) struct Args {
+    /// The redb log file (created when missing).
+    #[arg(value_name = "LOG_FILE")]
+    pub log_file: PathBuf,
+    /// Agents appending at once, each to its own chain (`load-0`, ...).
+    #[arg(long, default_value_t = 4, value_parser = clap::value_parser!(u8).range(1..=64))]
+    pub agents: u8,
+    /// Stop once this many records are acknowledged (default: run until killed).
+    #[arg(long)]
+    pub records: Option<u64>,
 }
 
-fn main() -> ExitCode {
-    let mut args = std::env::args().skip(1);
-    let Some(path) = args.next().map(PathBuf::from) else {
-        return usage();
-    };
-    let (mut agents, mut records) = (4usize, u64::MAX);
-    while let Some(flag) = args.next() {
-        let value = args.next().and_then(|v| v.parse::<u64>().ok());
-        match (flag.as_str(), value) {
-            ("--agents", Some(v)) if (1..=64).contains(&v) => agents = v as usize,
-            ("--records", Some(v)) => records = v,
-            _ => return usage(),
-        }
-    }
+/// One line on standard error, ignoring failure.
+fn say(args: std::fmt::Arguments<'_>) {
+    let _ = writeln!(std::io::stderr(), "tally-bench log-load: {args}");
+}
+
+/// Runs `tally-bench log-load`; errors are printed here, as the exit
+/// status tells them apart.
+pub(crate) fn run(a: &Args) -> ExitCode {
+    let (path, agents, records) = (
+        a.log_file.clone(),
+        usize::from(a.agents),
+        a.records.unwrap_or(u64::MAX),
+    );
     let signer = match NoteSigner::from_secret(LOAD_ORIGIN, SecretKey::from_seed(&LOAD_LOG_SEED)) {
         Ok(s) => s,
         Err(e) => {
-            eprintln!("tally-log-load: {e}");
+            say(format_args!("{e}"));
             return ExitCode::from(2);
         }
     };
     let log = match Log::open_redb(&path, signer, LogConfig::default()) {
         Ok(l) => Arc::new(l),
         Err(e) => {
-            eprintln!("tally-log-load: cannot open {}: {e}", path.display());
+            say(format_args!("cannot open {}: {e}", path.display()));
             return ExitCode::from(1);
         }
     };
@@ -64,7 +72,7 @@ fn main() -> ExitCode {
     {
         Ok(rt) => rt,
         Err(e) => {
-            eprintln!("tally-log-load: {e}");
+            say(format_args!("{e}"));
             return ExitCode::from(2);
         }
     };
@@ -86,7 +94,7 @@ fn main() -> ExitCode {
     match result {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
-            eprintln!("tally-log-load: {e}");
+            say(format_args!("{e}"));
             ExitCode::from(1)
         }
     }

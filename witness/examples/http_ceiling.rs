@@ -1,4 +1,4 @@
-//! The HTTP ceiling of ingest on this machine: `tally bench ingest` against a
+//! The HTTP ceiling of ingest on this machine: `tally-bench ingest` against a
 //! server that does none of the witness's work. It serves through the same
 //! `tally_witness::server::serve` loop (hyper, keep-alive) as `tally serve`,
 //! answers agent registration with 201, and answers every
@@ -7,7 +7,7 @@
 //! canonicalisation of the record too (`Record::from_json`), but verifies no
 //! signature and appends nothing.
 //!
-//! `POST /v1/records/batch` (`tally bench ingest --batch N`) is answered the
+//! `POST /v1/records/batch` (`tally-bench ingest --batch N`) is answered the
 //! same way: after reading the body (and with `CEILING_PARSE=1` the strict
 //! parse of the batch, `BatchRequest::parse`), one receipt of a real
 //! receipt's shape and size per record, in a batch answer the bench parses
@@ -17,11 +17,11 @@
 //! with: the ceiling of transport, parse and signature checks, with no log.
 //!
 //!     cargo run --release -p tally-witness --example http_ceiling &
-//!     target/release/tally bench ingest --witness http://127.0.0.1:7899 --api-key x
+//!     target/release/tally-bench ingest --witness http://127.0.0.1:7899 --api-key x
 //!     CEILING_PARSE=1 CEILING_VERIFY=1 target/release/examples/http_ceiling &
-//!     target/release/tally bench ingest --batch 64 --concurrency 4 --witness http://127.0.0.1:7899 --api-key x
+//!     target/release/tally-bench ingest --batch 64 --concurrency 4 --witness http://127.0.0.1:7899 --api-key x
 //!
-//! What `tally bench ingest` reports against it is the most any witness
+//! What `tally-bench ingest` reports against it is the most any witness
 //! behind this HTTP stack and load generator could reach here: the records/s
 //! of transport and (optionally) parsing alone (docs/benchmarks.md,
 //! "## Ingest").

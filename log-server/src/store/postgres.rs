@@ -357,7 +357,7 @@ impl PostgresStore {
         let lease = self.lease.as_deref();
         self.write(async |c| {
             let tx = c.transaction().await.map_err(|e| backend(&e))?;
-            // Two pipelines (docs/storage.md "Write path"): the checks, then
+            // Two pipelines (docs/storage.md "PostgreSQL layout"): the checks, then
             // the writes. The statements of one pipeline go to the server
             // together instead of one round trip after another; the client
             // library may send them in any order, so nothing in one depends

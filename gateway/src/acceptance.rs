@@ -268,7 +268,7 @@ pub fn accept_receipt(
 /// key: the receipts of one batch share one checkpoint (protocol.md §8.1),
 /// so its signature is checked once for all of them.
 #[derive(Debug, Default)]
-pub struct OpenedNote(std::sync::Mutex<Option<(String, String, Checkpoint)>>);
+pub struct OpenedNote(std::sync::Mutex<Option<(String, NoteVerifier, Checkpoint)>>);
 
 impl OpenedNote {
     fn get(&self, note: &str, key: &NoteVerifier) -> Option<Checkpoint> {
@@ -277,7 +277,7 @@ impl OpenedNote {
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner);
         last.as_ref()
-            .filter(|(n, k, _)| n == note && *k == key.label())
+            .filter(|(n, k, _)| n == note && k == key)
             .map(|(_, _, c)| c.clone())
     }
 
@@ -286,7 +286,7 @@ impl OpenedNote {
             .0
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner) =
-            Some((note.to_owned(), key.label(), checkpoint.clone()));
+            Some((note.to_owned(), key.clone(), checkpoint.clone()));
     }
 }
 

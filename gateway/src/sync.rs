@@ -95,9 +95,6 @@ pub struct Syncer {
     hurry: Notify,
     /// The checkpoint of the last batch's receipts, its signature checked.
     opened: OpenedNote,
-    /// How long the background task waits after a commit before it sends,
-    /// so records committed together go in one batch ([`SYNC_LINGER`]).
-    linger: Duration,
 }
 
 /// How long the background sync waits after a commit before sending, unless
@@ -161,7 +158,6 @@ impl Syncer {
             nudge: Notify::new(),
             hurry: Notify::new(),
             opened: OpenedNote::default(),
-            linger: SYNC_LINGER,
         }
     }
 
@@ -620,9 +616,9 @@ impl Syncer {
                 }
                 _ = stop.changed() => return,
             };
-            if committed && !self.linger.is_zero() {
+            if committed {
                 tokio::select! {
-                    () = tokio::time::sleep(self.linger) => {}
+                    () = tokio::time::sleep(SYNC_LINGER) => {}
                     () = self.hurry.notified() => {}
                     () = self.nudge.notified() => {}
                     _ = stop.changed() => return,

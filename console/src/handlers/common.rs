@@ -203,6 +203,19 @@ impl Scope {
     pub(super) fn allows(&self, agent: &AgentName) -> bool {
         self.agents.contains(agent)
     }
+
+    /// The agent a path names, when this scope may see it (else not found,
+    /// as for an agent that does not exist).
+    pub(super) fn agent(
+        &self,
+        p: Result<Path<String>, PathRejection>,
+    ) -> Result<AgentName, PageError> {
+        let agent = path_agent(p)?;
+        if !self.allows(&agent) {
+            return Err(PageError::not_found());
+        }
+        Ok(agent)
+    }
 }
 
 pub(super) async fn operator_scope(

@@ -123,10 +123,7 @@ async fn agent_common(
 ) -> Response {
     let view = scope.view.clone();
     let result = async {
-        let agent = path_agent(agent)?;
-        if !scope.allows(&agent) {
-            return Err(PageError::not_found());
-        }
+        let agent = scope.agent(agent)?;
         let filter = call_filter(query)?;
         blocking::<_, PageError>(move || {
             let w = &c.witness;
@@ -352,10 +349,7 @@ pub(crate) async fn agent_pack(
         Err(r) => return r.into_response(),
     };
     let result = async {
-        let agent = path_agent(agent)?;
-        if !scope.allows(&agent) {
-            return Err(PageError::not_found());
-        }
+        let agent = scope.agent(agent)?;
         let name = format!("{agent}.pack.jsonl");
         pack_download(Arc::clone(&c), vec![agent], ExportRange::All, name).await
     }

@@ -103,10 +103,7 @@ pub(crate) async fn agent_report(
         Err(r) => return r.into_response(),
     };
     let result = async {
-        let agent = path_agent(agent)?;
-        if !scope.allows(&agent) {
-            return Err(PageError::not_found());
-        }
+        let agent = scope.agent(agent)?;
         let name = format!("{agent}.pack.jsonl");
         report_common(
             Arc::clone(&c),

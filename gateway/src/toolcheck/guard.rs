@@ -198,33 +198,20 @@ impl ToolGuard {
     ) -> (Vec<CheckFinding>, Option<Hash>) {
         let mut out = Vec::new();
         let mut offered: BTreeMap<String, Hash> = BTreeMap::new();
+        let malformed = || {
+            let finding =
+                self.finding(CheckObservation::ListMalformed, None, Vec::new(), None, now);
+            (vec![finding], None)
+        };
         for def in tools {
             let Ok((name, obs)) = self.tool_observations(def) else {
-                return (
-                    vec![self.finding(
-                        CheckObservation::ListMalformed,
-                        None,
-                        Vec::new(),
-                        None,
-                        now,
-                    )],
-                    None,
-                );
+                return malformed();
             };
             let digest = digest_tool_definition(def)
                 .map(|(_, d, _)| d)
                 .unwrap_or_else(|_| Hash::sha256(b""));
             if offered.insert(name.clone(), digest).is_some() {
-                return (
-                    vec![self.finding(
-                        CheckObservation::ListMalformed,
-                        None,
-                        Vec::new(),
-                        None,
-                        now,
-                    )],
-                    None,
-                );
+                return malformed();
             }
             for (o, parts) in obs {
                 out.push(self.finding(o, Some(&name), parts, Some(format!("{prefix}{name}")), now));

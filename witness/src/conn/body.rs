@@ -12,7 +12,7 @@ use axum::body::Bytes;
 use hyper::body::{Body as HttpBody, Frame, SizeHint};
 use tokio::time::{sleep_until, Instant, Sleep};
 
-use super::ConnectionStats;
+use super::state::ConnectionStats;
 
 /// A request body that did not arrive by its deadline. The routes answer
 /// it with `408 body_timeout` (docs/api.md).

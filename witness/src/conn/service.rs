@@ -16,7 +16,7 @@ use hyper::{Request, Response};
 use tower::ServiceExt as _;
 
 use super::body::{BodyLimits, DeadlineBody};
-use super::{ConnState, ConnTrust, RequestGuard, ResponseProgress};
+use super::state::{ConnState, ConnTrust, RequestGuard, ResponseProgress};
 
 /// `Strict-Transport-Security` of every answer over TLS: browsers that
 /// have seen it use HTTPS for the host for a year (docs/operations.md

@@ -12,7 +12,7 @@ use std::time::Duration;
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio::time::{sleep, Sleep};
 
-use super::ConnState;
+use super::state::ConnState;
 
 /// A connection's socket (or TLS stream): reads tell the connection's
 /// deadline that a request has begun; a write that makes no progress for

@@ -18,10 +18,10 @@ use tokio::sync::oneshot;
 use crate::calls::{is_paged_list_request, Refusal, ERROR_NOT_FORWARDED};
 
 use super::relay::{relay, StreamEnd};
-use super::session::{too_many_sessions, CallSlot, Session};
-use super::{
-    copy_headers, gateway_error, id_key, is_modern, json_response, lock, loopback_name, session_of,
-    Inner, Reply, Watch,
+use super::session::too_many_sessions;
+use super::state::{lock, CallSlot, Inner, Reply, Session, Watch};
+use super::wire::{
+    copy_headers, gateway_error, id_key, is_modern, json_response, loopback_name, session_of,
 };
 
 impl Inner {

@@ -17,10 +17,8 @@ use tokio::sync::mpsc;
 use crate::calls::{PageResult, ToolPages, ERROR_UPSTREAM};
 use crate::sse::SseReader;
 
-use super::session::CallSlot;
-use super::{
-    content_type_is, copy_headers, error_chain, gateway_error, id_key, lock, Inner, Reply, Watch,
-};
+use super::state::{lock, CallSlot, Inner, Reply, Watch};
+use super::wire::{content_type_is, copy_headers, error_chain, gateway_error, id_key};
 
 impl Inner {
     /// Observes one JSON-RPC message from the upstream.

@@ -10,7 +10,8 @@ use std::time::Duration;
 use hyper_util::service::TowerToHyperService;
 use tokio::net::TcpListener;
 
-use super::{HttpError, HttpGateway, HttpReport};
+use super::config::{HttpError, HttpReport};
+use super::state::HttpGateway;
 
 /// Builds the rustls server config for the listener from PEM files
 /// (tally-net's [`tally_net::tls_config`]).

@@ -2,9 +2,8 @@
 //! "The gateway over HTTP"): the calls kept per `Mcp-Session-Id`, how a
 //! call ends and is forgotten, open streams, `DELETE` and idle expiry.
 
-use std::collections::HashMap;
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
 use std::time::Instant;
 
 use axum::http::{HeaderMap, StatusCode};
@@ -12,53 +11,10 @@ use axum::response::Response;
 use serde_json::Value;
 use tally_schemas::record::OutcomeStatus;
 
-use crate::calls::{OpenCall, ToolPages, ERROR_NOT_FORWARDED};
+use crate::calls::ERROR_NOT_FORWARDED;
 
-use super::{copy_headers, gateway_error, lock, Inner};
-
-/// One `tools/call` from its decision to its outcome.
-#[derive(Debug)]
-pub(super) struct CallSlot {
-    pub(super) id: Value,
-    pub(super) key: String,
-    pub(super) call: OpenCall,
-    pub(super) ended: AtomicBool,
-    /// The last SSE event id seen on the call's answer stream: a resumption
-    /// (`GET` with this `Last-Event-ID`) continues that stream.
-    pub(super) last_event_id: Mutex<Option<String>>,
-}
-
-#[derive(Debug, Default)]
-pub(super) struct Session {
-    pub(super) last_used: Option<Instant>,
-    /// Streams open in this session (they keep it from expiring).
-    pub(super) open: usize,
-    pub(super) calls: Vec<Arc<CallSlot>>,
-    pub(super) pages: ToolPages,
-    /// The headers of the client's last request, kept in memory only to
-    /// list the tools again after `notifications/tools/list_changed`.
-    pub(super) headers: Option<HeaderMap>,
-    pub(super) own_list_running: bool,
-    /// The session's tool check (docs/protocol.md §5.7), made at its first use.
-    pub(super) check: Option<Arc<crate::toolcheck::Enforcer>>,
-}
-
-#[derive(Debug, Default)]
-pub(super) struct Sessions {
-    pub(super) by_id: HashMap<String, Session>,
-    /// Requests without a session id: calls belong to their exchange, and
-    /// ids may repeat across clients.
-    pub(super) none: Session,
-}
-
-impl Sessions {
-    pub(super) fn get(&mut self, key: Option<&str>) -> Option<&mut Session> {
-        match key {
-            None => Some(&mut self.none),
-            Some(k) => self.by_id.get_mut(k),
-        }
-    }
-}
+use super::state::{lock, CallSlot, Inner};
+use super::wire::{copy_headers, gateway_error};
 
 impl Inner {
     pub(super) fn end_call(

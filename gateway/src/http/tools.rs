@@ -15,7 +15,8 @@ use crate::calls::{PageResult, Refusal, ToolPages};
 use crate::sse::SseReader;
 use crate::toolcheck::Admission;
 
-use super::{content_type_is, copy_headers, is_modern, lock, Inner, Watch};
+use super::state::{lock, Inner, Watch};
+use super::wire::{content_type_is, copy_headers, is_modern};
 
 /// Request ids the gateway uses for its own `tools/list` requests.
 pub(super) const OWN_ID_PREFIX: &str = "tally-gateway:tools/list:";

@@ -65,6 +65,7 @@ pub mod memory;
 pub mod postgres;
 pub mod redb;
 mod redb_deferred;
+mod redb_layout;
 #[doc(hidden)]
 pub mod redb_v1;
 

@@ -33,12 +33,14 @@ use tokio_postgres::Client;
 mod conn;
 pub mod fence;
 mod lease;
+mod lease_table;
 mod pending;
+mod sql;
 mod tls;
 pub use conn::{migrate, ConnectError, MigrateError, PgRuntime};
-pub use lease::LeaseOptions;
-use lease::{check_lease, holder_name, ttl_ms, LeaseState};
-pub use pending::{OpenRow, ANSWERS_CHANNEL, PENDING_CHANNEL};
+pub use lease_table::LeaseOptions;
+use lease_table::{check_lease, holder_name, ttl_ms, LeaseState};
+use sql::{backend, big, corrupt, hash_of, unbig};
 pub use tls::{Connector, PgConnection, PgTlsStream, SslMode};
 
 use super::{
@@ -78,44 +80,20 @@ pub fn schema_version() -> i32 {
     i32::try_from(MIGRATIONS.len()).unwrap_or(i32::MAX)
 }
 
+/// The channel a front notifies after inserting requests into
+/// `tally_pending` (module `pending`).
+pub const PENDING_CHANNEL: &str = "tally_pending";
+/// The channel the sequencer notifies after writing answers.
+pub const ANSWERS_CHANNEL: &str = "tally_answers";
+
+pub use super::OpenRow;
+
 /// Connections that serve reads, beside the one that writes.
 const READERS: usize = 3;
 
 /// An advisory lock key (any constant) that serialises migrations between
 /// processes opening the same database at once.
 const MIGRATION_LOCK: i64 = 0x7461_6c6c_795f_6d67;
-
-fn backend(e: &tokio_postgres::Error) -> StoreError {
-    match e.as_db_error() {
-        Some(db) => StoreError::Backend(format!(
-            "postgresql: {} ({}){}",
-            db.message(),
-            db.code().code(),
-            db.detail().map(|d| format!(": {d}")).unwrap_or_default()
-        )),
-        None => StoreError::Backend(format!("postgresql: {e}")),
-    }
-}
-
-fn corrupt(what: String) -> StoreError {
-    StoreError::Corrupt(what)
-}
-
-/// A u64 as PostgreSQL's `bigint`.
-fn big(v: u64) -> Result<i64, StoreError> {
-    i64::try_from(v).map_err(|_| StoreError::Conflict(format!("{v} does not fit a bigint")))
-}
-
-/// A stored `bigint` as a u64.
-fn unbig(v: i64, what: &str) -> Result<u64, StoreError> {
-    u64::try_from(v).map_err(|_| corrupt(format!("{what} is negative ({v})")))
-}
-
-fn hash_of(bytes: &[u8], what: &str) -> Result<Hash, StoreError> {
-    <[u8; 32]>::try_from(bytes)
-        .map(Hash::from_bytes)
-        .map_err(|_| corrupt(format!("{what} is not 32 bytes")))
-}
 
 /// Hides the password of a connection URL or key/value string, for
 /// messages (`user:***@`, `password=***`).

@@ -22,7 +22,7 @@ use redb::{Database, ReadableTable, ReadableTableMetadata, TableDefinition};
 use tally_schemas::hash::leaf_hash;
 use tally_schemas::{Entry, Hash};
 
-use super::redb::{
+use super::redb_layout::{
     backend, hashes_of_leaf, id_key, leaf_row, meta_u64, nonce_key, CHAINS, ENTRIES, IDS, ID_LEAF,
     ID_RECORD, LAYOUT_VERSION, LEAVES, META,
 };
@@ -276,7 +276,9 @@ pub fn write_v1_for_tests(
         let mut nonces = tx.open_table(V1_NONCES).map_err(backend)?;
         let mut records = tx.open_table(V1_RECORD_HASHES).map_err(backend)?;
         let mut leaf_hashes = tx.open_table(V1_LEAF_HASHES).map_err(backend)?;
-        let mut cps = tx.open_table(super::redb::CHECKPOINTS).map_err(backend)?;
+        let mut cps = tx
+            .open_table(super::redb_layout::CHECKPOINTS)
+            .map_err(backend)?;
         let mut stored: Vec<Hash> = Vec::new();
         for (i, (bytes, receipt)) in entries.iter().enumerate() {
             let i = i as u64;

@@ -9,7 +9,7 @@
 
 use tokio_postgres::Client;
 
-use super::Connector;
+use super::tls::Connector;
 
 /// The runtime that drives a store's connections, and how it connects.
 /// Dropping it shuts the runtime down without blocking (a store may be

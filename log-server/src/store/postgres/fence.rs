@@ -24,7 +24,7 @@ use std::collections::{BTreeMap, HashMap};
 use tally_schemas::{AgentName, UnixMillis};
 use tokio_postgres::{GenericClient, Transaction};
 
-use super::backend;
+use super::sql::backend;
 use crate::store::{BatchWrite, KeyVersion, StoreError};
 
 /// Each agent of `batches` (sorted, once) and the latest `time` of its

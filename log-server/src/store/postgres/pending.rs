@@ -9,15 +9,11 @@ use std::time::Duration;
 
 use tokio_postgres::{AsyncMessage, Client};
 
-use super::{backend, Connector, PostgresStore};
+use super::sql::backend;
+use super::tls::Connector;
+use super::{PostgresStore, ANSWERS_CHANNEL, PENDING_CHANNEL};
+use crate::store::OpenRow;
 use crate::store::{HandOver, StoreError};
-
-/// The channel a front notifies after inserting requests.
-pub const PENDING_CHANNEL: &str = "tally_pending";
-/// The channel the sequencer notifies after writing answers.
-pub const ANSWERS_CHANNEL: &str = "tally_answers";
-
-pub use crate::store::OpenRow;
 
 impl HandOver for PostgresStore {
     /// Inserts one row per request, `(received, items)`, in order, and

@@ -12,7 +12,7 @@ use serde_json::{json, Value};
 use tally_schemas::pack::{AgentKeys, Head, PackLine};
 use tally_schemas::record::OutcomeStatus;
 
-use super::{Case, Expected, Inputs, LogKey};
+use super::case::{Case, Expected, Inputs, LogKey};
 use crate::fixture::{self, note, tool, tools, Fixture, PackSpec};
 
 /// The log's origin in every case.

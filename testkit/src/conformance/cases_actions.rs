@@ -7,7 +7,7 @@ use serde_json::{json, Value};
 use tally_schemas::record::{ActionState, Body, Claim, Outcome, OutcomeStatus};
 
 use super::base::{canon, case, finish, join, value, ORIGIN};
-use super::{Case, Expected, Inputs};
+use super::case::{Case, Expected, Inputs};
 use crate::fixture::{decision, digest, tool, tools, Fixture};
 
 const ALL_RECORDED: &str = "claims-bot: all 2 declared tools are recorded";

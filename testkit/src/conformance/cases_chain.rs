@@ -10,7 +10,7 @@ use tally_schemas::record::{Body, Outcome, OutcomeStatus};
 use tally_schemas::UnixMillis;
 
 use super::base::{case, finish, finish_with, small, Base, BASE_RECORDS, SMALL_COVERAGE};
-use super::{Case, Expected};
+use super::case::{Case, Expected};
 use crate::fixture::{self, decision, key_from_label, note, outcome, PackSpec};
 
 const NO_LIST_CLAIMS: &str =
@@ -430,7 +430,7 @@ fn scenario_cases(b: &Base) -> Vec<Case> {
             ranges: Some(ranges),
             ..b.spec.clone()
         };
-        let inputs = super::Inputs {
+        let inputs = super::case::Inputs {
             pack: fixture::to_jsonl(&b.fx.pack_lines(&spec)),
             ..b.inputs(Vec::new())
         };

@@ -8,7 +8,7 @@ use tally_schemas::pack::{PackCheckpoint, PackLine};
 use tally_schemas::tree::{empty_root, TreeSize};
 
 use super::base::{case, Base, ORIGIN};
-use super::Case;
+use super::case::Case;
 use crate::fixture::{self, note, Fixture};
 
 fn b64(bytes: &[u8]) -> String {

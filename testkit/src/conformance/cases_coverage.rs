@@ -6,7 +6,7 @@
 use tally_schemas::record::{Body, ToolEntry, ToolList, ToolPartDigests};
 
 use super::base::{case, finish, ORIGIN};
-use super::{Case, Expected};
+use super::case::{Case, Expected};
 use crate::fixture::{self, digest, tool, Fixture};
 
 fn fx() -> Fixture {

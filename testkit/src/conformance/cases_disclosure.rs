@@ -9,7 +9,7 @@ use tally_schemas::hash::salted_hash;
 use tally_schemas::record::{Body, Decision, Outcome, OutcomeStatus};
 
 use super::base::{canon, case, finish, small, SMALL_COVERAGE};
-use super::{Case, DisclosureCase, Expected};
+use super::case::{Case, DisclosureCase, Expected};
 
 const SALT_IN: [u8; 16] = [0xab; 16];
 const SALT_OUT: [u8; 16] = [0x22; 16];
@@ -25,7 +25,7 @@ fn output() -> Value {
 /// claims-bot: its tool list (seq 0), call `c1` with salted hashes of
 /// [`input`] and [`output`] (seq 1, 2), call `c2` cancelled without an
 /// output (seq 3, 4).
-fn inputs() -> super::Inputs {
+fn inputs() -> super::case::Inputs {
     let mut fx = small();
     let d = fx.log(
         "claims-bot",

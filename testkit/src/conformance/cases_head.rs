@@ -6,8 +6,8 @@ use tally_schemas::pack::{Head, HeadAgent, Witnessed};
 use tally_schemas::tree::{LeafIndex, TreeSize};
 
 use super::base::{canon, case, finish_with, small, Base, BASE_RECORDS};
-use super::Inputs;
-use super::{Case, Expected};
+use super::case::Inputs;
+use super::case::{Case, Expected};
 use crate::fixture::{self, note, Fixture, PackSpec};
 
 /// The head.json of `fx` with `agent`'s record replaced by its record at

@@ -10,7 +10,7 @@ use tally_schemas::pack::AgentKeys;
 use tally_schemas::UnixMillis;
 
 use super::base::{case, finish, finish_with, small, Base, SMALL_COVERAGE};
-use super::{Case, Expected};
+use super::case::{Case, Expected};
 use crate::fixture::{self, key_from_label, note, PackSpec};
 
 /// ℓ, the order of the prime subgroup, little-endian.

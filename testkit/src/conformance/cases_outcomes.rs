@@ -4,7 +4,7 @@
 use tally_schemas::record::{Body, Outcome, OutcomeStatus};
 
 use super::base::{call, case, finish, finish_with, small, SMALL_COVERAGE};
-use super::{Case, Expected};
+use super::case::{Case, Expected};
 use crate::fixture::{self, decision, note, outcome, PackSpec};
 
 fn expected(records: u64) -> Expected {

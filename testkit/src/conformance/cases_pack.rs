@@ -8,7 +8,7 @@ use serde_json::{json, Value};
 use tally_schemas::limits::{MAX_AGENTS_PER_PACK, MAX_RECORDS_PER_PACK, MAX_WIRE_OBJECT_BYTES};
 
 use super::base::{bytes_of, case, finish, small, value, Base, Lines, BASE_COVERAGE, BASE_RECORDS};
-use super::{Case, Expected, Status};
+use super::case::{Case, Expected, Status};
 use crate::fixture::{self, note, PackSpec};
 
 /// The base coverage with mail-bot's line first (header order).

@@ -6,7 +6,7 @@ use tally_schemas::note::peek_checkpoint;
 use tally_schemas::UnixMillis;
 
 use super::base::{bytes_of, case, finish, small, Base, SMALL_COVERAGE};
-use super::{Case, Expected};
+use super::case::{Case, Expected};
 use crate::fixture::{self, decision, Fixture, PackSpec};
 
 #[allow(clippy::too_many_lines)]

@@ -8,7 +8,7 @@ use serde_json::{json, Value};
 use tally_schemas::record::{Body, ToolEntry, ToolList};
 
 use super::base::{case, finish, Base, BASE_COVERAGE, BASE_RECORDS, ORIGIN};
-use super::{Case, Expected};
+use super::case::{Case, Expected};
 use crate::fixture::{tool, Fixture};
 
 fn fx() -> Fixture {

@@ -9,7 +9,7 @@ use tally_schemas::record::{
 };
 
 use super::base::{case, finish, small, SMALL_COVERAGE};
-use super::{Case, Expected};
+use super::case::{Case, Expected};
 use crate::fixture::digest;
 
 fn finding(tool: Option<&str>, o: CheckObservation, e: CheckEffect) -> CheckFinding {
@@ -56,7 +56,7 @@ fn check(findings: Vec<CheckFinding>) -> ToolCheck {
 
 /// A pack where claims-bot records `body` as signed JSON after an edit
 /// that breaks a §5.7 rule; the record is pending, claimed by the header.
-fn refused(edit: impl FnOnce(&mut Value)) -> super::Inputs {
+fn refused(edit: impl FnOnce(&mut Value)) -> super::case::Inputs {
     let mut fx = small();
     let draft = fx.draft(
         "claims-bot",

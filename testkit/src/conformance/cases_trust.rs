@@ -7,7 +7,7 @@ use tally_schemas::note::{encode_vkey, key_id_for_algorithm};
 use tally_schemas::SecretKey;
 
 use super::base::{case, Base};
-use super::{Case, Expected, LogKey};
+use super::case::{Case, Expected, LogKey};
 use crate::fixture::key_from_label;
 
 const W1: &str = "witness.example/w1";

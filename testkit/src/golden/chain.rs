@@ -1,6 +1,16 @@
 //! The golden chains: the records the vectors are cut from.
 
-use super::*;
+use serde_json::{json, Value};
+use tally_schemas::canonical::canonicalize;
+use tally_schemas::hash::salted_hash;
+use tally_schemas::record::{
+    ActionState, Claim, Decision, KeyRotation, NoteBody, Outcome, OutcomeStatus, ToolEntry,
+    ToolList,
+};
+use tally_schemas::tools::digest_tool_definition;
+use tally_schemas::{AgentName, Body, Record, SecretKey, Seq, UnixMillis, UnsignedRecord};
+
+use super::fixtures::*;
 
 pub(super) struct Chain {
     pub(super) agent: &'static str,

@@ -1,6 +1,13 @@
 //! hashes/: salted content hashes and tool definition digests.
 
-use super::*;
+use std::path::Path;
+
+use serde_json::json;
+use tally_schemas::canonical::canonicalize;
+use tally_schemas::hash::salted_hash;
+use tally_schemas::tools::digest_tool_definition;
+
+use super::fixtures::*;
 
 /// hashes/: salted content hashes and tool definition digests.
 pub(super) fn write_hashes(dir: &Path) {

@@ -26,76 +26,24 @@ use std::path::Path;
 
 use serde_json::{json, Value};
 use tally_schemas::canonical::canonicalize;
-use tally_schemas::hash::salted_hash;
-use tally_schemas::limits::MAX_TOOLS_PER_RECORD;
-use tally_schemas::pack::{
-    AgentKey, AgentKeyList, AgentKeys, Head, HeadAgent, PackAgent, PackCheckpoint, PackEnd,
-    PackHeader, PackLine, PackReceipt, PackRecord, Witnessed, PACK_VERSION,
-};
-use tally_schemas::record::{
-    ActionState, Claim, Decision, KeyRotation, NoteBody, Outcome, OutcomeStatus, ToolEntry,
-    ToolList, RECORD_SIGNATURE_DOMAIN,
-};
-use tally_schemas::tools::digest_tool_definition;
+use tally_schemas::pack::{AgentKeys, Head};
+use tally_schemas::record::RECORD_SIGNATURE_DOMAIN;
 use tally_schemas::tree::reference;
-use tally_schemas::{
-    AgentName, Body, Checkpoint, Entry, Hash, LeafIndex, Nonce, NoteSigner, Receipt, Record,
-    SecretKey, Seq, TreeSize, UnixMillis, UnsignedRecord,
-};
-
-const T0: i64 = 1_796_025_600_000; // 2026-11-30T08:00:00.000Z
-const ORIGIN: &str = "log.tally.test/v1";
-
-fn agent_key() -> SecretKey {
-    SecretKey::from_seed(&[0x11; 32])
-}
-
-fn rotated_key() -> SecretKey {
-    SecretKey::from_seed(&[0x22; 32])
-}
-
-fn log_signer() -> NoteSigner {
-    // The key of the signed-note vectors, so both sets share one vkey.
-    NoteSigner::from_secret(ORIGIN, SecretKey::from_seed(&[0x01; 32])).expect("valid origin")
-}
-
-fn nonce(i: u8) -> Nonce {
-    Nonce::from_bytes((0..16).map(|b| b ^ i).collect()).expect("16 bytes")
-}
-
-fn salt(i: u8) -> [u8; 16] {
-    [i; 16]
-}
+use tally_schemas::{Checkpoint, LeafIndex, Receipt, Record, SecretKey, TreeSize, UnixMillis};
 
 mod chain;
+mod fixtures;
 mod hashes;
 mod pack;
 mod records;
 
-use chain::{build_chain, build_second_chain, Chain};
+use chain::{build_chain, build_second_chain};
+pub use fixtures::pretty;
+use fixtures::*;
 use hashes::write_hashes;
 use pack::golden_log;
 pub use pack::{golden_pack, GoldenPack};
 use records::{invalid_cases, more_invalid_cases, valid_record_case};
-
-fn to_value<T: serde::Serialize>(v: &T) -> Value {
-    serde_json::to_value(v).expect("serialisable")
-}
-
-fn write(dir: &Path, name: &str, value: &Value) {
-    let mut text = serde_json::to_string_pretty(value).expect("json");
-    text.push('\n');
-    fs::write(dir.join(name), text).expect("write golden file");
-}
-
-/// Pretty JSON of a document with a final newline, as the golden files are
-/// written.
-#[must_use]
-pub fn pretty<T: serde::Serialize>(value: &T) -> Vec<u8> {
-    let mut text = serde_json::to_string_pretty(&to_value(value)).expect("json");
-    text.push('\n');
-    text.into_bytes()
-}
 
 /// Writes the golden vectors to `out` (testdata/golden): `records/`,
 /// `log/`, `hashes/` and `pack/` (the refused agent-keys.json and head.json

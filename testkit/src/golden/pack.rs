@@ -1,7 +1,15 @@
 //! The golden pack (the conformance corpus's `golden-pack` case) and the
 //! log it is cut from.
 
-use super::*;
+use tally_schemas::pack::{
+    AgentKey, AgentKeyList, AgentKeys, Head, HeadAgent, PackAgent, PackCheckpoint, PackEnd,
+    PackHeader, PackLine, PackReceipt, PackRecord, Witnessed, PACK_VERSION,
+};
+use tally_schemas::tree::reference;
+use tally_schemas::{AgentName, Checkpoint, Entry, Hash, LeafIndex, Seq, TreeSize, UnixMillis};
+
+use super::chain::{build_chain, Chain};
+use super::fixtures::*;
 
 /// The golden pack: the golden chain's 8 records, every one witnessed
 /// with its receipt, under the checkpoint of size 8, receipts issued in two

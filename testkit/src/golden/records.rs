@@ -1,6 +1,12 @@
 //! records/: the valid record cases and the refused ones.
 
-use super::*;
+use serde_json::{json, Value};
+use tally_schemas::canonical::canonicalize;
+use tally_schemas::limits::MAX_TOOLS_PER_RECORD;
+use tally_schemas::record::RECORD_SIGNATURE_DOMAIN;
+use tally_schemas::{Hash, Record, SecretKey};
+
+use super::fixtures::*;
 
 pub(super) fn valid_record_case(description: &str, record: &Record, key: &SecretKey) -> Value {
     let signing = record.unsigned().signing_bytes().expect("canonical");

@@ -13,7 +13,7 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 use std::sync::{Arc, Mutex};
 
-use tally_log::{Log, LogConfig};
+use tally_log::{AppendError, BatchItem, Log, LogConfig};
 use tally_schemas::record::NoteBody;
 use tally_schemas::{
     AgentName, Body, Hash, Nonce, NoteSigner, SecretKey, Seq, UnixMillis, UnsignedRecord,
@@ -132,9 +132,21 @@ async fn run_agent(
         }
         .sign(&key)
         .map_err(|e| e.to_string())?;
-        let got = log
-            .append(record.clone(), UnixMillis::now())
+        // One record, the way the witness appends it: a batch of one
+        // (docs/storage.md, "Batches").
+        let answers = log
+            .enqueue_batch_fenced(
+                vec![BatchItem::Record(record.clone())],
+                Vec::new(),
+                UnixMillis::now(),
+            )
+            .map_err(|e| e.to_string())?
             .await
+            .map_err(|e| e.to_string())?;
+        let got = answers
+            .into_iter()
+            .next()
+            .unwrap_or(Err(AppendError::Closed))
             .map_err(|e| e.to_string())?;
         let line = serde_json::json!({ "record": record, "receipt": got.receipt });
         {

@@ -49,7 +49,7 @@ async fn main() {
     let state = StateDir::new(dir.path());
     let agent = AgentName::new("bench").expect("name");
     state
-        .create_agent(&agent, &SecretKey::from_seed(&[7; 32]))
+        .create_agent_with(&agent, &SecretKey::from_seed(&[7; 32]), None, None)
         .expect("agent");
     let open = |kind: &str| {
         let state = state.clone();

@@ -195,19 +195,6 @@ impl RecorderHandle {
             })?
         })
     }
-
-    /// Appends a record without waiting. Failures are reported on standard
-    /// error by the writer; requests are committed in the order sent.
-    ///
-    /// # Errors
-    /// [`AppendError::Unavailable`] when the writer is not running.
-    pub fn append_detached(&self, body: Body, secret: Option<Secret>) -> Result<(), AppendError> {
-        self.send(Request::Append {
-            body: Box::new(body),
-            secret,
-            reply: None,
-        })
-    }
 }
 
 /// The running chain writer; [`Recorder::close`] drains and stops it.

@@ -355,19 +355,6 @@ impl StateDir {
         Ok(out)
     }
 
-    /// Makes a fresh key for `agent`, written with mode 0600, and an empty
-    /// configuration.
-    ///
-    /// # Errors
-    /// As [`StateDir::create_agent_with`].
-    pub fn create_agent(
-        &self,
-        agent: &AgentName,
-        key: &SecretKey,
-    ) -> Result<AgentPaths, StateError> {
-        self.create_agent_with(agent, key, None, None)
-    }
-
     /// Makes a new agent's folder whole or not at all: its key (mode 0600),
     /// its configuration with `witness`, and `api_key` (mode 0600) when
     /// given are written into a hidden temporary folder beside it, which is
@@ -695,12 +682,12 @@ mod tests {
         let state = StateDir::new(dir.path());
         let agent = AgentName::new("bot-1").unwrap();
         let key = SecretKey::from_seed(&[9; 32]);
-        let paths = state.create_agent(&agent, &key).unwrap();
+        let paths = state.create_agent_with(&agent, &key, None, None).unwrap();
         let mode = fs::metadata(paths.key()).unwrap().permissions().mode() & 0o777;
         assert_eq!(mode, 0o600);
         assert_eq!(state.load_key(&agent).unwrap().seed(), key.seed());
         assert!(matches!(
-            state.create_agent(&agent, &SecretKey::from_seed(&[1; 32])),
+            state.create_agent_with(&agent, &SecretKey::from_seed(&[1; 32]), None, None),
             Err(StateError::KeyExists { .. })
         ));
         assert_eq!(state.load_key(&agent).unwrap().seed(), key.seed());
@@ -805,9 +792,11 @@ mod tests {
             assert!(e.contains(says), "{says}: {e}");
         }
         state
-            .create_agent(
+            .create_agent_with(
                 &AgentName::new("other").unwrap(),
                 &SecretKey::from_seed(&[5; 32]),
+                None,
+                None,
             )
             .unwrap();
         let e = state.load_config(&agent).unwrap_err().to_string();

@@ -178,7 +178,8 @@ impl Syncer {
     }
 
     /// Refetches the key directory this often while posting (default
-    /// [`KEY_CHECK_INTERVAL`]).
+    /// [`KEY_CHECK_INTERVAL`]; tests only, feature `testing`).
+    #[cfg(any(test, feature = "testing"))]
     #[must_use]
     pub fn with_key_check_interval(self, interval: Duration) -> Self {
         self.lock_key_check().interval = interval;

@@ -22,7 +22,7 @@ use std::time::{Duration, Instant};
 use redb::{Database, TableDefinition};
 use tally_log::store::memory::MemoryStore;
 use tally_log::store::redb::RedbStore;
-use tally_log::{Log, LogConfig};
+use tally_log::{AppendError, Appended, BatchItem, Log, LogConfig};
 use tally_schemas::record::NoteBody;
 use tally_schemas::{
     AgentName, Body, Hash, LeafIndex, Nonce, NoteSigner, Record, SecretKey, Seq, TreeSize,
@@ -110,6 +110,22 @@ impl Chains {
     }
 }
 
+/// Appends one record the way the witness does: a batch of one
+/// (`Log::enqueue_batch_fenced`, docs/storage.md "Batches").
+async fn append(log: &Log, record: Record) -> Result<Appended, AppendError> {
+    let answers = log
+        .enqueue_batch_fenced(
+            vec![BatchItem::Record(record)],
+            Vec::new(),
+            UnixMillis::now(),
+        )?
+        .await?;
+    answers
+        .into_iter()
+        .next()
+        .unwrap_or(Err(AppendError::Closed))
+}
+
 /// Appends every chain concurrently; returns per-append latencies and the wall time.
 async fn run_appends(log: &Arc<Log>, chains: Vec<Vec<Record>>) -> (Vec<Duration>, Duration) {
     let start = Instant::now();
@@ -121,11 +137,9 @@ async fn run_appends(log: &Arc<Log>, chains: Vec<Vec<Record>>) -> (Vec<Duration>
             for r in chain {
                 let t = Instant::now();
                 loop {
-                    match log.append(r.clone(), UnixMillis::now()).await {
+                    match append(&log, r.clone()).await {
                         Ok(_) => break,
-                        Err(tally_log::AppendError::Overloaded { .. }) => {
-                            tokio::task::yield_now().await
-                        }
+                        Err(AppendError::Overloaded { .. }) => tokio::task::yield_now().await,
                         Err(e) => panic!("append failed: {e}"),
                     }
                 }

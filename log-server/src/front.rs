@@ -339,7 +339,7 @@ pub(crate) struct Front {
     pub(crate) max_batch: usize,
     pub(crate) options: FrontOptions,
     pub(crate) name: String,
-    /// Whether this front sequences now ([`crate::Log::sequences`]).
+    /// Whether this front sequences now ([`crate::Log::watch_sequencing`]).
     pub(crate) sequencing: Arc<tokio::sync::watch::Sender<bool>>,
 }
 

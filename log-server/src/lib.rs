@@ -9,8 +9,8 @@
 //! ([`http::router`]).
 //!
 //! It is an engine: no auth, no admission. The witness checks a record's
-//! schema, signature, key and time, then calls [`Log::enqueue_fenced`] (or
-//! [`Log::enqueue_batch_fenced`] for many).
+//! schema, signature, key and time, then calls
+//! [`Log::enqueue_batch_fenced`] with one record or many.
 //!
 //! - `log`: [`Log`], its append API and the Rust read API.
 //! - `sequencer`: the writer thread and group commit.
@@ -40,8 +40,5 @@ pub mod tree;
 
 pub use error::{AppendError, OpenError, ProofRequestError, ReadError};
 pub use item::{Appended, BatchItem};
-pub use log::{
-    ChainEntries, ChainEntry, Log, LogConfig, LogStats, PendingAppend, PendingBatch,
-    SignedCheckpoint,
-};
+pub use log::{ChainEntries, ChainEntry, Log, LogConfig, LogStats, PendingBatch, SignedCheckpoint};
 pub use store::{ChainHead, KeyVersion, LogStore, StoreError};

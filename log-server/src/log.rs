@@ -14,8 +14,7 @@ use std::task::{Context, Poll};
 use std::thread::JoinHandle;
 
 use tally_schemas::{
-    AgentName, Entry, Hash, LeafIndex, NoteSigner, NoteVerifier, Receipt, Record, Seq, TreeSize,
-    UnixMillis,
+    AgentName, Entry, Hash, LeafIndex, NoteSigner, NoteVerifier, Receipt, Seq, TreeSize, UnixMillis,
 };
 use tokio::sync::{mpsc, oneshot};
 
@@ -75,28 +74,6 @@ pub struct ChainEntry {
     pub receipt_size: TreeSize,
 }
 
-/// A queued append ([`Log::enqueue`]): resolves once the record is durably
-/// committed and covered by a signed checkpoint, or refused.
-#[derive(Debug)]
-#[must_use = "the append is queued either way; await it for the receipt"]
-pub struct PendingAppend {
-    rx: oneshot::Receiver<BatchAnswers>,
-}
-
-impl Future for PendingAppend {
-    type Output = Result<Appended, AppendError>;
-
-    fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
-        Pin::new(&mut self.rx).poll(cx).map(|r| match r {
-            Ok(answers) => answers
-                .into_iter()
-                .next()
-                .unwrap_or(Err(AppendError::Closed)),
-            Err(_) => Err(AppendError::Closed),
-        })
-    }
-}
-
 /// A queued batch ([`Log::enqueue_batch_fenced`]): resolves to one answer per
 /// item, in the items' order, once the batch's group commit is durable and
 /// signed.
@@ -120,8 +97,7 @@ impl Future for PendingBatch {
 }
 
 /// The durable Merkle log. Open it over a store with [`Log::open`]; append
-/// with [`Log::enqueue_fenced`] or [`Log::enqueue_batch_fenced`] (and
-/// their unfenced forms, [`Log::append`] awaiting one); read with the other
+/// one record or many with [`Log::enqueue_batch_fenced`]; read with the other
 /// methods (blocking: call them from a blocking thread in async code).
 /// There is no auth and no admission here: the caller has already checked
 /// each record's signature, key and time.
@@ -286,62 +262,6 @@ impl Log {
         Self::open(Arc::new(store), signer, config)
     }
 
-    /// Queues `record`, received at `received`, and resolves once it is
-    /// durably committed and covered by a stored, signed checkpoint.
-    ///
-    /// A record already in the log resolves to its existing entry and its
-    /// original receipt (`duplicate: true`), whatever `received` says.
-    ///
-    /// # Errors
-    /// [`AppendError::Overloaded`] at once when the queue is full;
-    /// [`AppendError::NonceReplayed`], [`AppendError::ChainConflict`],
-    /// [`AppendError::Entry`] for refused records; [`AppendError::Storage`]
-    /// when storage failed (retrying is safe); [`AppendError::Closed`] after
-    /// [`Log::shutdown`].
-    pub async fn append(
-        &self,
-        record: Record,
-        received: UnixMillis,
-    ) -> Result<Appended, AppendError> {
-        self.enqueue(record, received)?.await
-    }
-
-    /// Queues `record` now, synchronously, and returns a future of its
-    /// append (see [`Log::append`]). Records are sequenced in the order they
-    /// are queued, so a caller that stamps receive times and enqueues under
-    /// one lock gets receive times that never decrease in log order.
-    ///
-    /// # Errors
-    /// [`AppendError::Overloaded`] when the queue is full;
-    /// [`AppendError::Closed`] after [`Log::shutdown`]. The future resolves
-    /// to the other errors of [`Log::append`].
-    pub fn enqueue(
-        &self,
-        record: Record,
-        received: UnixMillis,
-    ) -> Result<PendingAppend, AppendError> {
-        self.enqueue_fenced(record, received, None)
-    }
-
-    /// [`Log::enqueue`] of a record whose key was checked against its
-    /// agent's key version `fence` (docs/protocol.md §4.1; contract rule 8
-    /// of [`crate::store`]): on a shared store, if the agent's keys changed
-    /// since, the append resolves to [`AppendError::KeyChanged`] and
-    /// nothing is written for it. `None`, and any version on a store one
-    /// process owns, is [`Log::enqueue`].
-    ///
-    /// # Errors
-    /// As [`Log::enqueue`].
-    pub fn enqueue_fenced(
-        &self,
-        record: Record,
-        received: UnixMillis,
-        fence: Option<KeyVersion>,
-    ) -> Result<PendingAppend, AppendError> {
-        let rx = self.send(vec![BatchItem::Record(record)], vec![fence], received)?;
-        Ok(PendingAppend { rx })
-    }
-
     /// [`Log::enqueue_batch_fenced`] with no fences (tests only: the
     /// product fences every batch).
     ///
@@ -366,14 +286,16 @@ impl Log {
     ///   [`BatchItem::Refused`] by the caller), the agent's later records in
     ///   the batch are refused with [`AppendError::PriorRecordRefused`];
     /// - a record already in the log, or twice in the batch, answers with
-    ///   its entry and receipt (`duplicate: true`), as [`Log::append`] does.
+    ///   its entry and original receipt (`duplicate: true`), whatever
+    ///   `received` says.
     ///
     /// `fences` holds the key version each item's key was checked against,
-    /// by the items' order (see [`Log::enqueue_fenced`]): a record of an
-    /// agent whose keys changed since is answered
-    /// [`AppendError::KeyChanged`], and so are the agent's other new
-    /// records in the batch. `fences` may be shorter than `items` (the
-    /// rest are not fenced).
+    /// by the items' order (docs/protocol.md §4.1; contract rule 8 of
+    /// [`crate::store`]): on a shared store, a record of an agent whose
+    /// keys changed since is answered [`AppendError::KeyChanged`], and so
+    /// are the agent's other new records in the batch. `None`, and any
+    /// version on a store one process owns, fences nothing; `fences` may
+    /// be shorter than `items` (the rest are not fenced).
     ///
     /// # Errors
     /// At once, for the whole batch: [`AppendError::BatchTooLarge`] for more
@@ -490,17 +412,11 @@ impl Log {
         self.shared.signed.subscribe()
     }
 
-    /// Whether this process sequences the log now, and so signs its
+    /// Follows whether this process sequences the log, and so signs its
     /// checkpoints and asks its cosigners (docs/operations.md, "Cosigners
     /// for the log"): always for a log over its own store; for a front on
-    /// PostgreSQL, while it holds the lease.
-    #[must_use]
-    pub fn sequences(&self) -> bool {
-        *self.sequencing.borrow()
-    }
-
-    /// Follows [`Log::sequences`]: a front that takes the lease, or loses
-    /// it, changes it.
+    /// PostgreSQL, while it holds the lease, so taking or losing the lease
+    /// changes it.
     #[must_use]
     pub fn watch_sequencing(&self) -> tokio::sync::watch::Receiver<bool> {
         self.sequencing.subscribe()

@@ -162,34 +162,6 @@ impl PreparedKey {
     }
 }
 
-/// One signature to check: `signature` by `key` over `signed` (the domain
-/// and message already joined, as [`PublicKey::verify_raw`] takes them).
-#[derive(Debug, Clone, Copy)]
-pub struct SignedMessage<'a> {
-    /// The signer's key.
-    pub key: &'a PublicKey,
-    /// The exact bytes signed.
-    pub signed: &'a [u8],
-    /// The signature.
-    pub signature: &'a Signature,
-}
-
-/// Checks every signature strictly; item `i` of the answer is exactly
-/// `items[i].key.verify_raw(items[i].signed, items[i].signature).is_ok()`.
-/// Each item's key is prepared ([`PreparedKey`]). Runs on the calling
-/// thread.
-#[must_use]
-pub fn verify_batch(items: &[SignedMessage<'_>]) -> Vec<bool> {
-    items
-        .iter()
-        .map(|item| {
-            PreparedKey::new(item.key)
-                .verify_raw(item.signed, item.signature)
-                .is_ok()
-        })
-        .collect()
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;

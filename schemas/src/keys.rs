@@ -101,7 +101,7 @@ impl PublicKey {
     /// # Errors
     /// [`KeyError::InvalidPoint`] when the bytes do not decode to a curve
     /// point; [`KeyError::WeakKey`] for a small-order point or a
-    /// non-canonical encoding ([`is_weak_public_key`]).
+    /// non-canonical encoding (§4.3).
     pub fn from_bytes(bytes: &[u8; 32]) -> Result<Self, KeyError> {
         let key = VerifyingKey::from_bytes(bytes).map_err(|_| KeyError::InvalidPoint)?;
         match weakness(&key, bytes) {
@@ -300,19 +300,14 @@ impl<'de> Deserialize<'de> for KeyId {
     }
 }
 
-/// Whether 32 bytes that decode to a curve point are a *weak* Ed25519
-/// public key (§4.3): a point of small order (the identity and the seven
-/// other torsion points), or any point written in a non-canonical way (a `y`
-/// coordinate of `p` or more, or the sign bit set on `x = 0`). Strict
-/// verification accepts no signature under such a key, so tally refuses it
-/// wherever a public key appears. Bytes that are not a point are not weak;
-/// they are invalid ([`PublicKey::from_bytes`] says which).
-#[must_use]
-pub fn is_weak_public_key(bytes: &[u8; 32]) -> bool {
-    VerifyingKey::from_bytes(bytes).is_ok_and(|key| weakness(&key, bytes).is_some())
-}
-
-/// Why a decoded point is weak, small order first; `None` for a usable key.
+/// Why a decoded point is a *weak* Ed25519 public key (§4.3), small order
+/// first; `None` for a usable key. Weak: a point of small order (the
+/// identity and the seven other torsion points), or any point written in a
+/// non-canonical way (a `y` coordinate of `p` or more, or the sign bit set
+/// on `x = 0`). Strict verification accepts no signature under such a key,
+/// so tally refuses it wherever a public key appears. Bytes that are not a
+/// point are not weak; they are invalid ([`PublicKey::from_bytes`] says
+/// which).
 fn weakness(key: &VerifyingKey, bytes: &[u8; 32]) -> Option<UnusableKey> {
     if key.is_weak() {
         Some(UnusableKey::SmallOrder)
@@ -367,12 +362,6 @@ impl SecretKey {
     pub fn sign_raw(&self, signed: &[u8]) -> Signature {
         Signature(self.0.sign(signed).to_bytes())
     }
-
-    /// The underlying dalek key.
-    #[must_use]
-    pub fn as_dalek(&self) -> &SigningKey {
-        &self.0
-    }
 }
 
 impl fmt::Debug for SecretKey {
@@ -384,6 +373,12 @@ impl fmt::Debug for SecretKey {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Whether 32 bytes that decode to a curve point are a weak public key
+    /// (§4.3), by the classification [`PublicKey::from_bytes`] refuses.
+    fn is_weak_public_key(bytes: &[u8; 32]) -> bool {
+        VerifyingKey::from_bytes(bytes).is_ok_and(|key| weakness(&key, bytes).is_some())
+    }
 
     #[test]
     fn sign_verify_and_domain_separation() {

@@ -298,20 +298,13 @@ impl Monitor {
             .map_err(|e| http(e.to_string()))
     }
 
-    /// One round: fetch, verify, prove, save.
+    /// One round (fetch, verify, prove, save), and the cosignature check
+    /// of the checkpoint fetched when cosigners were given
+    /// ([`Monitor::with_cosigners`]).
     ///
     /// # Errors
     /// [`MonitorError`] when the log cannot be read, answers malformed data,
     /// signs with another key, or the state file fails.
-    pub fn check_once(&self) -> Result<Round, MonitorError> {
-        self.check_round().map(|c| c.round)
-    }
-
-    /// One round, and the cosignature check of the checkpoint fetched
-    /// when cosigners were given ([`Monitor::with_cosigners`]).
-    ///
-    /// # Errors
-    /// As [`Monitor::check_once`].
     pub fn check_round(&self) -> Result<Checked, MonitorError> {
         let note = String::from_utf8(self.get("checkpoint", MAX_CHECKPOINT_NOTE_BYTES as u64)?)
             .map_err(|_| MonitorError::BadResponse {

@@ -10,17 +10,19 @@
 //! corpus that pins this behaviour.
 
 use tally_schemas::batch_sig::PreparedKey;
-use tally_schemas::keys::{PublicKey, Signature};
+use tally_schemas::keys::PublicKey;
 use tally_schemas::Record;
 
 /// Whether `sig` is a strictly valid signature of `message` by the key whose
 /// 32-byte encoding is `public_key`. Bytes that are not a usable key (§4.3:
 /// no point, a small-order point, a non-canonical encoding) are refused like
-/// a bad signature.
+/// a bad signature. Tests only (feature `testing`): they hold it to the
+/// edge-case corpus beside [`verify_record`].
+#[cfg(any(test, feature = "testing"))]
 #[must_use]
 pub fn verify_message(public_key: &[u8; 32], message: &[u8], sig: &[u8; 64]) -> bool {
     PublicKey::from_bytes(public_key).is_ok_and(|key| {
-        key.verify_raw(message, &Signature::from_bytes(*sig))
+        key.verify_raw(message, &tally_schemas::keys::Signature::from_bytes(*sig))
             .is_ok()
     })
 }
@@ -35,6 +37,9 @@ pub fn verify_record(record: &Record, key: &PublicKey) -> bool {
 
 /// Checks many signatures on `threads` cores (0: all), each one strictly and
 /// on its own; the result for item `i` is exactly `verify_message` of item `i`.
+/// Tests only (feature `testing`): the verifier spreads its checks over
+/// cores in its pipeline (`pool`).
+#[cfg(any(test, feature = "testing"))]
 #[must_use]
 pub fn verify_many(items: &[([u8; 32], Vec<u8>, [u8; 64])], threads: usize) -> Vec<bool> {
     let threads = crate::threads::thread_count(threads).min(items.len().max(1));

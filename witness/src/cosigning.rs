@@ -16,7 +16,7 @@
 //!
 //! With several fronts on PostgreSQL (docs/operations.md, "Cosigners for
 //! the log") every front may run this task with the same cosigners, and
-//! only the one that sequences ([`Log::sequences`]) asks them and stores
+//! only the one that sequences ([`Log::watch_sequencing`]) asks them and stores
 //! their lines. The others ask nothing: each reads the lines the sequencer
 //! stored for the checkpoint it follows and publishes them, so every front
 //! serves the same cosigned checkpoint; the one that takes the lease over

@@ -347,12 +347,6 @@ pub const MIGRATIONS: &[(&str, &str)] = &[
     ),
 ];
 
-/// The registry schema version this build writes.
-#[must_use]
-pub fn schema_version() -> i32 {
-    i32::try_from(MIGRATIONS.len()).unwrap_or(i32::MAX)
-}
-
 /// Advisory lock keys (any constants, distinct from the log's).
 const MIGRATION_LOCK: i64 = 0x7461_6c6c_795f_7267;
 const FIRST_START_LOCK: i64 = 0x7461_6c6c_795f_6673;

@@ -15,7 +15,7 @@ use std::io::Read;
 use std::process::{Command, Stdio};
 use std::time::Duration;
 
-use tally_log::{Log, LogConfig};
+use tally_log::{AppendError, BatchItem, Log, LogConfig};
 use tally_schemas::note::open_checkpoint;
 use tally_schemas::tree::{verify_consistency, verify_inclusion};
 use tally_schemas::{
@@ -148,8 +148,22 @@ fn kill_9_at_random_moments_loses_no_acknowledged_entry_and_signs_nothing_incons
                 .enable_all()
                 .build()
                 .unwrap();
+            // Appended as the witness appends: a batch of one (docs/storage.md,
+            // "Batches").
             let again = rt
-                .block_on(log.append(a.record.clone(), tally_schemas::UnixMillis::now()))
+                .block_on(async {
+                    let answers = log
+                        .enqueue_batch_fenced(
+                            vec![BatchItem::Record(a.record.clone())],
+                            Vec::new(),
+                            tally_schemas::UnixMillis::now(),
+                        )?
+                        .await?;
+                    answers
+                        .into_iter()
+                        .next()
+                        .unwrap_or(Err(AppendError::Closed))
+                })
                 .unwrap();
             assert!(again.duplicate);
             assert_eq!(again.receipt, a.receipt, "round {round}");

@@ -26,7 +26,7 @@ fn setup() -> (tempfile::TempDir, StateDir, AgentName) {
     let state = StateDir::new(dir.path());
     let agent = AgentName::new("multi").unwrap();
     state
-        .create_agent(&agent, &SecretKey::from_seed(&[4; 32]))
+        .create_agent_with(&agent, &SecretKey::from_seed(&[4; 32]), None, None)
         .unwrap();
     (dir, state, agent)
 }

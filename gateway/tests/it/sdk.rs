@@ -12,9 +12,11 @@ use tally_schemas::{AgentName, Body, SecretKey};
 fn setup() -> (tempfile::TempDir, SdkOptions) {
     let dir = tempfile::tempdir().unwrap();
     StateDir::new(dir.path())
-        .create_agent(
+        .create_agent_with(
             &AgentName::new("py-bot").unwrap(),
             &SecretKey::from_seed(&[6; 32]),
+            None,
+            None,
         )
         .unwrap();
     let options = SdkOptions {

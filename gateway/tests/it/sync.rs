@@ -510,7 +510,7 @@ async fn a_witness_that_signs_with_a_new_key_is_refused_and_the_key_is_not_pinne
     let state = tally_gateway::state::StateDir::new(dir.path());
     let name = AgentName::new("sync-bot").unwrap();
     state
-        .create_agent(&name, &SecretKey::from_seed(&[8; 32]))
+        .create_agent_with(&name, &SecretKey::from_seed(&[8; 32]), None, None)
         .unwrap();
     let mut config = state.load_config(&name).unwrap();
     config.witness = Some(tally_gateway::state::WitnessConfig {
@@ -622,7 +622,7 @@ fn an_sdk_sync_right_after_many_calls_waits_for_all_of_them() {
     let state = tally_gateway::state::StateDir::new(dir.path());
     let name = AgentName::new("sync-bot").unwrap();
     state
-        .create_agent(&name, &SecretKey::from_seed(&[8; 32]))
+        .create_agent_with(&name, &SecretKey::from_seed(&[8; 32]), None, None)
         .unwrap();
     let mut config = state.load_config(&name).unwrap();
     config.witness = Some(tally_gateway::state::WitnessConfig {

@@ -8,7 +8,7 @@ use crate::common;
 
 use std::sync::Arc;
 
-use common::{backends, futures_join_all, now, signer, Agent};
+use common::{backends, futures_join_all, now, signer, Agent, AppendOne};
 use tally_log::{AppendError, Log, LogConfig, OpenError, ProofRequestError};
 use tally_schemas::tree::{reference, verify_consistency};
 use tally_schemas::{Hash, LeafIndex, NoteSigner, SecretKey, Seq, TreeSize};

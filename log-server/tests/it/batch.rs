@@ -7,7 +7,7 @@ use crate::common;
 
 use std::sync::Arc;
 
-use common::{backends, now, signer, Agent};
+use common::{backends, now, signer, Agent, AppendOne};
 use tally_log::{AppendError, BatchItem, Log, LogConfig};
 use tally_schemas::tree::verify_inclusion;
 use tally_schemas::{LeafIndex, Record, Seq, TreeSize};

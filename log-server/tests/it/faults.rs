@@ -10,7 +10,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use common::{now, signer, Agent};
+use common::{now, signer, Agent, AppendOne};
 use tally_log::store::memory::MemoryStore;
 use tally_log::store::{BatchWrite, ChainHead};
 use tally_log::{AppendError, Log, LogConfig, LogStore, OpenError, SignedCheckpoint, StoreError};

@@ -6,7 +6,7 @@
 
 use std::sync::Arc;
 
-use crate::common::{now, signer, Agent};
+use crate::common::{now, signer, Agent, AppendOne, Sequences};
 use crate::fronts::{rt, same_receipt, store_token, wait_for, TTL};
 use tally_log::store::memory::{MemoryFront, MemoryStore};
 use tally_log::store::{Lease, LogStore, StoreError};

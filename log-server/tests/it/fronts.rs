@@ -8,7 +8,7 @@ use crate::common;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use common::{now, signer, Agent};
+use common::{now, signer, Agent, AppendOne, Sequences};
 use tally_log::store::memory::{MemoryFront, MemoryStore};
 use tally_log::store::{Lease, LogStore, StoreError};
 use tally_log::{Log, LogConfig};

@@ -10,7 +10,7 @@ use std::sync::Arc;
 use axum::body::Body;
 use axum::http::{header, Request, StatusCode};
 use axum::Router;
-use common::{futures_join_all, now, signer, Agent};
+use common::{futures_join_all, now, signer, Agent, AppendOne};
 use http_body_util::BodyExt;
 use serde_json::Value;
 use tally_log::store::memory::MemoryStore;

@@ -13,7 +13,7 @@ use crate::common;
 use std::path::Path;
 use std::sync::Arc;
 
-use common::{now, signer, Agent};
+use common::{now, signer, Agent, AppendOne};
 use redb::{ReadableDatabase, ReadableTableMetadata, TableDefinition};
 use tally_log::store::redb::RedbStore;
 use tally_log::{AppendError, BatchItem, Log, LogConfig, LogStore};

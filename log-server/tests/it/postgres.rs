@@ -8,7 +8,7 @@ use crate::common;
 
 use std::sync::Arc;
 
-use common::{now, signer, Agent};
+use common::{now, signer, Agent, AppendOne};
 use std::time::{Duration, Instant};
 use tally_log::store::postgres::{
     redact_url, schema_version, LeaseOptions, PostgresStore, MIGRATIONS,

@@ -11,7 +11,7 @@ use crate::common;
 
 use std::sync::Arc;
 
-use common::{futures_join_all, now, signer, Agent};
+use common::{futures_join_all, now, signer, Agent, AppendOne};
 use proptest::prelude::*;
 use tally_log::store::memory::MemoryStore;
 use tally_log::store::redb::RedbStore;

@@ -2,7 +2,6 @@
 //! depends on these.
 
 use crate::canonical::CanonicalError;
-use crate::keys::{BadSignature, KeyId};
 #[cfg(doc)]
 use crate::limits::MAX_RECORD_BYTES;
 
@@ -58,20 +57,4 @@ impl RecordError {
             Self::TooLarge { .. } => "too_large",
         }
     }
-}
-
-/// Why a record's signature was not accepted.
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-pub enum RecordSignatureError {
-    /// The record names another key than the one it was checked against.
-    #[error("record names key {record_key_id}, not {given_key_id}")]
-    KeyIdMismatch {
-        /// Key id in the record.
-        record_key_id: KeyId,
-        /// Key id of the key given.
-        given_key_id: KeyId,
-    },
-    /// The signature does not verify.
-    #[error(transparent)]
-    BadSignature(#[from] BadSignature),
 }

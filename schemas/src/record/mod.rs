@@ -4,7 +4,8 @@
 //! the v1 schema with no unknown fields, the per-kind body rules, the size
 //! limit, and a round trip (its canonical form re-serialises to the bytes it
 //! was parsed from). The signature is checked separately, against a key the
-//! caller trusts ([`Record::verify_signature`]).
+//! caller trusts for the record's `key_id`
+//! ([`crate::batch_sig::PreparedKey::verify_record`]).
 //!
 //! A record's canonical bytes are written by `write_canonical`, a JCS
 //! writer for this one fixed shape (members in RFC 8785 order, strings
@@ -33,7 +34,7 @@ pub use body::{
     Claim, Decision, KeyRotation, NoteBody, Outcome, OutcomeStatus, RecordKind, ToolCheck,
     ToolEntry, ToolList, ToolPartDigests,
 };
-pub use error::{RecordError, RecordSignatureError, RECORD_VERSION};
+pub use error::{RecordError, RECORD_VERSION};
 pub(crate) use fast::{Cursor, FastRecord};
 pub use fields::{AgentName, Nonce, Seq};
 pub use types::{Record, UnsignedRecord};
@@ -44,7 +45,7 @@ use serde_json::Value;
 
 use crate::canonical::{self, Limits};
 use crate::hash::Hash;
-use crate::keys::{KeyId, PublicKey, SecretKey, Signature};
+use crate::keys::{KeyId, SecretKey, Signature};
 use crate::limits::MAX_RECORD_BYTES;
 use crate::time::UnixMillis;
 
@@ -288,24 +289,6 @@ impl Record {
             &self.canonical[..self.sig_member.start],
             &self.canonical[self.sig_member.end..],
         ]
-    }
-
-    /// Checks the signature with `key`, which the caller trusts for this
-    /// agent at this record's time.
-    ///
-    /// # Errors
-    /// [`RecordSignatureError`] when the key id differs or the signature does
-    /// not verify strictly.
-    pub fn verify_signature(&self, key: &PublicKey) -> Result<(), RecordSignatureError> {
-        let given = key.key_id();
-        if given != self.unsigned.key_id {
-            return Err(RecordSignatureError::KeyIdMismatch {
-                record_key_id: self.unsigned.key_id,
-                given_key_id: given,
-            });
-        }
-        key.verify_raw(&self.signed_message(), &self.sig)?;
-        Ok(())
     }
 }
 

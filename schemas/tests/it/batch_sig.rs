@@ -1,5 +1,6 @@
 //! `batch_sig` against strict single verification (docs/protocol.md §4.3):
-//! [`PreparedKey`] and [`verify_batch`] must accept exactly what
+//! [`PreparedKey`], one signature at a time and over many signatures per
+//! key as the witness uses it, must accept exactly what
 //! ed25519-dalek's `verify_strict` accepts, on the edge-case corpus
 //! (testdata/sigs/), on signatures built
 //! with small-order and mixed-order `A` and `R`, and on random mutations of
@@ -14,7 +15,7 @@ use curve25519_dalek::edwards::{CompressedEdwardsY, EdwardsPoint};
 use curve25519_dalek::scalar::Scalar;
 use curve25519_dalek::traits::{Identity as _, IsIdentity as _, VartimeMultiscalarMul as _};
 use sha2::{Digest, Sha512};
-use tally_schemas::batch_sig::{verify_batch, PreparedKey, SignedMessage};
+use tally_schemas::batch_sig::PreparedKey;
 use tally_schemas::keys::{PublicKey, Signature};
 
 struct Case {
@@ -65,34 +66,20 @@ fn prepared(pk: &[u8; 32], msg: &[u8], sig: &[u8; 64]) -> bool {
     })
 }
 
-/// `verify_batch` over items whose keys decode; `None` for the others.
+/// Every item checked strictly with its key prepared
+/// ([`PreparedKey::verify_raw`], as the witness checks a batch's records),
+/// for items whose keys decode; `None` for the others.
 fn batch(items: &[([u8; 32], Vec<u8>, [u8; 64])]) -> Vec<Option<bool>> {
-    let keys: Vec<Option<PublicKey>> = items
+    items
         .iter()
-        .map(|(k, _, _)| PublicKey::from_bytes(k).ok())
-        .collect();
-    let sigs: Vec<Signature> = items
-        .iter()
-        .map(|(_, _, s)| Signature::from_bytes(*s))
-        .collect();
-    let mut refs = Vec::new();
-    let mut at = Vec::new();
-    for (i, k) in keys.iter().enumerate() {
-        if let Some(k) = k {
-            refs.push(SignedMessage {
-                key: k,
-                signed: &items[i].1,
-                signature: &sigs[i],
-            });
-            at.push(i);
-        }
-    }
-    let got = verify_batch(&refs);
-    let mut out = vec![None; items.len()];
-    for (j, i) in at.into_iter().enumerate() {
-        out[i] = Some(got[j]);
-    }
-    out
+        .map(|(k, signed, s)| {
+            PublicKey::from_bytes(k).ok().map(|key| {
+                PreparedKey::new(&key)
+                    .verify_raw(signed, &Signature::from_bytes(*s))
+                    .is_ok()
+            })
+        })
+        .collect()
 }
 
 #[test]

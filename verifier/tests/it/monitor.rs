@@ -21,6 +21,18 @@ use tally_verifier::trust::TrustFile;
 
 const ORIGIN: &str = "tally.local/log";
 
+/// One round's outcome, read from [`Monitor::check_round`] as `tally
+/// monitor` reads it (docs/operations.md, "Monitoring").
+trait CheckOnce {
+    fn check_once(&self) -> Result<Round, MonitorError>;
+}
+
+impl CheckOnce for Monitor {
+    fn check_once(&self) -> Result<Round, MonitorError> {
+        self.check_round().map(|c| c.round)
+    }
+}
+
 struct View {
     leaves: Vec<Hash>,
     signer: NoteSigner,

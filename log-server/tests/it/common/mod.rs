@@ -2,12 +2,16 @@
 //! sign chained records, the log key, and backend constructors.
 #![allow(dead_code)]
 
+use std::future::Future;
+use std::pin::Pin;
 use std::sync::Arc;
+use std::task::{Context, Poll};
 
 use tally_log::store::memory::MemoryStore;
 use tally_log::store::postgres::PostgresStore;
 use tally_log::store::redb::RedbStore;
-use tally_log::LogStore;
+use tally_log::store::KeyVersion;
+use tally_log::{AppendError, Appended, BatchItem, Log, LogStore, PendingBatch};
 use tally_schemas::record::NoteBody;
 use tally_schemas::{
     AgentName, Body, Hash, Nonce, NoteSigner, Record, SecretKey, Seq, UnixMillis, UnsignedRecord,
@@ -195,4 +199,68 @@ pub(crate) async fn futures_join_all<F: std::future::Future>(
     })
     .await;
     out.into_iter().map(|o| o.unwrap()).collect()
+}
+
+/// One record appended the way the product appends it: a batch of one
+/// through [`Log::enqueue_batch_fenced`] (the witness's admission path,
+/// docs/storage.md "Batches"), answered with the batch's one answer. The
+/// suites call these as methods of the [`Log`].
+pub(crate) trait AppendOne {
+    /// Queues `record` now, as a one-item batch fenced by `fence`
+    /// (docs/protocol.md §4.1); the future resolves to its answer.
+    fn enqueue_fenced(
+        &self,
+        record: Record,
+        received: UnixMillis,
+        fence: Option<KeyVersion>,
+    ) -> Result<PendingOne, AppendError>;
+
+    /// Queues `record` unfenced when first polled and resolves once it is
+    /// committed and signed, or refused.
+    async fn append(&self, record: Record, received: UnixMillis) -> Result<Appended, AppendError>;
+}
+
+impl AppendOne for Log {
+    fn enqueue_fenced(
+        &self,
+        record: Record,
+        received: UnixMillis,
+        fence: Option<KeyVersion>,
+    ) -> Result<PendingOne, AppendError> {
+        self.enqueue_batch_fenced(vec![BatchItem::Record(record)], vec![fence], received)
+            .map(PendingOne)
+    }
+
+    async fn append(&self, record: Record, received: UnixMillis) -> Result<Appended, AppendError> {
+        self.enqueue_fenced(record, received, None)?.await
+    }
+}
+
+/// The answer of a one-item batch ([`AppendOne`]).
+pub(crate) struct PendingOne(PendingBatch);
+
+impl Future for PendingOne {
+    type Output = Result<Appended, AppendError>;
+
+    fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
+        Pin::new(&mut self.0).poll(cx).map(|answers| {
+            answers?
+                .into_iter()
+                .next()
+                .unwrap_or(Err(AppendError::Closed))
+        })
+    }
+}
+
+/// Whether `log` sequences now, read from the watch the witness's
+/// cosigning follows ([`Log::watch_sequencing`]).
+pub(crate) trait Sequences {
+    /// The current value of [`Log::watch_sequencing`].
+    fn sequences(&self) -> bool;
+}
+
+impl Sequences for Log {
+    fn sequences(&self) -> bool {
+        *self.watch_sequencing().borrow()
+    }
 }

@@ -9,13 +9,15 @@
 //! - as the **sequencer**, hands them to a sequencer thread
 //!   ([`crate::sequencer::run`], unchanged), and also feeds it the requests
 //!   other fronts left in `tally_pending`, in id order, writing each
-//!   request's answers (entry index or refusal, per item) back once its
+//!   request's answers (entry index and receipt, or refusal, per item) back once its
 //!   group commit is durable and signed;
 //! - as a **follower**, hands them over (on PostgreSQL, into
 //!   `tally_pending`: one row per request, so a batch keeps its order),
-//!   waits for their answers, and builds each receipt from the log's
-//!   tables (the stored receipt size, checkpoint note and inclusion proof:
-//!   the same bytes the sequencer's front returns, as for a retry). Past
+//!   waits for their answers, which carry the receipts the sequencer's
+//!   front built, and answers with each once it checks (record, log key,
+//!   inclusion proof); an answer without one, or one that does not check,
+//!   has its receipt built from the log's tables (the stored receipt size,
+//!   checkpoint note and inclusion proof, as for a retry). Past
 //!   the waiting bound it answers [`AppendError::Unavailable`]; the
 //!   request stays and is integrated later, so sending the record again is
 //!   safe. It follows the latest checkpoint (checked: signature, root
@@ -32,14 +34,16 @@
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex, PoisonError};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 use serde::{Deserialize, Serialize};
 use tally_schemas::entry::EntryError;
 use tally_schemas::note::open_checkpoint;
-use tally_schemas::{AgentName, Hash, LeafIndex, Nonce, Record, Seq, UnixMillis};
+use tally_schemas::{
+    AgentName, Checkpoint, Entry, Hash, LeafIndex, Nonce, Receipt, Record, Seq, UnixMillis,
+};
 use tokio::sync::{mpsc, oneshot, Notify};
 
 use crate::checkpoint::{check_extends, recover, SignedCheckpoint};
@@ -99,6 +103,13 @@ enum WireAnswer {
     Ok {
         index: u64,
         duplicate: bool,
+        /// The receipt the sequencer's front answered with: the waiting
+        /// front checks it against the record it handed over and the log
+        /// key (docs/storage.md "Hand-over between fronts") and answers with
+        /// it, without reading the log's tables. Answers written without
+        /// one (by an earlier build) have their receipt built from storage.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        receipt: Option<Receipt>,
     },
     NonceReplayed {
         nonce: Nonce,
@@ -174,6 +185,7 @@ fn encode_answers(answers: &BatchAnswers) -> Option<String> {
             Ok(a) => Some(WireAnswer::Ok {
                 index: a.entry.index().get(),
                 duplicate: a.duplicate,
+                receipt: Some(a.receipt.clone()),
             }),
             Err(AppendError::NonceReplayed { nonce, first_index }) => {
                 Some(WireAnswer::NonceReplayed {
@@ -213,14 +225,54 @@ fn encode_answers(answers: &BatchAnswers) -> Option<String> {
     serde_json::to_string(&wire?).ok()
 }
 
-/// A request's stored answers as the log's answers, receipts built from
-/// storage (blocking).
+/// The checkpoint of the receipts answered last, opened once (its
+/// signature checked) for all the receipts under it.
+type OpenedNote = Mutex<Option<(String, Checkpoint)>>;
+
+/// `receipt` if it is the receipt of `record` at `index`, proven under a
+/// checkpoint the log key signed: the entry it proves.
+fn checked_receipt(
+    receipt: &Receipt,
+    record: &Record,
+    index: u64,
+    signer: &tally_schemas::NoteSigner,
+    opened: &OpenedNote,
+) -> Result<Entry, String> {
+    let mut last = opened.lock().unwrap_or_else(PoisonError::into_inner);
+    let checkpoint = match &*last {
+        Some((note, cp)) if *note == receipt.checkpoint => cp.clone(),
+        _ => {
+            let cp = open_checkpoint(&receipt.checkpoint, signer.verifier())
+                .map_err(|e| e.to_string())?;
+            *last = Some((receipt.checkpoint.clone(), cp.clone()));
+            cp
+        }
+    };
+    drop(last);
+    let entry = receipt
+        .verify_opened(record, &checkpoint)
+        .map_err(|e| e.to_string())?;
+    if entry.index().get() != index {
+        return Err(format!(
+            "the receipt is for entry {}, the answer says {index}",
+            entry.index()
+        ));
+    }
+    Ok(entry)
+}
+
+/// A request's stored answers as the log's answers (blocking): each
+/// admitted record's receipt as the sequencer's front answered it, once
+/// checked, or else built from storage. `records` are the request's items,
+/// `None` for an item the front refused.
 fn decode_answers(
     store: &dyn LogStore,
     signer: &tally_schemas::NoteSigner,
+    opened: &OpenedNote,
     text: &str,
-    n: usize,
+    records: &[Option<Record>],
 ) -> BatchAnswers {
+    let n = records.len();
     let corrupt = |what: String| AppendError::Storage(StoreError::Corrupt(what));
     let wire: Vec<WireAnswer> = match serde_json::from_str(text) {
         Ok(w) => w,
@@ -231,8 +283,28 @@ fn decode_answers(
     }
     let seq = |s: u64| Seq::new(s).map_err(|e| corrupt(e.to_string()));
     wire.into_iter()
-        .map(|w| match w {
-            WireAnswer::Ok { index, duplicate } => {
+        .zip(records)
+        .map(|(w, record)| match w {
+            WireAnswer::Ok {
+                index,
+                duplicate,
+                receipt,
+            } => {
+                if let (Some(receipt), Some(record)) = (receipt, record) {
+                    match checked_receipt(&receipt, record, index, signer, opened) {
+                        Ok(entry) => {
+                            return Ok(Appended {
+                                entry,
+                                receipt,
+                                duplicate,
+                            })
+                        }
+                        Err(why) => tracing::warn!(
+                            index,
+                            "the sequencer's receipt does not check ({why}); building it from storage"
+                        ),
+                    }
+                }
                 match stored_receipt(store, signer, LeafIndex::new(index)) {
                     Ok(Some((entry, receipt))) => Ok(Appended {
                         entry,
@@ -327,7 +399,9 @@ pub(crate) struct Sequencing {
 /// A request of this front waiting in `tally_pending`.
 struct Waiter {
     reply: oneshot::Sender<BatchAnswers>,
-    items: usize,
+    /// The request's records, `None` for an item the front refused: the
+    /// answers' receipts are checked against them.
+    records: Vec<Option<Record>>,
     deadline: Instant,
 }
 
@@ -341,6 +415,8 @@ pub(crate) struct Front {
     pub(crate) name: String,
     /// Whether this front sequences now ([`crate::Log::watch_sequencing`]).
     pub(crate) sequencing: Arc<tokio::sync::watch::Sender<bool>>,
+    /// The checkpoint of the last answered receipts, opened.
+    pub(crate) opened: Arc<OpenedNote>,
 }
 
 /// Starts sequencing over `shared` after `recover` (the caller holds the
@@ -681,7 +757,14 @@ impl Front {
                 id,
                 Waiter {
                     reply: job.reply,
-                    items: job.items.len(),
+                    records: job
+                        .items
+                        .into_iter()
+                        .map(|i| match i {
+                            BatchItem::Record(r) => Some(r),
+                            BatchItem::Refused { .. } => None,
+                        })
+                        .collect(),
                     deadline,
                 },
             );
@@ -708,9 +791,16 @@ impl Front {
             };
             finished.push(id);
             let shared = Arc::clone(&self.shared);
-            // Receipts are built from storage off this thread.
+            let opened = Arc::clone(&self.opened);
+            // Receipts are checked, or built from storage, off this thread.
             tokio::task::spawn_blocking(move || {
-                let answers = decode_answers(shared.store.as_ref(), &shared.signer, &text, w.items);
+                let answers = decode_answers(
+                    shared.store.as_ref(),
+                    &shared.signer,
+                    &opened,
+                    &text,
+                    &w.records,
+                );
                 let _ = w.reply.send(answers);
             });
         }
@@ -734,7 +824,9 @@ impl Front {
                     "no sequencer answered within {:?} (request {id} stays queued)",
                     self.options.wait
                 ));
-                let _ = w.reply.send((0..w.items).map(|_| Err(e.clone())).collect());
+                let _ = w
+                    .reply
+                    .send(w.records.iter().map(|_| Err(e.clone())).collect());
             }
         }
     }
@@ -755,5 +847,125 @@ fn hand_over(s: &mut Sequencing, mut job: Job) {
         let _ = job
             .reply
             .send(job.items.iter().map(|_| Err(e.clone())).collect());
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use tally_schemas::record::NoteBody;
+    use tally_schemas::{Body, NoteSigner, SecretKey, UnsignedRecord};
+
+    use super::*;
+    use crate::store::memory::MemoryStore;
+    use crate::{Log, LogConfig};
+
+    fn record(agent: &str, key: &SecretKey) -> Record {
+        UnsignedRecord {
+            agent: AgentName::new(agent).expect("agent name"),
+            key_id: key.public_key().key_id(),
+            seq: Seq::new(0).expect("seq"),
+            prev: None,
+            time: UnixMillis::new(1_796_025_600_000),
+            nonce: Nonce::from_bytes(vec![7; 16]).expect("nonce"),
+            body: Body::Note(NoteBody {
+                text: "handed over".into(),
+            }),
+        }
+        .sign(key)
+        .expect("sign")
+    }
+
+    fn strip_receipts(text: &str) -> String {
+        let mut wire: Vec<serde_json::Value> = serde_json::from_str(text).expect("answers");
+        for w in &mut wire {
+            w["Ok"]
+                .as_object_mut()
+                .expect("an Ok answer")
+                .remove("receipt");
+        }
+        serde_json::to_string(&wire).expect("json")
+    }
+
+    /// A waiting front answers with the sequencer's receipt once it checks,
+    /// without reading storage; an answer without one, or with one that
+    /// does not check, has its receipt built from storage
+    /// (docs/storage.md "Hand-over between fronts").
+    #[test]
+    fn answers_carry_the_sequencers_receipts_and_fall_back_to_storage() {
+        let signer = NoteSigner::from_secret("log.example/front", SecretKey::from_seed(&[3; 32]))
+            .expect("signer");
+        let store: Arc<dyn LogStore> = Arc::new(MemoryStore::new());
+        let log = Log::open(Arc::clone(&store), signer.clone(), LogConfig::default())
+            .expect("open the log");
+        let key = SecretKey::from_seed(&[9; 32]);
+        let (mine, other) = (record("handed", &key), record("other", &key));
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .expect("runtime");
+        let answers = rt
+            .block_on(async {
+                log.enqueue_batch_fenced(
+                    vec![BatchItem::Record(mine.clone())],
+                    vec![None],
+                    UnixMillis::new(1_796_025_600_001),
+                )
+                .expect("queued")
+                .await
+            })
+            .expect("answered");
+        let sent = answers[0].as_ref().expect("appended").clone();
+        let text = encode_answers(&answers).expect("final answers");
+        let empty: Arc<dyn LogStore> = Arc::new(MemoryStore::new());
+        let opened = OpenedNote::default();
+
+        // The receipt checks: answered as the sequencer's front answered,
+        // with nothing read from storage (an empty store here).
+        let got = decode_answers(
+            empty.as_ref(),
+            &signer,
+            &opened,
+            &text,
+            &[Some(mine.clone())],
+        );
+        let got = got[0].as_ref().expect("answered from the receipt");
+        assert_eq!(got.receipt, sent.receipt);
+        assert_eq!(got.entry, sent.entry);
+        assert!(!got.duplicate);
+
+        // A receipt that is not the handed-over record's does not check:
+        // the receipt is built from storage instead, which an empty store
+        // lacks.
+        let got = decode_answers(
+            empty.as_ref(),
+            &signer,
+            &opened,
+            &text,
+            &[Some(other.clone())],
+        );
+        assert!(got[0].is_err(), "{:?}", got[0]);
+        let got = decode_answers(store.as_ref(), &signer, &opened, &text, &[Some(other)]);
+        assert_eq!(
+            got[0].as_ref().expect("built from storage").receipt,
+            sent.receipt
+        );
+
+        // Answers without receipts (an earlier build's) are built from storage.
+        let old = strip_receipts(&text);
+        assert!(!old.contains("receipt"));
+        let got = decode_answers(
+            store.as_ref(),
+            &signer,
+            &opened,
+            &old,
+            &[Some(mine.clone())],
+        );
+        assert_eq!(
+            got[0].as_ref().expect("built from storage").receipt,
+            sent.receipt
+        );
+        let got = decode_answers(empty.as_ref(), &signer, &opened, &old, &[Some(mine)]);
+        assert!(got[0].is_err(), "{:?}", got[0]);
+        log.shutdown();
     }
 }

@@ -227,6 +227,7 @@ impl Log {
             options,
             name: format!("{}:{}", std::process::id(), shared.signer.verifier().name()),
             sequencing: Arc::clone(&role),
+            opened: Arc::default(),
         };
         let handle = std::thread::Builder::new()
             .name("tally-log-front".into())

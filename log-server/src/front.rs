@@ -178,7 +178,7 @@ fn decode_items(text: &str) -> Result<DecodedItems, String> {
 
 /// The answers to store for one request, or `None` while one of them is
 /// not final (the request then stays open for the next attempt).
-fn encode_answers(answers: &BatchAnswers) -> Option<String> {
+pub(crate) fn encode_answers(answers: &BatchAnswers) -> Option<String> {
     let wire: Option<Vec<WireAnswer>> = answers
         .iter()
         .map(|a| match a {
@@ -227,7 +227,7 @@ fn encode_answers(answers: &BatchAnswers) -> Option<String> {
 
 /// The checkpoint of the receipts answered last, opened once (its
 /// signature checked) for all the receipts under it.
-type OpenedNote = Mutex<Option<(String, Checkpoint)>>;
+pub(crate) type OpenedNote = Mutex<Option<(String, Checkpoint)>>;
 
 /// `receipt` if it is the receipt of `record` at `index`, proven under a
 /// checkpoint the log key signed: the entry it proves.
@@ -265,7 +265,7 @@ fn checked_receipt(
 /// admitted record's receipt as the sequencer's front answered it, once
 /// checked, or else built from storage. `records` are the request's items,
 /// `None` for an item the front refused.
-fn decode_answers(
+pub(crate) fn decode_answers(
     store: &dyn LogStore,
     signer: &tally_schemas::NoteSigner,
     opened: &OpenedNote,
@@ -847,125 +847,5 @@ fn hand_over(s: &mut Sequencing, mut job: Job) {
         let _ = job
             .reply
             .send(job.items.iter().map(|_| Err(e.clone())).collect());
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use tally_schemas::record::NoteBody;
-    use tally_schemas::{Body, NoteSigner, SecretKey, UnsignedRecord};
-
-    use super::*;
-    use crate::store::memory::MemoryStore;
-    use crate::{Log, LogConfig};
-
-    fn record(agent: &str, key: &SecretKey) -> Record {
-        UnsignedRecord {
-            agent: AgentName::new(agent).expect("agent name"),
-            key_id: key.public_key().key_id(),
-            seq: Seq::new(0).expect("seq"),
-            prev: None,
-            time: UnixMillis::new(1_796_025_600_000),
-            nonce: Nonce::from_bytes(vec![7; 16]).expect("nonce"),
-            body: Body::Note(NoteBody {
-                text: "handed over".into(),
-            }),
-        }
-        .sign(key)
-        .expect("sign")
-    }
-
-    fn strip_receipts(text: &str) -> String {
-        let mut wire: Vec<serde_json::Value> = serde_json::from_str(text).expect("answers");
-        for w in &mut wire {
-            w["Ok"]
-                .as_object_mut()
-                .expect("an Ok answer")
-                .remove("receipt");
-        }
-        serde_json::to_string(&wire).expect("json")
-    }
-
-    /// A waiting front answers with the sequencer's receipt once it checks,
-    /// without reading storage; an answer without one, or with one that
-    /// does not check, has its receipt built from storage
-    /// (docs/storage.md "Hand-over between fronts").
-    #[test]
-    fn answers_carry_the_sequencers_receipts_and_fall_back_to_storage() {
-        let signer = NoteSigner::from_secret("log.example/front", SecretKey::from_seed(&[3; 32]))
-            .expect("signer");
-        let store: Arc<dyn LogStore> = Arc::new(MemoryStore::new());
-        let log = Log::open(Arc::clone(&store), signer.clone(), LogConfig::default())
-            .expect("open the log");
-        let key = SecretKey::from_seed(&[9; 32]);
-        let (mine, other) = (record("handed", &key), record("other", &key));
-        let rt = tokio::runtime::Builder::new_current_thread()
-            .enable_all()
-            .build()
-            .expect("runtime");
-        let answers = rt
-            .block_on(async {
-                log.enqueue_batch_fenced(
-                    vec![BatchItem::Record(mine.clone())],
-                    vec![None],
-                    UnixMillis::new(1_796_025_600_001),
-                )
-                .expect("queued")
-                .await
-            })
-            .expect("answered");
-        let sent = answers[0].as_ref().expect("appended").clone();
-        let text = encode_answers(&answers).expect("final answers");
-        let empty: Arc<dyn LogStore> = Arc::new(MemoryStore::new());
-        let opened = OpenedNote::default();
-
-        // The receipt checks: answered as the sequencer's front answered,
-        // with nothing read from storage (an empty store here).
-        let got = decode_answers(
-            empty.as_ref(),
-            &signer,
-            &opened,
-            &text,
-            &[Some(mine.clone())],
-        );
-        let got = got[0].as_ref().expect("answered from the receipt");
-        assert_eq!(got.receipt, sent.receipt);
-        assert_eq!(got.entry, sent.entry);
-        assert!(!got.duplicate);
-
-        // A receipt that is not the handed-over record's does not check:
-        // the receipt is built from storage instead, which an empty store
-        // lacks.
-        let got = decode_answers(
-            empty.as_ref(),
-            &signer,
-            &opened,
-            &text,
-            &[Some(other.clone())],
-        );
-        assert!(got[0].is_err(), "{:?}", got[0]);
-        let got = decode_answers(store.as_ref(), &signer, &opened, &text, &[Some(other)]);
-        assert_eq!(
-            got[0].as_ref().expect("built from storage").receipt,
-            sent.receipt
-        );
-
-        // Answers without receipts (an earlier build's) are built from storage.
-        let old = strip_receipts(&text);
-        assert!(!old.contains("receipt"));
-        let got = decode_answers(
-            store.as_ref(),
-            &signer,
-            &opened,
-            &old,
-            &[Some(mine.clone())],
-        );
-        assert_eq!(
-            got[0].as_ref().expect("built from storage").receipt,
-            sent.receipt
-        );
-        let got = decode_answers(empty.as_ref(), &signer, &opened, &old, &[Some(mine)]);
-        assert!(got[0].is_err(), "{:?}", got[0]);
-        log.shutdown();
     }
 }

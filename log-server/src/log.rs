@@ -767,3 +767,129 @@ impl Iterator for ChainEntries {
         Some(item)
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Arc;
+
+    use tally_schemas::record::NoteBody;
+    use tally_schemas::{
+        AgentName, Body, Nonce, NoteSigner, Record, SecretKey, Seq, UnixMillis, UnsignedRecord,
+    };
+
+    use super::{Log, LogConfig};
+    use crate::front::{decode_answers, encode_answers, OpenedNote};
+    use crate::item::BatchItem;
+    use crate::store::memory::MemoryStore;
+    use crate::store::LogStore;
+
+    fn record(agent: &str, key: &SecretKey) -> Record {
+        UnsignedRecord {
+            agent: AgentName::new(agent).expect("agent name"),
+            key_id: key.public_key().key_id(),
+            seq: Seq::new(0).expect("seq"),
+            prev: None,
+            time: UnixMillis::new(1_796_025_600_000),
+            nonce: Nonce::from_bytes(vec![7; 16]).expect("nonce"),
+            body: Body::Note(NoteBody {
+                text: "handed over".into(),
+            }),
+        }
+        .sign(key)
+        .expect("sign")
+    }
+
+    fn strip_receipts(text: &str) -> String {
+        let mut wire: Vec<serde_json::Value> = serde_json::from_str(text).expect("answers");
+        for w in &mut wire {
+            w["Ok"]
+                .as_object_mut()
+                .expect("an Ok answer")
+                .remove("receipt");
+        }
+        serde_json::to_string(&wire).expect("json")
+    }
+
+    /// A waiting front answers with the sequencer's receipt once it checks,
+    /// without reading storage; an answer without one, or with one that
+    /// does not check, has its receipt built from storage
+    /// (docs/storage.md "Hand-over between fronts").
+    #[test]
+    fn answers_carry_the_sequencers_receipts_and_fall_back_to_storage() {
+        let signer = NoteSigner::from_secret("log.example/front", SecretKey::from_seed(&[3; 32]))
+            .expect("signer");
+        let store: Arc<dyn LogStore> = Arc::new(MemoryStore::new());
+        let log = Log::open(Arc::clone(&store), signer.clone(), LogConfig::default())
+            .expect("open the log");
+        let key = SecretKey::from_seed(&[9; 32]);
+        let (mine, other) = (record("handed", &key), record("other", &key));
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .expect("runtime");
+        let answers = rt
+            .block_on(async {
+                log.enqueue_batch_fenced(
+                    vec![BatchItem::Record(mine.clone())],
+                    vec![None],
+                    UnixMillis::new(1_796_025_600_001),
+                )
+                .expect("queued")
+                .await
+            })
+            .expect("answered");
+        let sent = answers[0].as_ref().expect("appended").clone();
+        let text = encode_answers(&answers).expect("final answers");
+        let empty: Arc<dyn LogStore> = Arc::new(MemoryStore::new());
+        let opened = OpenedNote::default();
+
+        // The receipt checks: answered as the sequencer's front answered,
+        // with nothing read from storage (an empty store here).
+        let got = decode_answers(
+            empty.as_ref(),
+            &signer,
+            &opened,
+            &text,
+            &[Some(mine.clone())],
+        );
+        let got = got[0].as_ref().expect("answered from the receipt");
+        assert_eq!(got.receipt, sent.receipt);
+        assert_eq!(got.entry, sent.entry);
+        assert!(!got.duplicate);
+
+        // A receipt that is not the handed-over record's does not check:
+        // the receipt is built from storage instead, which an empty store
+        // lacks.
+        let got = decode_answers(
+            empty.as_ref(),
+            &signer,
+            &opened,
+            &text,
+            &[Some(other.clone())],
+        );
+        assert!(got[0].is_err(), "{:?}", got[0]);
+        let got = decode_answers(store.as_ref(), &signer, &opened, &text, &[Some(other)]);
+        assert_eq!(
+            got[0].as_ref().expect("built from storage").receipt,
+            sent.receipt
+        );
+
+        // Answers without receipts (an earlier build's) are built from storage.
+        let old = strip_receipts(&text);
+        assert!(!old.contains("receipt"));
+        let got = decode_answers(
+            store.as_ref(),
+            &signer,
+            &opened,
+            &old,
+            &[Some(mine.clone())],
+        );
+        assert_eq!(
+            got[0].as_ref().expect("built from storage").receipt,
+            sent.receipt
+        );
+        let got = decode_answers(empty.as_ref(), &signer, &opened, &old, &[Some(mine)]);
+        assert!(got[0].is_err(), "{:?}", got[0]);
+        log.shutdown();
+    }
+}

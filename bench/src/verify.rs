@@ -125,51 +125,30 @@ fn verify_one(dir: &Path, threads: usize) -> anyhow::Result<ExitCode> {
 /// key for each signature (a key that does not decode, or is weak, counts
 /// as a failed verification).
 fn raw_rate(sample: &[([u8; 32], Vec<u8>, [u8; 64])], threads: usize) -> f64 {
-    let chunk = sample.len().div_ceil(threads.max(1)).max(1);
-    let started = Instant::now();
-    let mut done = 0usize;
-    while started.elapsed().as_secs_f64() < 3.0 {
-        done += std::thread::scope(|s| {
-            let parts: Vec<_> = sample
-                .chunks(chunk)
-                .map(|part| {
-                    s.spawn(move || {
-                        part.iter()
-                            .filter(|(k, m, sig)| {
-                                PublicKey::from_bytes(k).is_ok_and(|key| {
-                                    key.verify_raw(m, &Signature::from_bytes(*sig)).is_ok()
-                                })
-                            })
-                            .count()
-                    })
-                })
-                .collect();
-            parts
-                .into_iter()
-                .map(|h| h.join().unwrap_or(0))
-                .sum::<usize>()
-        });
-    }
-    done as f64 / started.elapsed().as_secs_f64()
+    rate(sample, threads, |(k, m, sig)| {
+        PublicKey::from_bytes(k)
+            .is_ok_and(|key| key.verify_raw(m, &Signature::from_bytes(*sig)).is_ok())
+    })
 }
 
 /// Strict verifications per second on `threads` cores with every key
 /// decoded beforehand (the verifier decodes agent-keys.json once).
 fn raw_rate_decoded(sample: &[(PublicKey, Vec<u8>, Signature)], threads: usize) -> f64 {
+    rate(sample, threads, |(k, m, sig)| k.verify_raw(m, sig).is_ok())
+}
+
+/// Successful `check`s per second over `sample`, split across `threads`
+/// scoped threads, for about 3 s.
+fn rate<T: Sync>(sample: &[T], threads: usize, check: impl Fn(&T) -> bool + Sync) -> f64 {
     let chunk = sample.len().div_ceil(threads.max(1)).max(1);
+    let check = &check;
     let started = Instant::now();
     let mut done = 0usize;
     while started.elapsed().as_secs_f64() < 3.0 {
         done += std::thread::scope(|s| {
             let parts: Vec<_> = sample
                 .chunks(chunk)
-                .map(|part| {
-                    s.spawn(move || {
-                        part.iter()
-                            .filter(|(k, m, sig)| k.verify_raw(m, sig).is_ok())
-                            .count()
-                    })
-                })
+                .map(|part| s.spawn(move || part.iter().filter(|x| check(x)).count()))
                 .collect();
             parts
                 .into_iter()

@@ -9,8 +9,8 @@
 //! - as the **sequencer**, hands them to a sequencer thread
 //!   ([`crate::sequencer::run`], unchanged), and also feeds it the requests
 //!   other fronts left in `tally_pending`, in id order, writing each
-//!   request's answers (entry index and receipt, or refusal, per item) back once its
-//!   group commit is durable and signed;
+//!   request's answers (entry index and receipt, or refusal, per item)
+//!   back once its group commit is durable and signed;
 //! - as a **follower**, hands them over (on PostgreSQL, into
 //!   `tally_pending`: one row per request, so a batch keeps its order),
 //!   waits for their answers, which carry the receipts the sequencer's

@@ -16,6 +16,7 @@ use crate::calls::{CallRecorder, OpenCall, ToolPages};
 
 use super::config::{HttpConfig, HttpReport};
 
+/// What every exchange of one gateway shares.
 pub(super) struct Inner {
     pub(super) core: CallRecorder,
     pub(super) client: reqwest::Client,

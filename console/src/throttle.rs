@@ -16,6 +16,7 @@ use std::net::{IpAddr, Ipv6Addr};
 use std::sync::Mutex;
 
 use tally_schemas::UnixMillis;
+use tally_witness::client_key;
 
 /// Most client addresses tracked at once. Past it, a login from a new
 /// address waits until buckets refill (only a flood from this many
@@ -89,22 +90,6 @@ impl std::fmt::Debug for LoginThrottle {
     }
 }
 
-/// The bucket key of a client address: IPv4 as is (also when mapped into
-/// IPv6), IPv6 cut to its /64.
-#[must_use]
-pub(crate) fn address_key(ip: IpAddr) -> IpAddr {
-    match ip {
-        IpAddr::V4(_) => ip,
-        IpAddr::V6(v6) => match v6.to_ipv4_mapped() {
-            Some(v4) => IpAddr::V4(v4),
-            None => {
-                let s = v6.segments();
-                IpAddr::V6(Ipv6Addr::new(s[0], s[1], s[2], s[3], 0, 0, 0, 0))
-            }
-        },
-    }
-}
-
 impl LoginThrottle {
     /// A throttle with these rates; both buckets start full.
     #[must_use]
@@ -128,7 +113,7 @@ impl LoginThrottle {
     /// The milliseconds to wait (at least 1) when either bucket is empty.
     pub(crate) fn take(&self, client: Option<IpAddr>, now: UnixMillis) -> Result<(), u64> {
         let now = now.as_millis();
-        let key = client.map_or(IpAddr::V6(Ipv6Addr::UNSPECIFIED), address_key);
+        let key = client.map_or(IpAddr::V6(Ipv6Addr::UNSPECIFIED), client_key);
         let mut state = self
             .state
             .lock()

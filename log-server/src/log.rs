@@ -842,17 +842,22 @@ mod tests {
         let text = encode_answers(&answers).expect("final answers");
         let empty: Arc<dyn LogStore> = Arc::new(MemoryStore::new());
         let opened = OpenedNote::default();
+        // The one answer to `text` from `store`, for a request of `record`.
+        let decode = |store: &Arc<dyn LogStore>, text: &str, record: &Record| {
+            let mut answers = decode_answers(
+                store.as_ref(),
+                &signer,
+                &opened,
+                text,
+                &[Some(record.clone())],
+            );
+            answers.remove(0)
+        };
 
         // The receipt checks: answered as the sequencer's front answered,
         // with nothing read from storage (an empty store here).
-        let got = decode_answers(
-            empty.as_ref(),
-            &signer,
-            &opened,
-            &text,
-            &[Some(mine.clone())],
-        );
-        let got = got[0].as_ref().expect("answered from the receipt");
+        let got = decode(&empty, &text, &mine);
+        let got = got.as_ref().expect("answered from the receipt");
         assert_eq!(got.receipt, sent.receipt);
         assert_eq!(got.entry, sent.entry);
         assert!(!got.duplicate);
@@ -860,36 +865,18 @@ mod tests {
         // A receipt that is not the handed-over record's does not check:
         // the receipt is built from storage instead, which an empty store
         // lacks.
-        let got = decode_answers(
-            empty.as_ref(),
-            &signer,
-            &opened,
-            &text,
-            &[Some(other.clone())],
-        );
-        assert!(got[0].is_err(), "{:?}", got[0]);
-        let got = decode_answers(store.as_ref(), &signer, &opened, &text, &[Some(other)]);
-        assert_eq!(
-            got[0].as_ref().expect("built from storage").receipt,
-            sent.receipt
-        );
+        let got = decode(&empty, &text, &other);
+        assert!(got.is_err(), "{got:?}");
+        let got = decode(&store, &text, &other);
+        assert_eq!(got.expect("built from storage").receipt, sent.receipt);
 
         // Answers without receipts (an earlier build's) are built from storage.
         let old = strip_receipts(&text);
         assert!(!old.contains("receipt"));
-        let got = decode_answers(
-            store.as_ref(),
-            &signer,
-            &opened,
-            &old,
-            &[Some(mine.clone())],
-        );
-        assert_eq!(
-            got[0].as_ref().expect("built from storage").receipt,
-            sent.receipt
-        );
-        let got = decode_answers(empty.as_ref(), &signer, &opened, &old, &[Some(mine)]);
-        assert!(got[0].is_err(), "{:?}", got[0]);
+        let got = decode(&store, &old, &mine);
+        assert_eq!(got.expect("built from storage").receipt, sent.receipt);
+        let got = decode(&empty, &old, &mine);
+        assert!(got.is_err(), "{got:?}");
         log.shutdown();
     }
 }
